@@ -1,0 +1,41 @@
+// Public entry of the actors: start the task, task-object and job actors on a connection.
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { jobApi, taskApi, type Operation } from "../schemas/index.ts";
+import type { Buckets } from "../platform/index.ts";
+import { jobHandlers } from "./jobs.ts";
+import { serveOperation, type Handler } from "./serve.ts";
+import { taskObjectHandlers } from "./task-objects.ts";
+import { taskHandlers } from "./tasks.ts";
+
+export { serveOperation, type Handler, type HandlerContext } from "./serve.ts";
+export { Mailboxes } from "./mailbox.ts";
+
+export interface ActorOptions {
+  /** Subject prefix shared with the gateways (empty for none). */
+  prefix?: string;
+}
+
+export interface ActorsHandle {
+  /** Stops taking requests; requests in flight finish (subscriptions drain). */
+  close(): Promise<void>;
+}
+
+/** Serves every task, task-object and job operation; replicas share each subject. */
+export function startActors(nc: NatsConnection, buckets: Buckets, options: ActorOptions = {}): ActorsHandle {
+  const prefix = options.prefix ?? "";
+  const handlers = {
+    ...taskHandlers(buckets.tasks),
+    ...taskObjectHandlers(buckets.taskObjects),
+    ...jobHandlers(buckets.jobs),
+  };
+  const subscriptions: Subscription[] = [];
+  for (const op of [...Object.values(taskApi), ...Object.values(jobApi)] as Operation[]) {
+    const handler = handlers[op.name as keyof typeof handlers] as unknown as Handler<Operation>;
+    subscriptions.push(serveOperation(nc, op, handler, { prefix, queue: `actors.${op.name}` }));
+  }
+  return {
+    async close() {
+      await Promise.all(subscriptions.map((s) => s.drain()));
+    },
+  };
+}

@@ -1,0 +1,36 @@
+// The job actor: jobs in the `jobs` KV bucket. Every create is a KV write, so other
+// services observe new jobs with a KV watch (see the README).
+import type { KV } from "@nats-io/kv";
+import type { Static } from "@sinclair/typebox";
+import { v4 as uuidv4 } from "uuid";
+import { idKey, JobNotFound, type createJob, type getJob, type Job } from "../schemas/index.ts";
+import { createRecord, readRecord } from "./records.ts";
+import type { Handler } from "./serve.ts";
+
+export type JobRecord = Static<typeof Job>;
+
+export interface JobHandlers {
+  getJob: Handler<typeof getJob>;
+  createJob: Handler<typeof createJob>;
+}
+
+export function jobHandlers(kv: KV): JobHandlers {
+  return {
+    async getJob({ jobId }) {
+      const key = idKey(jobId);
+      const item = key === undefined ? undefined : await readRecord<Partial<JobRecord>>(kv, key);
+      if (!item || typeof item !== "object") throw JobNotFound.make({ id: jobId });
+      // Items written by other services may lack fields: answer the requested id and "".
+      const { id, content } = item as { id?: unknown; content?: unknown };
+      return {
+        id: typeof id === "string" ? id : jobId,
+        content: typeof content === "string" ? content : content == null ? "" : JSON.stringify(content),
+      };
+    },
+    async createJob({ content }, { idempotencyKey }) {
+      const job: JobRecord = { id: idempotencyKey ?? uuidv4(), content };
+      const stored = await createRecord(kv, job.id, job, (s) => s.content === content);
+      return stored.id;
+    },
+  };
+}

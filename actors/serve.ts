@@ -1,0 +1,112 @@
+// The NATS adapter of an operation: decode → validate → call the handler → encode the reply.
+// Subscribes in a queue group, so every replica of an actor process shares the subject.
+import { headers, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { validate as isUuid, version as uuidVersion } from "uuid";
+import {
+  ApiError,
+  compileDecoder,
+  ERROR_CODE_HEADER,
+  ERROR_TAG_HEADER,
+  HttpApiDecodeError,
+  IDEMPOTENCY_KEY_HEADER,
+  inputSchema,
+  InternalServerError,
+  ServiceUnavailable,
+  subjectValues,
+  subscriptionSubject,
+  type InputOf,
+  type Operation,
+  type SuccessOf,
+} from "../schemas/index.ts";
+import { log } from "../platform/index.ts";
+
+/** What a handler knows besides its input. */
+export interface HandlerContext {
+  /** A uuid v4 the caller chose for the record it creates (`Idempotency-Key` header). */
+  idempotencyKey?: string;
+}
+
+export type Handler<Op extends Operation> = (
+  input: InputOf<Op>,
+  context: HandlerContext,
+) => Promise<SuccessOf<Op>>;
+
+export interface ServeOptions {
+  /** Subject prefix (empty for none). */
+  prefix: string;
+  /** Queue group; replicas with the same group share the load. */
+  queue: string;
+}
+
+export function serveOperation<Op extends Operation>(
+  nc: NatsConnection,
+  op: Op,
+  handler: Handler<Op>,
+  options: ServeOptions,
+): Subscription {
+  const decode = compileDecoder<InputOf<Op>>(inputSchema(op));
+  const handle = async (msg: Msg) => {
+    try {
+      const input = decode(requestInput(op, msg, options.prefix));
+      const context = { idempotencyKey: idempotencyKey(op, msg.headers) };
+      msg.respond(JSON.stringify(await handler(input, context)));
+    } catch (err) {
+      respondError(msg, op, err);
+    }
+  };
+  return nc.subscribe(subscriptionSubject(op, options.prefix), {
+    queue: options.queue,
+    callback: (err, msg) => {
+      if (err) log.error({ op: op.name, err }, "subscription failed");
+      else void handle(msg);
+    },
+  });
+}
+
+/** The request body merged with the `{field}` values of the subject. */
+function requestInput(op: Operation, msg: Msg, prefix: string): unknown {
+  const fields = subjectValues(op, msg.subject, prefix);
+  if (!fields) throw decodeFailure([], "subject token is not base64url without padding");
+  let body: unknown = {};
+  if (msg.data.length > 0) {
+    try {
+      body = JSON.parse(msg.string());
+    } catch {
+      throw decodeFailure([], "request body is not valid JSON");
+    }
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) return body;
+  return { ...(body as object), ...fields };
+}
+
+function idempotencyKey(op: Operation, hdrs: MsgHdrs | undefined): string | undefined {
+  const key = hdrs?.get(IDEMPOTENCY_KEY_HEADER);
+  if (!key || !op.idempotent) return undefined;
+  if (!isUuid(key) || uuidVersion(key) !== 4) {
+    throw decodeFailure([IDEMPOTENCY_KEY_HEADER], "Idempotency-Key must be a uuid v4");
+  }
+  return key.toLowerCase();
+}
+
+export function decodeFailure(path: string[], message: string): ApiError {
+  return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path, message }], message });
+}
+
+/** Encodes a failure: declared errors as they are, NATS trouble as 503, the rest as bare 500. */
+function respondError(msg: Msg, op: Operation, err: unknown): void {
+  const failure = err instanceof ApiError ? err : undeclared(op, err);
+  const h = headers();
+  h.set(ERROR_CODE_HEADER, String(failure.status));
+  h.set(ERROR_TAG_HEADER, failure._tag);
+  msg.respond(JSON.stringify(failure.body), { headers: h });
+}
+
+function undeclared(op: Operation, err: unknown): ApiError {
+  const name = (err as Error | undefined)?.name ?? "";
+  if (/Timeout|NoResponders|Connection|Closed|Draining/.test(name)) {
+    log.warn({ op: op.name, err: name }, "storage unavailable");
+    return ServiceUnavailable.make({}, { cause: err });
+  }
+  log.error({ op: op.name, err }, "undeclared failure");
+  return InternalServerError.make({}, { cause: err });
+}

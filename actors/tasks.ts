@@ -1,0 +1,30 @@
+// The task actor: tasks in the object store (the `tasks` KV bucket), keyed by id.
+import type { KV } from "@nats-io/kv";
+import { v4 as uuidv4 } from "uuid";
+import { idKey, TaskNotFound, type createTask, type getTask } from "../schemas/index.ts";
+import type { Static } from "@sinclair/typebox";
+import type { Task } from "../schemas/index.ts";
+import { createRecord, readRecord } from "./records.ts";
+import type { Handler } from "./serve.ts";
+
+export type TaskRecord = Static<typeof Task>;
+
+export interface TaskHandlers {
+  getTask: Handler<typeof getTask>;
+  createTask: Handler<typeof createTask>;
+}
+
+export function taskHandlers(kv: KV): TaskHandlers {
+  return {
+    async getTask({ id }) {
+      const key = idKey(id);
+      const task = key === undefined ? undefined : await readRecord<TaskRecord>(kv, key);
+      if (!task) throw TaskNotFound.make({ id });
+      return task;
+    },
+    async createTask({ title }, { idempotencyKey }) {
+      const task: TaskRecord = { id: idempotencyKey ?? uuidv4(), title, completed: false };
+      return createRecord(kv, task.id, task, (stored) => stored.title === title);
+    },
+  };
+}

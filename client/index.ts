@@ -1,0 +1,143 @@
+// Typed clients derived from the contracts, over HTTP or straight over NATS. A method
+// resolves to the success value or rejects with a `ClientError` whose `error._tag` says why.
+import type { NatsConnection } from "@nats-io/transport-node";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import {
+  ApiError,
+  compileDecoder,
+  ERROR_CODE_HEADER,
+  IDEMPOTENCY_KEY_HEADER,
+  inputSchema,
+  requestSubject,
+  subjectFields,
+  type ErrorOf,
+  type InputOf,
+  type Operation,
+  type SuccessOf,
+} from "../schemas/index.ts";
+
+export { watchJobs, type JobCreated } from "./watch.ts";
+
+/** Errors any call may reject with besides the operation's declared ones. */
+export type TransportErrorTag =
+  | "HttpApiDecodeError"
+  | "ServiceUnavailable"
+  | "GatewayTimeout"
+  | "InternalServerError"
+  | "IdempotencyKeyReused";
+
+export type ClientErrorBody<Op extends Operation> =
+  | ErrorOf<Op>
+  | { _tag: TransportErrorTag; [field: string]: unknown };
+
+/** A failed call: `status` is the HTTP status (or its NATS equivalent), `error` the body. */
+export class ClientError<Op extends Operation = Operation> extends Error {
+  override readonly name = "ClientError";
+  constructor(
+    readonly status: number,
+    readonly error: ClientErrorBody<Op>,
+    options?: { cause?: unknown },
+  ) {
+    super(`${(error as { _tag: string })._tag} (${status})`, options);
+  }
+  get _tag(): string {
+    return (this.error as { _tag: string })._tag;
+  }
+}
+
+export interface CallOptions {
+  /** Fixes the id of a created record, so retrying the same call never creates two. */
+  idempotencyKey?: string;
+}
+
+export type Client<Api extends Record<string, Operation>> = {
+  [K in keyof Api]: (input: InputOf<Api[K]>, options?: CallOptions) => Promise<SuccessOf<Api[K]>>;
+};
+
+type Call = (op: Operation, input: Record<string, unknown>, options?: CallOptions) => Promise<unknown>;
+
+function makeClient<Api extends Record<string, Operation>>(api: Api, call: Call): Client<Api> {
+  const client: Record<string, unknown> = {};
+  for (const [key, op] of Object.entries(api)) {
+    const decode = compileDecoder(inputSchema(op));
+    client[key] = async (input: Record<string, unknown>, options?: CallOptions) => {
+      let decoded: Record<string, unknown>;
+      try {
+        decoded = decode({ ...input });
+      } catch (err) {
+        if (err instanceof ApiError) throw new ClientError(err.status, err.body as never);
+        throw err;
+      }
+      return call(op, decoded, options);
+    };
+  }
+  return client as Client<Api>;
+}
+
+/** A client for one HTTP API (e.g. `taskApi` at `http://127.0.0.1:8787`). */
+export function httpClient<Api extends Record<string, Operation>>(
+  api: Api,
+  baseUrl: string,
+  { fetch: fetchImpl = fetch }: { fetch?: typeof fetch } = {},
+): Client<Api> {
+  return makeClient(api, async (op, input, options) => {
+    const url = new URL(httpPath(op, input), baseUrl);
+    for (const key of Object.keys(op.query?.properties ?? {})) {
+      if (input[key] !== undefined) url.searchParams.set(key, String(input[key]));
+    }
+    const headers: Record<string, string> = {};
+    if (options?.idempotencyKey) headers["idempotency-key"] = options.idempotencyKey;
+    let body: string | undefined;
+    if (op.payload) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(pick(input, Object.keys(op.payload.properties)));
+    }
+    let res: Response;
+    try {
+      res = await fetchImpl(url, { method: op.http.method, headers, body });
+    } catch (cause) {
+      throw new ClientError(503, { _tag: "ServiceUnavailable" }, { cause });
+    }
+    const text = await res.text();
+    const value = text ? JSON.parse(text) : undefined;
+    if (!res.ok) throw new ClientError(res.status, value ?? { _tag: "InternalServerError" });
+    return value;
+  });
+}
+
+/** A client that calls the actors straight over NATS (no HTTP hop). */
+export function natsClient<Api extends Record<string, Operation>>(
+  api: Api,
+  nc: NatsConnection,
+  { prefix = "", timeoutMs = 5_000 }: { prefix?: string; timeoutMs?: number } = {},
+): Client<Api> {
+  return makeClient(api, async (op, input, options) => {
+    const body = { ...input };
+    for (const field of subjectFields(op)) delete body[field];
+    const h = natsHeaders();
+    if (options?.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, options.idempotencyKey);
+    let reply;
+    try {
+      reply = await nc.request(requestSubject(op, input, prefix), JSON.stringify(body), {
+        timeout: timeoutMs,
+        headers: h,
+      });
+    } catch (cause) {
+      const timeout = (cause as Error).name === "TimeoutError";
+      throw new ClientError(timeout ? 504 : 503, { _tag: timeout ? "GatewayTimeout" : "ServiceUnavailable" }, { cause });
+    }
+    const code = reply.headers?.get(ERROR_CODE_HEADER);
+    if (code) throw new ClientError(Number(code), reply.json());
+    return reply.json();
+  });
+}
+
+function httpPath(op: Operation, input: Record<string, unknown>): string {
+  return op.http.path.replace(/:(\w+)/g, (_, key: string) => encodeURIComponent(String(input[key])));
+}
+
+function pick(input: Record<string, unknown>, keys: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of keys) if (input[key] !== undefined) out[key] = input[key];
+  return out;
+}

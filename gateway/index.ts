@@ -1,0 +1,30 @@
+// Public entry of the gateway: HTTP APIs derived from the contracts, forwarding over NATS.
+import { jobApi, taskApi } from "../schemas/index.ts";
+import type { NatsHandle } from "../platform/index.ts";
+import { createApiServer, type ApiServer } from "./server.ts";
+
+export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
+export { isJsonContentType } from "./body.ts";
+
+export interface GatewayOptions {
+  nats: NatsHandle;
+  prefix?: string;
+  /** Largest request body in bytes (default 1 MiB). */
+  bodyLimit?: number;
+  /** Time for an actor's answer (default 5 s). */
+  requestTimeoutMs?: number;
+}
+
+/** The Task API (with CORS) and the Job API, not yet listening. */
+export function createGateways(options: GatewayOptions): { task: ApiServer; job: ApiServer } {
+  const common = {
+    nats: options.nats,
+    prefix: options.prefix ?? "",
+    bodyLimit: options.bodyLimit ?? 1024 * 1024,
+    requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
+  };
+  return {
+    task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true }),
+    job: createApiServer({ ...common, operations: Object.values(jobApi) }),
+  };
+}

@@ -1,0 +1,30 @@
+// Writing JSON responses and errors. Error bodies are the declared JSON only: never a
+// stack or a cause; undeclared failures are logged here and answered as a bare 500.
+import type { ServerResponse } from "node:http";
+import { ApiError, InternalServerError, PayloadTooLarge, ServiceUnavailable } from "../schemas/index.ts";
+import { log } from "../platform/index.ts";
+
+export function sendJson(res: ServerResponse, status: number, data: Uint8Array | string): void {
+  res.writeHead(status, {
+    "content-type": "application/json",
+    "content-length": typeof data === "string" ? Buffer.byteLength(data) : data.byteLength,
+  });
+  res.end(data);
+}
+
+export function sendError(res: ServerResponse, err: unknown, context: { op?: string } = {}): void {
+  const failure = err instanceof ApiError ? err : internal(err, context);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  if (failure.status === ServiceUnavailable.status) res.setHeader("retry-after", "1");
+  // The rest of an oversized body is not read: close instead of draining it.
+  if (failure.status === PayloadTooLarge.status) res.setHeader("connection", "close");
+  sendJson(res, failure.status, JSON.stringify(failure.body));
+}
+
+function internal(err: unknown, context: { op?: string }): ApiError {
+  log.error({ ...context, err }, "undeclared failure");
+  return InternalServerError.make({}, { cause: err });
+}

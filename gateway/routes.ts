@@ -1,0 +1,93 @@
+// HTTP routes derived from operation contracts: decode path, query and body → validate →
+// forward over NATS → send the actor's JSON as it is (no re-encoding).
+import type { IncomingMessage, ServerResponse } from "node:http";
+import polka, { type Request } from "polka";
+import { v4 as uuidv4 } from "uuid";
+import {
+  compileDecoder,
+  HttpApiDecodeError,
+  IDEMPOTENCY_KEY_HEADER,
+  inputSchema,
+  requestSubject,
+  RouteNotFound,
+  subjectFields,
+  type Operation,
+} from "../schemas/index.ts";
+import type { NatsHandle } from "../platform/index.ts";
+import { readJsonBody } from "./body.ts";
+import { sendError, sendJson } from "./respond.ts";
+import { forward } from "./transport.ts";
+
+export interface RouteOptions {
+  nats: NatsHandle;
+  prefix: string;
+  /** Largest accepted body in bytes (also kept below the NATS max payload). */
+  bodyLimit: number;
+  /** Time for the actor's answer, retries included. */
+  requestTimeoutMs: number;
+}
+
+/** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
+export function buildRouter(operations: readonly Operation[], options: RouteOptions) {
+  const app = polka({
+    onNoMatch: (req: IncomingMessage, res: ServerResponse) =>
+      sendError(res, RouteNotFound.make({ message: `no route for ${req.method} ${pathOf(req)}` })),
+    onError: (err: unknown, _req: IncomingMessage, res: ServerResponse) => sendError(res, err),
+  });
+  for (const op of operations) {
+    app.add(op.http.method, op.http.path, operationRoute(op, options));
+  }
+  return app;
+}
+
+function operationRoute(op: Operation, options: RouteOptions) {
+  const decode = compileDecoder(inputSchema(op));
+  const fields = subjectFields(op);
+  return async (req: Request, res: ServerResponse) => {
+    try {
+      const payload = op.payload ? await readJsonBody(req, bodyLimit(options)) : {};
+      if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
+        throw notAnObject(payload);
+      }
+      const input = decode({ ...req.params, ...req.query, ...payload });
+      const subject = requestSubject(op, input, options.prefix);
+      const body = JSON.stringify(fields.length ? omit(input, fields) : input);
+      const reply = await forward(options.nats, subject, body, {
+        timeoutMs: options.requestTimeoutMs,
+        headers: op.idempotent ? { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey(req) } : undefined,
+      });
+      sendJson(res, reply.status, reply.data);
+    } catch (err) {
+      sendError(res, err, { op: op.name });
+    }
+  };
+}
+
+/** The caller's `Idempotency-Key` (checked by the actor) or a fresh one for this request. */
+function idempotencyKey(req: IncomingMessage): string {
+  const given = req.headers["idempotency-key"];
+  return typeof given === "string" && given !== "" ? given : uuidv4();
+}
+
+function bodyLimit(options: RouteOptions): number {
+  const maxPayload = options.nats.nc.info?.max_payload ?? 1024 * 1024;
+  // Room for headers and the record's id around the caller's fields.
+  return Math.min(options.bodyLimit, maxPayload - 8 * 1024);
+}
+
+function notAnObject(value: unknown) {
+  const actual = Array.isArray(value) ? "an array" : value === null ? "null" : typeof value;
+  const message = `Expected an object, actual ${actual}`;
+  return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path: [], message }], message });
+}
+
+function omit(input: Record<string, unknown>, keys: string[]): Record<string, unknown> {
+  const rest = { ...input };
+  for (const key of keys) delete rest[key];
+  return rest;
+}
+
+function pathOf(req: IncomingMessage): string {
+  const path = (req.url ?? "/").split("?", 1)[0]!;
+  return path.length > 200 ? `${path.slice(0, 200)}...` : path;
+}

@@ -1,0 +1,48 @@
+// One HTTP API: a node:http server with tight timeouts around the routes of its operations.
+import { createServer, type Server } from "node:http";
+import { once } from "node:events";
+import type { AddressInfo } from "node:net";
+import type { Operation } from "../schemas/index.ts";
+import { applyCors } from "./cors.ts";
+import { buildRouter, type RouteOptions } from "./routes.ts";
+
+export interface ApiServerOptions extends RouteOptions {
+  operations: readonly Operation[];
+  /** Add CORS headers and answer preflights (the Task API does). */
+  cors?: boolean;
+}
+
+export interface ApiServer {
+  readonly server: Server;
+  /** Listens; resolves to the bound port (pass 0 for a free one). */
+  listen(port: number, host?: string): Promise<number>;
+  /** Stops accepting, lets requests in flight finish, closes idle keep-alive sockets. */
+  close(): Promise<void>;
+}
+
+export function createApiServer(options: ApiServerOptions): ApiServer {
+  const router = buildRouter(options.operations, options);
+  const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+    if (options.cors && applyCors(req, res)) return;
+    // polka makes its own `next` when given none.
+    void router.handler(req as never, res, undefined as never);
+  });
+  // Bound slow or idle clients: headers within 10 s, a whole request within 30 s.
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 30_000;
+  server.maxHeadersCount = 100;
+  return {
+    server,
+    async listen(port, host = "0.0.0.0") {
+      server.listen(port, host);
+      await once(server, "listening");
+      return (server.address() as AddressInfo).port;
+    },
+    async close() {
+      if (!server.listening) return;
+      const closed = new Promise((resolve) => server.close(resolve));
+      server.closeIdleConnections();
+      await closed;
+    },
+  };
+}

@@ -1,0 +1,113 @@
+// Process entry: reads env and flags, connects to NATS (or starts a private nats-server),
+// and runs the roles asked for: gateway, actors, microvms (default: all in one process).
+import { parseArgs } from "node:util";
+import { resolve, join } from "node:path";
+import { writeFile } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { startActors } from "./actors/index.ts";
+import { createGateways } from "./gateway/index.ts";
+import {
+  connectNats,
+  log,
+  openBuckets,
+  startNatsServer,
+  stopStaleServer,
+  type NatsServer,
+} from "./platform/index.ts";
+
+const roles = ["gateway", "actors", "microvms"] as const;
+type Role = (typeof roles)[number];
+
+const env = process.env;
+const config = {
+  natsUrl: env.NATS_URL,
+  dataDir: resolve(env.DATA_DIR ?? ".data"),
+  natsPort: int("NATS_PORT", 0),
+  host: env.HOST ?? "127.0.0.1",
+  taskPort: int("TASK_API_PORT", 8787),
+  jobPort: int("JOB_API_PORT", 8788),
+  prefix: env.NATS_SUBJECT_PREFIX ?? "",
+  bodyLimit: int("BODY_LIMIT_BYTES", 1024 * 1024),
+  requestTimeoutMs: int("REQUEST_TIMEOUT_MS", 5_000),
+  replicas: int("KV_REPLICAS", 1),
+};
+
+function int(name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0) fail(`${name} must be a non-negative integer, got "${raw}"`);
+  return value;
+}
+
+function fail(message: string): never {
+  console.error(`error: ${message}`);
+  process.exit(1);
+}
+
+function selectedRoles(): Set<Role> {
+  const { values } = parseArgs({ options: { role: { type: "string", multiple: true } } });
+  const asked = (values.role ?? []).flatMap((r) => r.split(","));
+  if (asked.length === 0 || asked.includes("all")) return new Set(roles);
+  for (const r of asked) if (!roles.includes(r as Role)) fail(`unknown role "${r}" (use ${roles.join(", ")} or all)`);
+  return new Set(asked as Role[]);
+}
+
+async function privateNatsServer(): Promise<NatsServer> {
+  try {
+    execFileSync("nats-server", ["--version"], { stdio: "ignore" });
+  } catch {
+    fail("NATS_URL is not set and nats-server is not on PATH: install it (Debian/Ubuntu: apt-get install nats-server) or set NATS_URL");
+  }
+  const dir = join(config.dataDir, "nats");
+  const pidFile = join(config.dataDir, "nats-server.pid");
+  await stopStaleServer(pidFile);
+  const server = await startNatsServer({ storeDir: dir, port: config.natsPort });
+  await writeFile(pidFile, String(server.pid));
+  await writeFile(join(config.dataDir, "nats-url"), server.url);
+  log.info({ url: server.url, storeDir: dir }, "started private nats-server");
+  return server;
+}
+
+async function main() {
+  const active = selectedRoles();
+  const server = config.natsUrl ? undefined : await privateNatsServer();
+  const servers = config.natsUrl ?? server!.url;
+  const nats = await connectNats({ servers, name: `service:${[...active].join("+")}` }).catch((err) =>
+    fail(`cannot connect to NATS at ${servers}: ${(err as Error).message}`),
+  );
+  const closers: (() => Promise<void>)[] = [];
+
+  if (active.has("actors")) {
+    const buckets = await openBuckets(nats.nc, { replicas: config.replicas });
+    const actors = startActors(nats.nc, buckets, { prefix: config.prefix });
+    closers.push(() => actors.close());
+    log.info({ prefix: config.prefix }, "actors serving");
+  }
+  if (active.has("gateway")) {
+    const gateways = createGateways({ nats, ...config });
+    const taskPort = await gateways.task.listen(config.taskPort, config.host);
+    const jobPort = await gateways.job.listen(config.jobPort, config.host);
+    closers.unshift(() => gateways.task.close(), () => gateways.job.close());
+    log.info({ taskPort, jobPort, host: config.host }, "gateway listening");
+  }
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, "shutting down");
+    for (const close of closers) await close().catch((err) => log.warn({ err }, "close failed"));
+    await nats.close();
+    await server?.stop();
+    process.exit(0);
+  };
+  process.on("SIGINT", () => void shutdown("SIGINT"));
+  process.on("SIGTERM", () => void shutdown("SIGTERM"));
+  log.info({ nats: servers, roles: [...active] }, "ready");
+}
+
+main().catch((err) => {
+  log.fatal({ err }, "failed to start");
+  process.exit(1);
+});

@@ -1,0 +1,29 @@
+// The JetStream KV buckets the actors persist in, created on first use.
+import { Kvm, type KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/transport-node";
+
+/** Bucket names; records never change after creation, so one revision of history is enough. */
+export const bucketNames = {
+  tasks: "tasks",
+  taskObjects: "taskobjects",
+  jobs: "jobs",
+  microvms: "microvms",
+} as const;
+
+export type Buckets = { readonly [K in keyof typeof bucketNames]: KV };
+
+export interface BucketOptions {
+  /** JetStream replicas per bucket (3 on a 3-node cluster). */
+  replicas?: number;
+}
+
+/** Creates (or binds to) every bucket. Direct get lets any replica answer reads. */
+export async function openBuckets(nc: NatsConnection, options: BucketOptions = {}): Promise<Buckets> {
+  const kvm = new Kvm(nc);
+  const open = (name: string) =>
+    kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true });
+  const entries = await Promise.all(
+    Object.entries(bucketNames).map(async ([key, name]) => [key, await open(name)] as const),
+  );
+  return Object.fromEntries(entries) as unknown as Buckets;
+}

@@ -1,0 +1,5 @@
+// Public entry of the platform layer: NATS connections, the private server, KV buckets, logs.
+export * from "./connect.ts";
+export * from "./server.ts";
+export * from "./buckets.ts";
+export * from "./log.ts";

@@ -1,0 +1,77 @@
+// The error catalogue: every error an operation can answer, with its stable `_tag`,
+// HTTP status and body schema. Handlers throw `ApiError`s made here; adapters encode them.
+import { Type, type TSchema, type Static, type TObject } from "@sinclair/typebox";
+
+/** A declared error: `_tag`, HTTP status and the schema of its JSON body. */
+export interface ErrorDef<Tag extends string = string, S extends TObject = TObject> {
+  readonly tag: Tag;
+  readonly status: number;
+  readonly schema: S;
+}
+
+/** A failure with a declared `_tag`; `body` is exactly what goes on the wire. */
+export class ApiError extends Error {
+  override readonly name = "ApiError";
+  constructor(
+    readonly status: number,
+    readonly body: { readonly _tag: string } & Record<string, unknown>,
+    options?: { cause?: unknown },
+  ) {
+    super(body._tag, options);
+  }
+  get _tag(): string {
+    return this.body._tag;
+  }
+}
+
+function defineError<Tag extends string, P extends Record<string, TSchema>>(
+  tag: Tag,
+  status: number,
+  fields: P,
+) {
+  const schema = Type.Object({ _tag: Type.Literal(tag), ...fields });
+  const def: ErrorDef<Tag, typeof schema> = { tag, status, schema };
+  return Object.assign(def, {
+    /** Builds the throwable failure for this error. */
+    make(values: Omit<Static<typeof schema>, "_tag">, options?: { cause?: unknown }): ApiError {
+      return new ApiError(status, { _tag: tag, ...values }, options);
+    },
+  });
+}
+
+/** One issue of a decode failure, in the Effect `ArrayFormatter` shape. */
+export const DecodeIssue = Type.Object({
+  _tag: Type.String({ description: "Missing | Type | Unexpected | Forbidden" }),
+  path: Type.Array(Type.Union([Type.String(), Type.Number()])),
+  message: Type.String(),
+});
+
+export const TaskNotFound = defineError("TaskNotFound", 404, { id: Type.String() });
+export const JobNotFound = defineError("JobNotFound", 404, { id: Type.String() });
+export const HttpApiDecodeError = defineError("HttpApiDecodeError", 400, {
+  issues: Type.Array(DecodeIssue),
+  message: Type.String(),
+});
+export const IdempotencyKeyReused = defineError("IdempotencyKeyReused", 409, {
+  id: Type.String(),
+  message: Type.String(),
+});
+export const RouteNotFound = defineError("RouteNotFound", 404, { message: Type.String() });
+export const UnsupportedMediaType = defineError("UnsupportedMediaType", 415, {
+  message: Type.String(),
+});
+export const PayloadTooLarge = defineError("PayloadTooLarge", 413, {
+  limit: Type.Integer(),
+  message: Type.String(),
+});
+export const InternalServerError = defineError("InternalServerError", 500, {});
+export const ServiceUnavailable = defineError("ServiceUnavailable", 503, {});
+export const GatewayTimeout = defineError("GatewayTimeout", 504, {});
+
+/** Errors any operation may answer besides its declared ones. */
+export const commonErrors = [
+  HttpApiDecodeError,
+  InternalServerError,
+  ServiceUnavailable,
+  GatewayTimeout,
+] as const;

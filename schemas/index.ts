@@ -1,0 +1,8 @@
+// Public entry of the contracts: operations, schemas, errors, validators and escaping.
+export * from "./errors.ts";
+export * from "./types.ts";
+export * from "./tasks.ts";
+export * from "./jobs.ts";
+export * from "./escape.ts";
+export * from "./validate.ts";
+export * from "./subjects.ts";

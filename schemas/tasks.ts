@@ -1,0 +1,72 @@
+// Task API contracts: the object-store operations and the task-object (`/do`) operations.
+import { Type } from "@sinclair/typebox";
+import { TaskNotFound } from "./errors.ts";
+import type { Operation } from "./types.ts";
+
+/** A task as stored and answered. */
+export const Task = Type.Object(
+  {
+    id: Type.String({ description: "uuid v4 assigned at creation" }),
+    title: Type.String(),
+    completed: Type.Boolean(),
+  },
+);
+
+const TaskIdParams = Type.Object({ id: Type.String() }, { additionalProperties: false });
+const CreateTaskPayload = Type.Object({ title: Type.String() }, { additionalProperties: false });
+/** `?name=` selects the task object; any non-empty string up to 256 characters. */
+const TaskObjectQuery = Type.Object(
+  { name: Type.Optional(Type.String({ minLength: 1, maxLength: 256, default: "default" })) },
+  { additionalProperties: false },
+);
+
+export const getTask = {
+  name: "getTask",
+  api: "task",
+  http: { method: "GET", path: "/:id" },
+  subject: "tasks.get",
+  params: TaskIdParams,
+  success: Task,
+  errors: [TaskNotFound],
+  summary: "Read a task from the object store",
+} as const satisfies Operation;
+
+export const createTask = {
+  name: "createTask",
+  api: "task",
+  http: { method: "POST", path: "/" },
+  subject: "tasks.create",
+  payload: CreateTaskPayload,
+  success: Task,
+  errors: [],
+  idempotent: true,
+  summary: "Create a task in the object store",
+} as const satisfies Operation;
+
+export const getTaskDO = {
+  name: "getTaskDO",
+  api: "task",
+  http: { method: "GET", path: "/do/:id" },
+  subject: "taskobjects.{name}.get",
+  params: TaskIdParams,
+  query: TaskObjectQuery,
+  success: Task,
+  errors: [TaskNotFound],
+  summary: "Read a task from the task object named by ?name= (default `default`)",
+} as const satisfies Operation;
+
+export const createTaskDO = {
+  name: "createTaskDO",
+  api: "task",
+  http: { method: "POST", path: "/do" },
+  subject: "taskobjects.{name}.create",
+  query: TaskObjectQuery,
+  payload: CreateTaskPayload,
+  success: Task,
+  errors: [],
+  idempotent: true,
+  summary: "Create a task in the task object named by ?name= (default `default`)",
+} as const satisfies Operation;
+
+/** The Task API, in route order: `/do` routes before `/:id`. */
+export const taskApi = { createTask, getTaskDO, createTaskDO, getTask } as const;
