@@ -1,0 +1,67 @@
+// Pure contract helpers: escaping, subjects and decode issues.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import {
+  compileDecoder,
+  getTaskDO,
+  idKey,
+  inputSchema,
+  MAX_KEY_LENGTH,
+  nameFromToken,
+  nameToken,
+  requestSubject,
+  subjectValues,
+  subscriptionSubject,
+  taskObjectKey,
+  createTask,
+  ApiError,
+} from "../schemas/index.ts";
+
+describe("schemas", () => {
+  it("escape - name tokens round trip any string and are single subject tokens", () => {
+    for (const name of ["default", "a.b", "*", ">", "with space", "ü/✓", "_", "-", "x".repeat(256)]) {
+      const token = nameToken(name);
+      assert.match(token, /^[A-Za-z0-9_-]+$/);
+      assert.equal(nameFromToken(token), name);
+    }
+  });
+
+  it("escape - non-canonical tokens are refused", () => {
+    for (const token of ["", "YQ==", "a.b", "*", "YR"]) assert.equal(nameFromToken(token), undefined, token);
+  });
+
+  it("escape - plain ids are their own keys; others are escaped without collisions", () => {
+    assert.equal(idKey("6f1c1f9e-5d0a-4b5e-9c1a-2b3c4d5e6f70"), "6f1c1f9e-5d0a-4b5e-9c1a-2b3c4d5e6f70");
+    const ids = ["a.b", "a_b", "_YS5i", "YS5i", "*", ">", " ", "a/b", "é"];
+    const keys = ids.map((id) => idKey(id)!);
+    for (const key of keys) assert.match(key, /^[-/_=.a-zA-Z0-9]+$/);
+    assert.equal(new Set(keys).size, ids.length);
+    assert.equal(idKey("x".repeat(MAX_KEY_LENGTH + 1)), undefined);
+    assert.notEqual(taskObjectKey("a", "b"), taskObjectKey("b", "a"));
+  });
+
+  it("subjects - fields are filled, wildcarded and read back", () => {
+    assert.equal(requestSubject(getTaskDO, { name: "a.b", id: "x" }), `taskobjects.${nameToken("a.b")}.get`);
+    assert.equal(subscriptionSubject(getTaskDO, "pre"), "pre.taskobjects.*.get");
+    const subject = requestSubject(getTaskDO, { name: "n/ü" }, "pre");
+    assert.deepEqual(subjectValues(getTaskDO, subject, "pre"), { name: "n/ü" });
+    assert.equal(subjectValues(getTaskDO, "pre.taskobjects.!.get", "pre"), undefined);
+  });
+
+  it("validate - defaults apply and unknown fields are dropped", () => {
+    const decode = compileDecoder(inputSchema(getTaskDO));
+    assert.deepEqual(decode({ id: "x", extra: 1 }), { id: "x", name: "default" });
+  });
+
+  it("validate - issues come in the HttpApiDecodeError shape", () => {
+    const decode = compileDecoder(inputSchema(createTask));
+    try {
+      decode({ title: ["x"] });
+      assert.fail("should throw");
+    } catch (err) {
+      assert.ok(err instanceof ApiError);
+      assert.equal(err.status, 400);
+      assert.deepEqual(err.body.issues, [{ _tag: "Type", path: ["title"], message: 'Expected string, actual ["x"]' }]);
+    }
+  });
+});

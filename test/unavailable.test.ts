@@ -1,0 +1,83 @@
+// What the gateway answers when actors are missing, slow, failing, or NATS is gone.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { serveOperation } from "../actors/index.ts";
+import { createGateways } from "../gateway/index.ts";
+import { connectNats, startNatsServer } from "../platform/index.ts";
+import { getTask } from "../schemas/index.ts";
+import { lifo } from "./helpers/defer.ts";
+import { testNats } from "./helpers/nats.ts";
+import { getJson, postJson, startService } from "./helpers/service.ts";
+
+describe("unavailable", () => {
+  it("unavailable - no actors answering is 503 with Retry-After, within about a second", async (t) => {
+    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false });
+    const started = Date.now();
+    const res = await postJson(`${svc.taskUrl}/`, { title: "t" });
+    const elapsed = Date.now() - started;
+    assert.equal(res.status, 503);
+    assert.deepEqual(res.body, { _tag: "ServiceUnavailable" });
+    assert.equal(res.headers.get("retry-after"), "1");
+    assert.ok(elapsed < 2_000, `answered in ${elapsed} ms`);
+  });
+
+  it("unavailable - an actor that never answers is 504 GatewayTimeout", async (t) => {
+    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false, requestTimeoutMs: 300 });
+    const silent = svc.handle.nc.subscribe("tasks.get", { callback: () => {} });
+    t.after(() => silent.unsubscribe());
+    const res = await getJson(`${svc.taskUrl}/some-id`);
+    assert.equal(res.status, 504);
+    assert.deepEqual(res.body, { _tag: "GatewayTimeout" });
+  });
+
+  it("unavailable - an undeclared failure is a bare 500 without stack or cause", async (t) => {
+    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false });
+    const sub = serveOperation(svc.handle.nc, getTask, async () => {
+      throw new Error("db password is hunter2");
+    }, { prefix: "", queue: "q" });
+    t.after(() => sub.unsubscribe());
+    const res = await fetch(`${svc.taskUrl}/x`);
+    const text = await res.text();
+    assert.equal(res.status, 500);
+    assert.equal(text, '{"_tag":"InternalServerError"}');
+  });
+
+  it("unavailable - NATS down is 503 at once; the gateway recovers when it returns", async (t) => {
+    const defer = lifo((fn) => t.after(fn));
+    const nats = await testNats(defer, { private: true });
+    const handle = await connectNats({ servers: nats.url, name: "gw" });
+    defer(() => handle.close());
+    const gateways = createGateways({ nats: handle });
+    const port = await gateways.task.listen(0, "127.0.0.1");
+    defer(() => gateways.task.close());
+    // Actors in their own connection, as in a separate process.
+    const { startActors } = await import("../actors/index.ts");
+    const { openBuckets } = await import("../platform/index.ts");
+    const actorConn = await connectNats({ servers: nats.url, name: "actors" });
+    defer(() => actorConn.close());
+    const actors = startActors(actorConn.nc, await openBuckets(actorConn.nc));
+    defer(() => actors.close());
+
+    const created = await postJson(`http://127.0.0.1:${port}/`, { title: "before outage" });
+    assert.equal(created.status, 200);
+    await nats.server!.stop();
+    await new Promise((r) => setTimeout(r, 200));
+    const started = Date.now();
+    const during = await postJson(`http://127.0.0.1:${port}/`, { title: "during" });
+    assert.equal(during.status, 503);
+    assert.equal(during.headers.get("retry-after"), "1");
+    assert.ok(Date.now() - started < 1_000, "answered within a second");
+
+    const restarted = await startNatsServer({ storeDir: nats.storeDir!, port: nats.server!.port });
+    defer(() => restarted.stop());
+    const back = Date.now();
+    let after = during;
+    while (after.status !== 200 && Date.now() - back < 10_000) {
+      await new Promise((r) => setTimeout(r, 100));
+      after = await postJson(`http://127.0.0.1:${port}/`, { title: "after" });
+    }
+    assert.equal(after.status, 200, "recovered without a restart");
+    const id = (created.body as { id: string }).id;
+    assert.deepEqual((await getJson(`http://127.0.0.1:${port}/${id}`)).body, created.body);
+  });
+});
