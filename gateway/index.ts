@@ -1,5 +1,5 @@
 // Public entry of the gateway: HTTP APIs derived from the contracts, forwarding over NATS.
-import { jobApi, taskApi } from "../schemas/index.ts";
+import { jobApi, microvmApi, taskApi } from "../schemas/index.ts";
 import type { NatsHandle } from "../platform/index.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
@@ -15,8 +15,8 @@ export interface GatewayOptions {
   requestTimeoutMs?: number;
 }
 
-/** The Task API (with CORS) and the Job API, not yet listening. */
-export function createGateways(options: GatewayOptions): { task: ApiServer; job: ApiServer } {
+/** The Task API (with CORS), the Job API and the microVM API, not yet listening. */
+export function createGateways(options: GatewayOptions): { task: ApiServer; job: ApiServer; microvm: ApiServer } {
   const common = {
     nats: options.nats,
     prefix: options.prefix ?? "",
@@ -26,5 +26,6 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
   return {
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true }),
     job: createApiServer({ ...common, operations: Object.values(jobApi) }),
+    microvm: createApiServer({ ...common, operations: Object.values(microvmApi) }),
   };
 }

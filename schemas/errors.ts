@@ -56,6 +56,13 @@ export const IdempotencyKeyReused = defineError("IdempotencyKeyReused", 409, {
   id: Type.String(),
   message: Type.String(),
 });
+export const MicrovmNotFound = defineError("MicrovmNotFound", 404, { microvmIdentifier: Type.String() });
+export const ImageNotFound = defineError("ImageNotFound", 404, { imageIdentifier: Type.String() });
+export const InvalidStateTransition = defineError("InvalidStateTransition", 409, {
+  microvmId: Type.String(),
+  state: Type.String(),
+  message: Type.String(),
+});
 export const RouteNotFound = defineError("RouteNotFound", 404, { message: Type.String() });
 export const UnsupportedMediaType = defineError("UnsupportedMediaType", 415, {
   message: Type.String(),

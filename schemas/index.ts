@@ -3,6 +3,7 @@ export * from "./errors.ts";
 export * from "./types.ts";
 export * from "./tasks.ts";
 export * from "./jobs.ts";
+export * from "./microvms.ts";
 export * from "./escape.ts";
 export * from "./validate.ts";
 export * from "./subjects.ts";

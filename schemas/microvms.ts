@@ -1,0 +1,144 @@
+// MicroVM instance operation contracts: served over NATS (`microvms.<op>`) and as REST
+// under `/2025-09-09/microvms` on the microVM API.
+import { Type } from "@sinclair/typebox";
+import { ImageNotFound, InvalidStateTransition, MicrovmNotFound } from "./errors.ts";
+import type { Operation } from "./types.ts";
+
+/** Instance states (contract). */
+export const MicrovmState = Type.Union(
+  ["PENDING", "RUNNING", "SUSPENDING", "SUSPENDED", "TERMINATING", "TERMINATED", "FAILED"].map((s) =>
+    Type.Literal(s),
+  ),
+);
+
+/** When an idle instance is suspended, and a suspended one terminated. */
+export const IdlePolicy = Type.Object(
+  {
+    maxIdleDurationSeconds: Type.Integer({ minimum: 1, maximum: 86_400 }),
+    suspendedDurationSeconds: Type.Integer({ minimum: 1, maximum: 604_800 }),
+    autoResumeEnabled: Type.Boolean(),
+  },
+  { additionalProperties: false },
+);
+
+/** An instance as GetMicrovm answers it. */
+export const Microvm = Type.Object({
+  microvmId: Type.String(),
+  imageIdentifier: Type.String(),
+  state: MicrovmState,
+  stateReason: Type.Optional(Type.String()),
+  endpoint: Type.String({ description: "host:port of the instance proxy" }),
+  idlePolicy: IdlePolicy,
+  startedAt: Type.String({ format: "date-time" }),
+});
+
+/** A port scope of an auth token. */
+export const AllowedPort = Type.Union([
+  Type.Object({ port: Type.Integer({ minimum: 1, maximum: 65_535 }) }, { additionalProperties: false }),
+  Type.Object(
+    {
+      range: Type.Object(
+        {
+          startPort: Type.Integer({ minimum: 1, maximum: 65_535 }),
+          endPort: Type.Integer({ minimum: 1, maximum: 65_535 }),
+        },
+        { additionalProperties: false },
+      ),
+    },
+    { additionalProperties: false },
+  ),
+  Type.Object({ allPorts: Type.Object({}, { additionalProperties: false }) }, { additionalProperties: false }),
+]);
+
+const InstanceParams = Type.Object(
+  { microvmIdentifier: Type.String({ minLength: 1, maxLength: 256 }) },
+  { additionalProperties: false },
+);
+
+const InstanceState = Type.Object({ microvmId: Type.String(), state: MicrovmState });
+
+const base = "/2025-09-09/microvms";
+
+export const runMicrovm = {
+  name: "runMicrovm",
+  api: "microvm",
+  http: { method: "POST", path: base },
+  subject: "microvms.run",
+  payload: Type.Object(
+    {
+      imageIdentifier: Type.Optional(Type.String({ minLength: 1, maxLength: 128, default: "sandbox" })),
+      idlePolicy: IdlePolicy,
+    },
+    { additionalProperties: false },
+  ),
+  success: Type.Object({ microvmId: Type.String(), endpoint: Type.String(), state: MicrovmState }),
+  errors: [ImageNotFound],
+  summary: "Launch an instance of an image",
+} as const satisfies Operation;
+
+export const getMicrovm = {
+  name: "getMicrovm",
+  api: "microvm",
+  http: { method: "GET", path: `${base}/:microvmIdentifier` },
+  subject: "microvms.get",
+  params: InstanceParams,
+  success: Microvm,
+  errors: [MicrovmNotFound],
+  summary: "Describe an instance",
+} as const satisfies Operation;
+
+export const listMicrovms = {
+  name: "listMicrovms",
+  api: "microvm",
+  http: { method: "GET", path: base },
+  subject: "microvms.list",
+  success: Type.Object({ items: Type.Array(Microvm) }),
+  errors: [],
+  summary: "List instances",
+} as const satisfies Operation;
+
+export const createAuthToken = {
+  name: "createAuthToken",
+  api: "microvm",
+  http: { method: "POST", path: `${base}/:microvmIdentifier/auth-token` },
+  subject: "microvms.token",
+  params: InstanceParams,
+  payload: Type.Object(
+    {
+      expirationInMinutes: Type.Integer({ minimum: 1, maximum: 60 }),
+      allowedPorts: Type.Array(AllowedPort, { minItems: 1, maxItems: 64 }),
+    },
+    { additionalProperties: false },
+  ),
+  success: Type.Object({
+    authToken: Type.Object({ "X-aws-proxy-auth": Type.String() }),
+  }),
+  errors: [MicrovmNotFound, InvalidStateTransition],
+  summary: "Mint a token for the instance proxy, scoped to ports and an expiry",
+} as const satisfies Operation;
+
+const transition = (name: string, verb: string, method: "POST" | "DELETE", path: string, subject: string) =>
+  ({
+    name,
+    api: "microvm",
+    http: { method, path },
+    subject,
+    params: InstanceParams,
+    success: InstanceState,
+    errors: [MicrovmNotFound, InvalidStateTransition],
+    summary: `${verb} an instance`,
+  }) as const satisfies Operation;
+
+export const suspendMicrovm = transition("suspendMicrovm", "Suspend", "POST", `${base}/:microvmIdentifier/suspend`, "microvms.suspend");
+export const resumeMicrovm = transition("resumeMicrovm", "Resume", "POST", `${base}/:microvmIdentifier/resume`, "microvms.resume");
+export const terminateMicrovm = transition("terminateMicrovm", "Terminate", "DELETE", `${base}/:microvmIdentifier`, "microvms.terminate");
+
+export const microvmApi = {
+  runMicrovm,
+  listMicrovms,
+  getMicrovm,
+  createAuthToken,
+  suspendMicrovm,
+  resumeMicrovm,
+  terminateMicrovm,
+} as const;
