@@ -25,6 +25,8 @@ export interface RouteOptions {
   bodyLimit: number;
   /** Time for the actor's answer, retries included. */
   requestTimeoutMs: number;
+  /** Time for one attempt of a repeatable request (reads, creates with an idempotency key). */
+  attemptTimeoutMs?: number;
 }
 
 /** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
@@ -43,6 +45,7 @@ export function buildRouter(operations: readonly Operation[], options: RouteOpti
 function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
   const fields = subjectFields(op);
+  const repeatable = op.http.method === "GET" || op.idempotent === true;
   return async (req: Request, res: ServerResponse) => {
     try {
       const payload = op.payload ? await readJsonBody(req, bodyLimit(options)) : {};
@@ -54,6 +57,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
       const body = JSON.stringify(fields.length ? omit(input, fields) : input);
       const reply = await forward(options.nats, subject, body, {
         timeoutMs: options.requestTimeoutMs,
+        attemptMs: repeatable ? (options.attemptTimeoutMs ?? 2_000) : undefined,
         headers: op.idempotent ? { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey(req) } : undefined,
       });
       sendJson(res, reply.status, reply.data);

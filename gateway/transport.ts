@@ -1,5 +1,5 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
-import { headers as natsHeaders } from "@nats-io/transport-node";
+import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
 import { ERROR_CODE_HEADER, GatewayTimeout, ServiceUnavailable } from "../schemas/index.ts";
 import type { NatsHandle } from "../platform/index.ts";
 
@@ -12,18 +12,24 @@ export interface ActorReply {
 export interface ForwardOptions {
   /** Total time for the request, retries included. */
   timeoutMs: number;
+  /**
+   * Time for one attempt when the request is safe to repeat (a read, or a create with an
+   * idempotency key): an actor that died with the request is then retried on another.
+   */
+  attemptMs?: number;
   /** Headers to send (e.g. `Idempotency-Key`). */
   headers?: Record<string, string>;
 }
 
-const NO_RESPONDERS_RETRY_MS = 100;
+const RETRY_PAUSE_MS = 100;
 /** How long "no responders" is retried before answering 503 (actors restarting). */
 const NO_RESPONDERS_WAIT_MS = 1_000;
 
 /**
- * Sends one request. Not connected → 503 at once (the client would drop it). No responders
- * (actors restarting) → retried for a short while, then 503. Timeout → 504: the outcome is
- * unknown, which is safe because creates carry an idempotency key.
+ * Sends a request. Not connected, or the connection lost while waiting → 503 at once (the
+ * client library drops requests while disconnected). No responders → retried for up to a
+ * second, then 503. A repeatable request whose attempt times out is sent again with the
+ * same headers; the last timeout → 504 (the outcome is unknown).
  */
 export async function forward(
   nats: NatsHandle,
@@ -33,26 +39,39 @@ export async function forward(
 ): Promise<ActorReply> {
   const start = Date.now();
   const deadline = start + options.timeoutMs;
-  const retryUntil = Math.min(deadline, start + NO_RESPONDERS_WAIT_MS);
+  const noRespondersUntil = Math.min(deadline, start + NO_RESPONDERS_WAIT_MS);
   const h = options.headers ? natsHeaders() : undefined;
   for (const [k, v] of Object.entries(options.headers ?? {})) h!.set(k, v);
   for (;;) {
     if (!nats.connected()) throw ServiceUnavailable.make({});
     const remaining = deadline - Date.now();
+    const timeout = Math.max(1, Math.min(remaining, options.attemptMs ?? remaining));
+    let msg: Msg;
     try {
-      const msg = await nats.nc.request(subject, body, { timeout: Math.max(remaining, 1), headers: h });
-      const code = msg.headers?.get(ERROR_CODE_HEADER);
-      return { status: code ? Number(code) : 200, data: msg.data };
+      msg = await whileConnected(nats.disconnectSignal(), nats.nc.request(subject, body, { timeout, headers: h }));
     } catch (err) {
       const name = (err as Error).name;
       const noResponders = name === "NoRespondersError" ||
         (err as { isNoResponders?: () => boolean }).isNoResponders?.() === true;
-      if (noResponders && Date.now() + NO_RESPONDERS_RETRY_MS < retryUntil) {
-        await new Promise((r) => setTimeout(r, NO_RESPONDERS_RETRY_MS));
+      if (noResponders && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {
+        await new Promise((r) => setTimeout(r, RETRY_PAUSE_MS));
         continue;
       }
+      if (name === "TimeoutError" && deadline - Date.now() > RETRY_PAUSE_MS) continue;
       if (name === "TimeoutError") throw GatewayTimeout.make({}, { cause: err });
       throw ServiceUnavailable.make({}, { cause: err });
     }
+    const code = msg.headers?.get(ERROR_CODE_HEADER);
+    return { status: code ? Number(code) : 200, data: msg.data };
   }
+}
+
+/** `request`, rejected as soon as `signal` says the connection dropped. */
+function whileConnected<T>(signal: AbortSignal, request: Promise<T>): Promise<T> {
+  if (signal.aborted) return Promise.reject(new Error("disconnected"));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new Error("disconnected"));
+    signal.addEventListener("abort", onAbort, { once: true });
+    request.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }

@@ -12,6 +12,8 @@ export interface ConnectOptions {
 export interface NatsHandle {
   readonly nc: NatsConnection;
   connected(): boolean;
+  /** Aborted when the current connection drops: requests in flight then have no answer coming. */
+  disconnectSignal(): AbortSignal;
   close(): Promise<void>;
 }
 
@@ -28,16 +30,24 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
     maxPingOut: 3,
   });
   let connected = true;
+  let epoch = new AbortController();
+  const lost = () => {
+    connected = false;
+    epoch.abort();
+  };
   void (async () => {
     for await (const status of nc.status()) {
-      if (status.type === "disconnect" || status.type === "reconnecting") connected = false;
-      else if (status.type === "reconnect") connected = true;
-      else if (status.type === "close") connected = false;
+      if (status.type === "disconnect" || status.type === "reconnecting" || status.type === "close") lost();
+      else if (status.type === "reconnect") {
+        connected = true;
+        epoch = new AbortController();
+      }
     }
   })();
   return {
     nc,
     connected: () => connected && !nc.isClosed(),
+    disconnectSignal: () => epoch.signal,
     async close() {
       if (nc.isClosed()) return;
       await nc.drain().catch(() => nc.close());

@@ -27,18 +27,24 @@ export async function startServiceProcess(env: Record<string, string>, args: str
   let stderr = "";
   child.stderr!.on("data", (d) => (stderr += d));
   const ready = new Promise<Record<string, unknown>>((resolve, reject) => {
+    let listening: Record<string, unknown> = {};
     createInterface({ input: child.stdout! }).on("line", (line) => {
       try {
         const entry = JSON.parse(line) as Record<string, unknown>;
         logs.push(entry);
-        if (entry.msg === "gateway listening") resolve(entry);
+        if (entry.msg === "gateway listening") listening = entry;
+        if (entry.msg === "ready") resolve(listening);
       } catch {
         /* not a log line */
       }
     });
     child.once("exit", (code) => reject(new Error(`service exited (${code}): ${stderr}`)));
+    setTimeout(() => reject(new Error(`service not listening after 30 s: ${stderr}`)), 30_000).unref();
   });
-  const listening = await ready;
+  const listening = await ready.catch((err) => {
+    child.kill("SIGKILL");
+    throw err;
+  });
   const exit = once(child, "exit");
   return {
     child,

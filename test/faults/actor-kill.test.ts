@@ -1,0 +1,60 @@
+// Two actor processes share the queue groups; one is killed with SIGKILL under load. No
+// acknowledged write is lost and errors stop at once: requests that were in flight on the
+// killed process are retried on the other (same idempotency key, so never written twice).
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { lifo } from "../helpers/defer.ts";
+import { startLoad } from "../helpers/load.ts";
+import { testNats } from "../helpers/nats.ts";
+import { startServiceProcess } from "../helpers/process.ts";
+import { getJson } from "../helpers/service.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("faults: actor kill", () => {
+  it("actor kill - SIGKILL of one of two actor processes loses no acknowledged write", async (t) => {
+    const defer = lifo((fn) => t.after(fn));
+    const nats = await testNats(defer, { private: true });
+    const env = { NATS_URL: nats.url };
+    const actorA = await startServiceProcess(env, ["--role", "actors"]);
+    defer(() => actorA.stop("SIGKILL"));
+    const actorB = await startServiceProcess(env, ["--role", "actors"]);
+    defer(() => actorB.stop("SIGKILL"));
+    const gateway = await startServiceProcess(env, ["--role", "gateway"]);
+    defer(() => gateway.stop("SIGKILL"));
+
+    const load = startLoad(
+      [
+        { url: `${gateway.taskUrl}/`, body: () => ({ title: "k" }), idOf: (a) => (a as { id: string }).id },
+        { url: `${gateway.jobUrl}/`, body: () => ({ content: "k" }), idOf: (a) => a as string },
+        { url: `${gateway.taskUrl}/do?name=kill`, body: () => ({ title: "k" }), idOf: (a) => (a as { id: string }).id },
+      ],
+      24,
+    );
+    let killedAt = 0;
+    try {
+      await sleep(1_500);
+      killedAt = Date.now();
+      await actorA.stop("SIGKILL");
+      await sleep(3_000);
+    } finally {
+      await load.stop();
+    }
+    const answers = load.answers;
+    const errors = answers.filter((a) => a.status !== 200);
+    const lateErrors = errors.filter((a) => a.at > killedAt + 1_000);
+    let lost = 0;
+    const urls = [
+      (id: string) => `${gateway.taskUrl}/${id}`,
+      (id: string) => `${gateway.jobUrl}/?jobId=${id}`,
+      (id: string) => `${gateway.taskUrl}/do/${id}?name=kill`,
+    ];
+    const ok = answers.filter((a) => a.status === 200);
+    for (const a of ok) if ((await getJson(urls[a.target]!(a.id!))).status !== 200) lost++;
+    const afterKill = ok.filter((a) => a.at > killedAt).length;
+    console.log(`# actor kill: ${JSON.stringify({ requests: answers.length, acknowledged: ok.length, afterKill, errors: errors.length, lateErrors: lateErrors.length, lost })}`);
+    assert.equal(lost, 0);
+    assert.ok(afterKill > 50, "the surviving actor kept serving");
+    assert.equal(lateErrors.length, 0, "no errors a second after the kill");
+  });
+});

@@ -1,0 +1,60 @@
+// A steady create load over HTTP for fault tests: workers POST in a loop and record every
+// answer, so a test can check that each create answered 200 is still readable afterwards.
+export interface LoadTarget {
+  url: string;
+  body: () => unknown;
+  /** The id in a 200 answer (a Task's `id`, or the JSON string createJob answers). */
+  idOf: (answer: unknown) => string;
+}
+
+export interface Answer {
+  target: number;
+  status: number;
+  ms: number;
+  at: number;
+  id?: string;
+  retryAfter?: string | null;
+}
+
+export interface Load {
+  readonly answers: Answer[];
+  stop(): Promise<void>;
+}
+
+/** Starts `concurrency` workers spread over `targets`; each request times out after 10 s. */
+export function startLoad(targets: LoadTarget[], concurrency: number): Load {
+  const answers: Answer[] = [];
+  let running = true;
+  const worker = async (w: number) => {
+    const index = w % targets.length;
+    const target = targets[index]!;
+    while (running) {
+      const started = Date.now();
+      try {
+        const res = await fetch(target.url, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(target.body()),
+          signal: AbortSignal.timeout(10_000),
+        });
+        const text = await res.text();
+        const answer: Answer = { target: index, status: res.status, ms: Date.now() - started, at: started };
+        if (res.status === 200) answer.id = target.idOf(JSON.parse(text));
+        if (res.status === 503) answer.retryAfter = res.headers.get("retry-after");
+        answers.push(answer);
+        if (res.status !== 200) await new Promise((r) => setTimeout(r, 20));
+      } catch {
+        answers.push({ target: index, status: 0, ms: Date.now() - started, at: started });
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    }
+  };
+  const workers = Array.from({ length: concurrency }, (_, w) => worker(w));
+  return {
+    answers,
+    async stop() {
+      running = false;
+      await Promise.all(workers);
+    },
+  };
+}
