@@ -4,6 +4,7 @@ import { once } from "node:events";
 import type { AddressInfo } from "node:net";
 import type { Operation } from "../schemas/index.ts";
 import { applyCors } from "./cors.ts";
+import { answerHealth } from "./health.ts";
 import { buildRouter, type RouteOptions } from "./routes.ts";
 
 export interface ApiServerOptions extends RouteOptions {
@@ -16,14 +17,21 @@ export interface ApiServer {
   readonly server: Server;
   /** Listens; resolves to the bound port (pass 0 for a free one). */
   listen(port: number, host?: string): Promise<number>;
-  /** Stops accepting, lets requests in flight finish, closes idle keep-alive sockets. */
+  /**
+   * Graceful stop: readiness turns off, new connections are refused, requests in flight
+   * finish (their keep-alive sockets then close), idle sockets close at once.
+   */
   close(): Promise<void>;
 }
 
 export function createApiServer(options: ApiServerOptions): ApiServer {
   const router = buildRouter(options.operations, options);
+  let closing = false;
+  const ready = () => !closing && options.nats.connected();
   const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
     if (options.cors && applyCors(req, res)) return;
+    if (answerHealth(req, res, ready)) return;
+    if (closing) res.setHeader("connection", "close");
     // polka makes its own `next` when given none.
     void router.handler(req as never, res, undefined as never);
   });
@@ -39,10 +47,14 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
       return (server.address() as AddressInfo).port;
     },
     async close() {
+      closing = true;
       if (!server.listening) return;
       const closed = new Promise((resolve) => server.close(resolve));
+      // Sockets of requests in flight turn idle when answered: close them as they do.
+      const sweep = setInterval(() => server.closeIdleConnections(), 50);
       server.closeIdleConnections();
       await closed;
+      clearInterval(sweep);
     },
   };
 }
