@@ -15,6 +15,8 @@ export interface GatewayOptions {
   requestTimeoutMs?: number;
 }
 
+const info = (title: string) => ({ title, version: "1.0.0" });
+
 /** The Task API (with CORS), the Job API and the microVM API, not yet listening. */
 export function createGateways(options: GatewayOptions): { task: ApiServer; job: ApiServer; microvm: ApiServer } {
   const common = {
@@ -24,8 +26,8 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
   };
   return {
-    task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true }),
-    job: createApiServer({ ...common, operations: Object.values(jobApi) }),
-    microvm: createApiServer({ ...common, operations: Object.values(microvmApi) }),
+    task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),
+    job: createApiServer({ ...common, operations: Object.values(jobApi), info: info("Job API") }),
+    microvm: createApiServer({ ...common, operations: Object.values(microvmApi), info: info("MicroVM API") }),
   };
 }

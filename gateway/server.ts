@@ -2,8 +2,9 @@
 import { createServer, type Server } from "node:http";
 import { once } from "node:events";
 import type { AddressInfo } from "node:net";
-import type { Operation } from "../schemas/index.ts";
+import type { OpenApiInfo, Operation } from "../schemas/index.ts";
 import { applyCors } from "./cors.ts";
+import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
 import { buildRouter, type RouteOptions } from "./routes.ts";
 
@@ -11,6 +12,8 @@ export interface ApiServerOptions extends RouteOptions {
   operations: readonly Operation[];
   /** Add CORS headers and answer preflights (the Task API does). */
   cors?: boolean;
+  /** Title and version of the API's OpenAPI document. */
+  info: OpenApiInfo;
 }
 
 export interface ApiServer {
@@ -26,11 +29,12 @@ export interface ApiServer {
 
 export function createApiServer(options: ApiServerOptions): ApiServer {
   const router = buildRouter(options.operations, options);
+  const answerDocs = docsResponder(options.operations, options.info);
   let closing = false;
   const ready = () => !closing && options.nats.connected();
   const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
     if (options.cors && applyCors(req, res)) return;
-    if (answerHealth(req, res, ready)) return;
+    if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
     if (closing) res.setHeader("connection", "close");
     // polka makes its own `next` when given none.
     void router.handler(req as never, res, undefined as never);

@@ -7,3 +7,4 @@ export * from "./microvms.ts";
 export * from "./escape.ts";
 export * from "./validate.ts";
 export * from "./subjects.ts";
+export * from "./openapi.ts";

@@ -1,0 +1,92 @@
+// OpenAPI 3.1 documents derived from the operation contracts (never written by hand).
+import type { TObject, TSchema } from "@sinclair/typebox";
+import {
+  commonErrors,
+  PayloadTooLarge,
+  UnsupportedMediaType,
+  type ErrorDef,
+} from "./errors.ts";
+import type { Operation } from "./types.ts";
+
+type Json = Record<string, unknown>;
+
+/** A plain JSON Schema: TypeBox's symbol keys dropped. */
+function plain(schema: TSchema): Json {
+  return JSON.parse(JSON.stringify(schema)) as Json;
+}
+
+function parameters(op: Operation): Json[] {
+  const list: Json[] = [];
+  const add = (part: TObject | undefined, location: "path" | "query") => {
+    for (const [name, schema] of Object.entries(part?.properties ?? {})) {
+      list.push({
+        name,
+        in: location,
+        required: location === "path" || (part!.required ?? []).includes(name),
+        schema: plain(schema),
+        ...(schema.description ? { description: schema.description } : {}),
+      });
+    }
+  };
+  add(op.params, "path");
+  add(op.query, "query");
+  if (op.idempotent) {
+    list.push({
+      name: "Idempotency-Key",
+      in: "header",
+      required: false,
+      description: "A uuid v4 that becomes the new record's id; repeating the request answers the same record.",
+      schema: { type: "string", format: "uuid" },
+    });
+  }
+  return list;
+}
+
+function errorResponses(op: Operation): Json {
+  const errors: ErrorDef[] = [...op.errors, ...commonErrors];
+  if (op.payload) errors.push(PayloadTooLarge, UnsupportedMediaType);
+  const byStatus = new Map<number, ErrorDef[]>();
+  for (const error of errors) byStatus.set(error.status, [...(byStatus.get(error.status) ?? []), error]);
+  const responses: Json = {};
+  for (const [status, defs] of [...byStatus].sort(([a], [b]) => a - b)) {
+    const schemas = defs.map((d) => plain(d.schema));
+    responses[String(status)] = {
+      description: defs.map((d) => d.tag).join(" | "),
+      content: { "application/json": { schema: schemas.length === 1 ? schemas[0] : { oneOf: schemas } } },
+    };
+  }
+  return responses;
+}
+
+/** The OpenAPI path of a route: `/:id` → `/{id}`. */
+export function openApiPath(path: string): string {
+  return path.replace(/:(\w+)/g, "{$1}");
+}
+
+export interface OpenApiInfo {
+  title: string;
+  version: string;
+  description?: string;
+}
+
+/** An OpenAPI 3.1 document for one HTTP API. */
+export function openApiDocument(operations: readonly Operation[], info: OpenApiInfo): Json {
+  const paths: Record<string, Json> = {};
+  for (const op of operations) {
+    const item = (paths[openApiPath(op.http.path)] ??= {});
+    item[op.http.method.toLowerCase()] = {
+      operationId: op.name,
+      summary: op.summary,
+      "x-nats-subject": op.subject,
+      parameters: parameters(op),
+      ...(op.payload
+        ? { requestBody: { required: true, content: { "application/json": { schema: plain(op.payload) } } } }
+        : {}),
+      responses: {
+        "200": { description: "Success", content: { "application/json": { schema: plain(op.success) } } },
+        ...errorResponses(op),
+      },
+    };
+  }
+  return { openapi: "3.1.0", info, paths };
+}
