@@ -1,0 +1,65 @@
+// HTTP load with autocannon, driven from this process: a fixed duration, N keep-alive
+// connections, and per-request paths or bodies from `next()`. Latency comes from each
+// response's own timing, so non-2xx answers (the expected 404s) are measured too.
+import autocannon from "autocannon";
+import type { EventEmitter } from "node:events";
+import { createTally } from "./latency.ts";
+import type { LoadResult, LoadSettings } from "./types.ts";
+
+export interface HttpRequestSpec {
+  method: "GET" | "POST";
+  path: string;
+  body?: string;
+}
+
+export interface HttpLoadSpec {
+  /** Origin, e.g. `http://127.0.0.1:8787`. */
+  url: string;
+  /** The request to send next; called once per request unless `fixed`. */
+  next(): HttpRequestSpec;
+  /** Every request is the same: built once, which keeps the load generator's cost down. */
+  fixed?: boolean;
+  /** A non-2xx status that is the right answer (404 for a missing id). */
+  expectedStatus?: number;
+}
+
+const jsonHeaders = { "content-type": "application/json" };
+
+export function runHttpLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
+  const tally = createTally(spec.expectedStatus);
+  const first = spec.next();
+  const setupRequest = (request: autocannon.Request): autocannon.Request => {
+    const { method, path, body } = spec.next();
+    return { ...request, method, path, body, headers: body === undefined ? {} : jsonHeaders };
+  };
+  const started = performance.now();
+  return new Promise((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url: spec.url,
+        connections: settings.connections,
+        duration: settings.duration,
+        timeout: 10,
+        requests: [
+          {
+            method: first.method,
+            path: first.path,
+            body: first.body,
+            headers: first.body === undefined ? {} : jsonHeaders,
+            // Present only when dynamic: autocannon calls any `setupRequest` key it finds.
+            ...(spec.fixed ? {} : { setupRequest }),
+          },
+        ],
+      },
+      (err) => {
+        if (err) reject(err);
+        else resolve(tally.result((performance.now() - started) / 1000));
+      },
+    );
+    // The instance re-emits each client's response as (client, status, bytes, ms).
+    (instance as unknown as EventEmitter).on("response", (_client, status: number, _bytes, ms: number) =>
+      tally.answer(status, ms),
+    );
+    instance.on("reqError", (err: Error) => tally.fail(err, err?.message === "request timed out"));
+  });
+}

@@ -1,0 +1,97 @@
+// Command-line options of `npm run bench` and their --help text.
+import { parseArgs } from "node:util";
+
+export interface BenchOptions {
+  help: boolean;
+  quick: boolean;
+  rounds: number;
+  /** Seconds per workload per round. */
+  duration: number;
+  /** Seconds of unmeasured load per workload before the first round. */
+  warmup: number;
+  connections: number;
+  /** Workload names to run (the baseline always runs); undefined: all. */
+  only?: string[];
+  /** Records of each kind seeded for the read workloads. */
+  seedCount: number;
+  splitRoles: boolean;
+  cpuProf?: string;
+  growth: boolean;
+  growthSize: number;
+}
+
+export const helpText = `Usage: npm run bench -- [options]
+
+Starts a private nats-server, the service (main.ts) and a bare node:http server as child
+processes, loads each workload with autocannon (HTTP) or direct NATS requests, and prints
+the median over rounds. Results go to bench/results/<timestamp>.json and latest.json.
+
+Options:
+  --quick              2 s per workload, 1 round, short warm-up
+  --rounds N           rounds; each runs the baseline then every workload (default 3)
+  --duration S         seconds per workload per round (default 5)
+  --warmup S           unmeasured seconds per workload before round 1 (default 1; quick 0.5)
+  --connections N      HTTP connections / NATS requests in flight (default 50)
+  --only a,b,...       only these workloads (the bare node:http baseline always runs):
+                       createTask, getTask, getTaskMissing, createTaskDO, getTaskDO,
+                       createJob, getJob, nats:createTask, nats:getTask
+  --seed N             records of each kind created for the read workloads (default 1000)
+  --split-roles        run the service as two processes (--role actors, --role gateway)
+  --cpu-prof DIR       run the service under node --cpu-prof, profiles written to DIR at exit
+                       (summarize with: npx tsx bench/profile-summary.ts DIR/*.cpuprofile)
+  --growth             growth check instead: RSS and getTask latency at 0 and 100k records
+  --growth-size N      records to grow to (implies --growth; e.g. 1000000 adds a 1M point)
+  --help               this text
+`;
+
+/** A bad command line: printed as one line with a pointer to --help, no stack. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}
+
+export function isUsageError(err: unknown): boolean {
+  return err instanceof UsageError || String((err as { code?: unknown })?.code ?? "").startsWith("ERR_PARSE_ARGS");
+}
+
+function positive(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value <= 0) throw new UsageError(`--${name} must be a positive number, got "${raw}"`);
+  return value;
+}
+
+export function parseOptions(args: string[]): BenchOptions {
+  const { values } = parseArgs({
+    args,
+    strict: true,
+    options: {
+      help: { type: "boolean", short: "h" },
+      quick: { type: "boolean" },
+      rounds: { type: "string" },
+      duration: { type: "string" },
+      warmup: { type: "string" },
+      connections: { type: "string" },
+      only: { type: "string" },
+      seed: { type: "string" },
+      "split-roles": { type: "boolean" },
+      "cpu-prof": { type: "string" },
+      growth: { type: "boolean" },
+      "growth-size": { type: "string" },
+    },
+  });
+  const quick = values.quick ?? false;
+  return {
+    help: values.help ?? false,
+    quick,
+    rounds: Math.round(positive("rounds", values.rounds, quick ? 1 : 3)),
+    duration: positive("duration", values.duration, quick ? 2 : 5),
+    warmup: values.warmup === "0" ? 0 : positive("warmup", values.warmup, quick ? 0.5 : 1),
+    connections: Math.round(positive("connections", values.connections, 50)),
+    only: values.only?.split(",").map((s) => s.trim()).filter(Boolean),
+    seedCount: Math.round(positive("seed", values.seed, 1000)),
+    splitRoles: values["split-roles"] ?? false,
+    cpuProf: values["cpu-prof"],
+    growth: (values.growth ?? false) || values["growth-size"] !== undefined,
+    growthSize: Math.round(positive("growth-size", values["growth-size"], 100_000)),
+  };
+}

@@ -1,0 +1,77 @@
+// The comparison run: seed, warm up, then rounds that each run the baseline and every
+// selected workload in turn, so drift on the machine hits all of them alike.
+import type { Environment } from "./environment.ts";
+import { measure, pause } from "./measure.ts";
+import { UsageError, type BenchOptions } from "./options.ts";
+import { progressLine, summarize, type RoundRecord, type SummaryRow } from "./report.ts";
+import { createSeeds, waitForService } from "./seed.ts";
+import type { LoadSettings } from "./types.ts";
+import { baseline, workloads, type Runner, type Workload, type WorkloadContext } from "./workloads.ts";
+
+export interface RoundsOutcome {
+  rounds: RoundRecord[];
+  rows: SummaryRow[];
+}
+
+const objectNames = Array.from({ length: 20 }, (_, k) => `bench-${k}`);
+
+export function selectWorkloads(only: string[] | undefined): Workload[] {
+  if (!only) return workloads;
+  const known = new Map(workloads.map((w) => [w.name, w]));
+  const unknown = only.filter((name) => !known.has(name) && name !== baseline.name);
+  if (unknown.length) throw new UsageError(`unknown workload(s) ${unknown.join(", ")}; known: ${[...known.keys()].join(", ")}`);
+  return workloads.filter((w) => only.includes(w.name));
+}
+
+async function prepareAll(selected: Workload[], ctx: WorkloadContext): Promise<Map<Workload, Runner | Error>> {
+  const prepared = new Map<Workload, Runner | Error>();
+  for (const workload of selected) {
+    try {
+      prepared.set(workload, await workload.prepare(ctx));
+    } catch (err) {
+      console.error(`  ${workload.name}: setup failed: ${(err as Error).message}`);
+      prepared.set(workload, err as Error);
+    }
+  }
+  return prepared;
+}
+
+export async function runRounds(env: Environment, options: BenchOptions): Promise<RoundsOutcome> {
+  const selected = [baseline, ...selectWorkloads(options.only)];
+  await waitForService(env.taskUrl);
+  const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count: options.seedCount, objectNames });
+  console.log(`setup: seeding ${options.seedCount} records per kind for the read workloads…`);
+  const prepared = await prepareAll(selected, { ...env, seeds, objectNames });
+  const settings: LoadSettings = { connections: options.connections, duration: options.duration };
+
+  if (options.warmup > 0) {
+    console.log(`warm-up: ${options.warmup} s per workload (not measured)`);
+    for (const run of prepared.values()) {
+      if (typeof run === "function") await run({ ...settings, duration: options.warmup }).catch(() => {});
+    }
+  }
+
+  const rounds: RoundRecord[] = [];
+  const reported = new Set<string>();
+  for (let round = 1; round <= options.rounds; round++) {
+    console.log(`round ${round}/${options.rounds}: ${options.duration} s per workload, ${options.connections} connections`);
+    const results: RoundRecord["results"] = {};
+    for (const [workload, run] of prepared) {
+      const outcome =
+        typeof run === "function"
+          ? await measure(run, env.groups(workload.serviceGroup), settings)
+          : { error: `setup failed: ${run.message}` };
+      results[workload.name] = outcome;
+      const base = results[baseline.name];
+      const baseRps = base && !("error" in base) && workload !== baseline ? base.rps : undefined;
+      console.log(progressLine(round, workload.name, outcome, baseRps));
+      for (const death of env.deaths().filter((d) => !reported.has(d))) {
+        reported.add(death);
+        console.error(`  warning: ${death}; the workloads that need it will fail`);
+      }
+      await pause();
+    }
+    rounds.push({ round, results });
+  }
+  return { rounds, rows: summarize(rounds, selected.map((w) => w.name), baseline.name) };
+}

@@ -1,0 +1,42 @@
+// Shapes shared by the benchmark's pieces: load settings, one load's result, and one
+// measured workload (the load plus the service's and nats-server's RSS and CPU meanwhile).
+
+/** How hard and how long one load runs. */
+export interface LoadSettings {
+  /** HTTP connections, or NATS requests in flight. */
+  connections: number;
+  /** Seconds. */
+  duration: number;
+}
+
+/** What a load generator saw. Latencies in milliseconds. */
+export interface LoadResult {
+  /** Completed requests (any status). */
+  requests: number;
+  seconds: number;
+  rps: number;
+  p50: number;
+  p99: number;
+  /** Socket errors and timeouts (no status at all). */
+  errors: number;
+  timeouts: number;
+  /** Statuses that were neither 2xx nor the workload's expected status. */
+  unexpected: number;
+  /** Answers with the workload's expected non-2xx status (the 404s of a missing-id read). */
+  expected: number;
+  /** Count per status code; NATS replies count as 200 or their error-code header. */
+  statusCodes: Record<string, number>;
+  /** A few distinct error messages, to say why `errors` is not 0. */
+  errorSamples: string[];
+}
+
+/** Peak RSS (MiB) and CPU seconds of each process group while a load ran. */
+export interface ProcessUsage {
+  rssMiB: Record<string, number>;
+  cpuSeconds: Record<string, number>;
+}
+
+export type Measurement = LoadResult & ProcessUsage;
+
+/** Pids by group; the groups the table reports are `service` and `nats`. */
+export type ProcessGroups = Record<string, number[]>;

@@ -1,0 +1,132 @@
+// The workloads: the bare node:http baseline, each HTTP operation of both APIs, and the
+// direct-NATS create and get. `prepare` seeds what a workload reads and returns its runner.
+import type { NatsConnection } from "@nats-io/transport-node";
+import { createTask, getTask, requestSubject } from "../schemas/index.ts";
+import { runHttpLoad, type HttpRequestSpec } from "./http-load.ts";
+import { runNatsLoad } from "./nats-load.ts";
+import type { Seeds } from "./seed.ts";
+import type { LoadResult, LoadSettings } from "./types.ts";
+
+export interface WorkloadContext {
+  taskUrl: string;
+  jobUrl: string;
+  bareUrl: string;
+  nc: NatsConnection;
+  seeds: Seeds;
+  objectNames: string[];
+}
+
+export type Runner = (settings: LoadSettings) => Promise<LoadResult>;
+
+export interface Workload {
+  name: string;
+  summary: string;
+  /** Whose RSS and CPU count as "service" for this row. */
+  serviceGroup: "service" | "bare";
+  prepare(ctx: WorkloadContext): Promise<Runner>;
+}
+
+const taskBody = JSON.stringify({ title: "bench" });
+const jobBody = JSON.stringify({ content: "bench" });
+
+/** Cycles through `items` across calls. */
+function cycle<T>(items: readonly T[]): () => T {
+  if (items.length === 0) throw new Error("nothing to cycle over: the seeding created no records");
+  let i = 0;
+  return () => items[i++ % items.length]!;
+}
+
+function http(url: string, next: () => HttpRequestSpec, expectedStatus?: number): Runner {
+  return (settings) => runHttpLoad({ url, next, expectedStatus }, settings);
+}
+
+/** The same request every time. */
+function httpFixed(url: string, request: HttpRequestSpec): Runner {
+  return (settings) => runHttpLoad({ url, next: () => request, fixed: true }, settings);
+}
+
+export const baseline: Workload = {
+  name: "bare node:http",
+  summary: "GET / on a bare node:http server answering a fixed task JSON (the baseline)",
+  serviceGroup: "bare",
+  prepare: async (ctx) => httpFixed(ctx.bareUrl, { method: "GET", path: "/" }),
+};
+
+export const workloads: Workload[] = [
+  {
+    name: "createTask",
+    summary: "POST / {title} on the Task API",
+    serviceGroup: "service",
+    prepare: async (ctx) => httpFixed(ctx.taskUrl, { method: "POST", path: "/", body: taskBody }),
+  },
+  {
+    name: "getTask",
+    summary: "GET /<id> over the seeded tasks",
+    serviceGroup: "service",
+    async prepare(ctx) {
+      const next = cycle(await ctx.seeds.taskIds());
+      return http(ctx.taskUrl, () => ({ method: "GET", path: `/${next()}` }));
+    },
+  },
+  {
+    name: "getTaskMissing",
+    summary: "GET /<random uuid v4 never created>; 404 is the expected answer",
+    serviceGroup: "service",
+    prepare: async (ctx) => http(ctx.taskUrl, () => ({ method: "GET", path: `/${crypto.randomUUID()}` }), 404),
+  },
+  {
+    name: "createTaskDO",
+    summary: "POST /do?name=bench-<k> {title} over the task objects",
+    serviceGroup: "service",
+    async prepare(ctx) {
+      const name = cycle(ctx.objectNames);
+      return http(ctx.taskUrl, () => ({ method: "POST", path: `/do?name=${name()}`, body: taskBody }));
+    },
+  },
+  {
+    name: "getTaskDO",
+    summary: "GET /do/<id>?name=bench-<k> over the seeded task-object tasks",
+    serviceGroup: "service",
+    async prepare(ctx) {
+      const next = cycle(await ctx.seeds.doTasks());
+      return http(ctx.taskUrl, () => {
+        const { name, id } = next();
+        return { method: "GET", path: `/do/${id}?name=${name}` };
+      });
+    },
+  },
+  {
+    name: "createJob",
+    summary: "POST / {content} on the Job API",
+    serviceGroup: "service",
+    prepare: async (ctx) => httpFixed(ctx.jobUrl, { method: "POST", path: "/", body: jobBody }),
+  },
+  {
+    name: "getJob",
+    summary: "GET /?jobId=<id> over the seeded jobs",
+    serviceGroup: "service",
+    async prepare(ctx) {
+      const next = cycle(await ctx.seeds.jobIds());
+      return http(ctx.jobUrl, () => ({ method: "GET", path: `/?jobId=${next()}` }));
+    },
+  },
+  {
+    name: "nats:createTask",
+    summary: "tasks.create straight over NATS from the bench process (no HTTP)",
+    serviceGroup: "service",
+    async prepare(ctx) {
+      const subject = requestSubject(createTask, {});
+      return (settings) => runNatsLoad(ctx.nc, { subject, next: () => taskBody }, settings);
+    },
+  },
+  {
+    name: "nats:getTask",
+    summary: "tasks.get straight over NATS over the seeded tasks (no HTTP)",
+    serviceGroup: "service",
+    async prepare(ctx) {
+      const subject = requestSubject(getTask, {});
+      const next = cycle((await ctx.seeds.taskIds()).map((id) => JSON.stringify({ id })));
+      return (settings) => runNatsLoad(ctx.nc, { subject, next }, settings);
+    },
+  },
+];
