@@ -1,0 +1,303 @@
+// Tests of the instance proxy in front of real instance processes: every 403, port choice
+// and mapping, 502s, header stripping, streaming, activity counting and auto-resume.
+import { after, before, test, type TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { createServer } from "node:http";
+import { connect, type AddressInfo } from "node:net";
+import {
+  builtinImages,
+  childProcessesWith,
+  createAuthToken,
+  createInstanceProxy,
+  createProcessProvider,
+  INSTANCE_MARKER,
+  realPort,
+  type AllowedPort,
+  type InstanceProxyOptions,
+  type MicrovmHandle,
+  type MicrovmState,
+} from "../vm-runtime/index.ts";
+
+const key = randomBytes(32);
+const provider = createProcessProvider();
+let sandbox: MicrovmHandle;
+
+before(async () => {
+  sandbox = await provider.start({ microvmId: "vm-proxy", image: builtinImages.sandbox });
+});
+
+after(async () => {
+  await provider.close();
+  assert.deepEqual(childProcessesWith(process.pid, INSTANCE_MARKER), [], "an instance process was left running");
+});
+
+function token(allowedPorts: AllowedPort[] = [{ port: 8080 }], microvmId = "vm-proxy", now?: number): string {
+  return createAuthToken({ microvmId, expirationInMinutes: 1, allowedPorts, ...(now === undefined ? {} : { now }) }, key).token;
+}
+
+async function startProxy(t: TestContext, overrides: Partial<InstanceProxyOptions> & { handle?: MicrovmHandle } = {}) {
+  const handle = overrides.handle ?? sandbox;
+  const proxy = createInstanceProxy({
+    microvmId: handle.microvmId,
+    tokenKey: key,
+    state: () => "RUNNING",
+    resolvePort: (port) => realPort(handle, port),
+    upstreamHeaders: () => handle.upstreamHeaders,
+    ...overrides,
+  });
+  const endpoint = await proxy.listen();
+  t.after(() => proxy.close());
+  return { proxy, base: `http://${endpoint}` };
+}
+
+function headers(auth?: string, port?: string): Record<string, string> {
+  return { ...(auth === undefined ? {} : { "X-aws-proxy-auth": auth }), ...(port === undefined ? {} : { "X-aws-proxy-port": port }) };
+}
+
+async function hello(base: string, auth?: string, port?: string) {
+  const response = await fetch(`${base}/__rpc__/hello`, { method: "POST", body: '["proxy"]', headers: headers(auth, port) });
+  return { status: response.status, body: (await response.json()) as any };
+}
+
+test("proxy - forwards an authorised RPC call to the runtime on port 8080 by default", async (t) => {
+  const { base } = await startProxy(t);
+  assert.deepEqual(await hello(base, token()), { status: 200, body: "hello, proxy!" });
+  assert.deepEqual(await hello(base, token(), "8080"), { status: 200, body: "hello, proxy!" });
+});
+
+test("proxy - a missing token is 403", async (t) => {
+  const { base } = await startProxy(t);
+  assert.deepEqual(await hello(base), {
+    status: 403,
+    body: { _tag: "MicrovmProxyForbidden", reason: "missing", message: "request refused: missing" },
+  });
+});
+
+test("proxy - a forged token is 403 and the answer does not echo it", async (t) => {
+  const { base } = await startProxy(t);
+  const forged = createAuthToken({ microvmId: "vm-proxy", expirationInMinutes: 1, allowedPorts: [{ allPorts: {} }] }, randomBytes(32)).token;
+  const answer = await hello(base, forged);
+  assert.equal(answer.status, 403);
+  assert.equal(answer.body.reason, "forged");
+  assert.ok(!JSON.stringify(answer.body).includes(forged.slice(0, 20)));
+  assert.equal((await hello(base, "not-a-token")).body.reason, "malformed");
+});
+
+test("proxy - an expired token is 403", async (t) => {
+  const { base } = await startProxy(t);
+  const answer = await hello(base, token([{ port: 8080 }], "vm-proxy", Date.now() - 61_000));
+  assert.equal(answer.status, 403);
+  assert.equal(answer.body.reason, "expired");
+});
+
+test("proxy - a token for another instance is 403", async (t) => {
+  const { base } = await startProxy(t);
+  const answer = await hello(base, token([{ port: 8080 }], "vm-other"));
+  assert.equal(answer.status, 403);
+  assert.equal(answer.body.reason, "wrong-instance");
+});
+
+test("proxy - a port outside the token's ports is 403", async (t) => {
+  const { base } = await startProxy(t);
+  assert.equal((await hello(base, token([{ port: 3000 }]))).body.reason, "port-not-allowed", "default port 8080 not in token");
+  const ranged = token([{ range: { startPort: 3000, endPort: 3009 } }]);
+  assert.equal((await hello(base, ranged, "3010")).status, 403);
+  assert.equal((await hello(base, ranged, "8080")).status, 403);
+});
+
+test("proxy - an invalid X-aws-proxy-port is 400 once the token is valid", async (t) => {
+  const { base } = await startProxy(t);
+  for (const port of ["abc", "0", "70000", "-1", "80 80", "8080.5"]) {
+    const answer = await hello(base, token([{ allPorts: {} }]), port);
+    assert.equal(answer.status, 400, port);
+    assert.equal(answer.body._tag, "InvalidProxyPort");
+  }
+  assert.equal((await hello(base, undefined, "abc")).status, 403, "no token: 403 first");
+});
+
+test("proxy - maps a virtual port to the app's real local port", async (t) => {
+  const app = createServer((req, res) => res.end(`app saw ${req.url}`));
+  await new Promise<void>((resolve) => app.listen(0, "127.0.0.1", resolve));
+  t.after(() => new Promise((resolve) => app.close(resolve)));
+  const appPort = (app.address() as AddressInfo).port;
+  const { base } = await startProxy(t, { resolvePort: (port) => (port === 3000 ? appPort : realPort(sandbox, port)) });
+  const auth = token([{ range: { startPort: 3000, endPort: 3001 } }, { port: 8080 }]);
+  const viaApp = await fetch(`${base}/x?y=1`, { headers: headers(auth, "3000") });
+  assert.equal(await viaApp.text(), "app saw /x?y=1");
+  const viaRuntime = await fetch(`${base}/echo?message=rt`, { headers: headers(auth) });
+  assert.equal(await viaRuntime.text(), "rt");
+});
+
+test("proxy - a port in scope with nothing behind it is 502", async (t) => {
+  const { base } = await startProxy(t);
+  const answer = await hello(base, token([{ allPorts: {} }]), "3001");
+  assert.equal(answer.status, 502);
+  assert.deepEqual(answer.body, { _tag: "BadGateway", reason: "no-listener", message: "the instance's app did not answer (no-listener)" });
+});
+
+test("proxy - strips the auth and port headers before forwarding", async (t) => {
+  const { base } = await startProxy(t);
+  const response = await fetch(`${base}/headers`, { headers: { ...headers(token(), "8080"), "x-custom": "kept" } });
+  const seen = (await response.json()) as Record<string, string>;
+  assert.equal(seen["x-custom"], "kept");
+  assert.equal(seen["x-aws-proxy-auth"], undefined);
+  assert.equal(seen["x-aws-proxy-port"], undefined);
+  assert.equal(seen["x-instance-secret"], undefined);
+  assert.equal(seen["x-forwarded-for"], "127.0.0.1");
+});
+
+test("proxy - streams an NDJSON result through", async (t) => {
+  const { base } = await startProxy(t);
+  const response = await fetch(`${base}/__rpc__/count`, { method: "POST", body: "[2000]", headers: headers(token()) });
+  assert.equal(response.headers.get("x-alchemy-rpc-stream"), "ndjson");
+  const lines = (await response.text()).trim().split("\n");
+  assert.equal(lines.length, 2000);
+  assert.equal(lines.at(-1), "2000");
+});
+
+test("proxy - streams a large request body both ways", async (t) => {
+  const { base } = await startProxy(t);
+  const payload = randomBytes(3 * 1024 * 1024);
+  const response = await fetch(`${base}/echo`, { method: "POST", body: payload, headers: { ...headers(token()), "content-type": "application/octet-stream" } });
+  assert.ok(Buffer.from(await response.arrayBuffer()).equals(payload));
+});
+
+test("proxy - a stopped instance process is 502 after the upstream timeout", async (t) => {
+  const handle = await provider.start({ microvmId: "vm-stopped", image: builtinImages.sandbox });
+  t.after(() => provider.terminate(handle));
+  const { base } = await startProxy(t, { handle, upstreamTimeoutMs: 200 });
+  assert.equal((await hello(base, token([{ port: 8080 }], "vm-stopped"))).status, 200);
+  await provider.suspend(handle);
+  const began = Date.now();
+  const answer = await hello(base, token([{ port: 8080 }], "vm-stopped"));
+  assert.equal(answer.status, 502);
+  assert.equal(answer.body.reason, "timeout");
+  assert.ok(Date.now() - began < 2_000);
+  await provider.resume(handle);
+  assert.equal((await hello(base, token([{ port: 8080 }], "vm-stopped"))).status, 200, "answers again once resumed");
+});
+
+test("proxy - a dead instance process is 502", async (t) => {
+  const handle = await provider.start({ microvmId: "vm-dead", image: builtinImages.sandbox });
+  const { base } = await startProxy(t, { handle, upstreamTimeoutMs: 500 });
+  await provider.terminate(handle);
+  const answer = await hello(base, token([{ port: 8080 }], "vm-dead"));
+  assert.equal(answer.status, 502);
+  assert.equal(answer.body.reason, "no-listener");
+});
+
+test("proxy - auto-resume under 20 concurrent requests resumes once", async (t) => {
+  const handle = await provider.start({ microvmId: "vm-resume", image: builtinImages.sandbox });
+  t.after(() => provider.terminate(handle));
+  await provider.suspend(handle);
+  let state: MicrovmState = "SUSPENDED";
+  let resumes = 0;
+  const { base } = await startProxy(t, {
+    handle,
+    state: () => state,
+    autoResume: () => true,
+    resume: async () => {
+      resumes += 1;
+      await provider.resume(handle);
+      state = "RUNNING";
+    },
+  });
+  const auth = token([{ port: 8080 }], "vm-resume");
+  const answers = await Promise.all(Array.from({ length: 20 }, () => hello(base, auth)));
+  assert.deepEqual(new Set(answers.map((answer) => `${answer.status} ${answer.body}`)), new Set(["200 hello, proxy!"]));
+  assert.equal(resumes, 1);
+});
+
+test("proxy - suspended without auto-resume is 409", async (t) => {
+  let resumes = 0;
+  const { base } = await startProxy(t, {
+    state: () => "SUSPENDED",
+    autoResume: () => false,
+    resume: async () => void (resumes += 1),
+  });
+  const answer = await hello(base, token());
+  assert.equal(answer.status, 409);
+  assert.equal(answer.body._tag, "MicrovmSuspended");
+  assert.equal(resumes, 0);
+});
+
+test("proxy - a failed auto-resume is 503", async (t) => {
+  const { base } = await startProxy(t, {
+    state: () => "SUSPENDED",
+    autoResume: () => true,
+    resume: () => Promise.reject(new Error("cannot thaw")),
+  });
+  const answer = await hello(base, token());
+  assert.equal(answer.status, 503);
+  assert.equal(answer.body._tag, "MicrovmResumeFailed");
+});
+
+test("proxy - a starting instance is 503 with Retry-After, a terminated one 410", async (t) => {
+  let state: MicrovmState = "PENDING";
+  const { base } = await startProxy(t, { state: () => state });
+  const pending = await fetch(`${base}/`, { headers: headers(token()) });
+  assert.equal(pending.status, 503);
+  assert.equal(pending.headers.get("retry-after"), "1");
+  await pending.arrayBuffer();
+  for (const gone of ["TERMINATING", "TERMINATED", "FAILED"] as const) {
+    state = gone;
+    const answer = await hello(base, token());
+    assert.equal(answer.status, 410, gone);
+    assert.equal(answer.body._tag, "MicrovmGone");
+  }
+});
+
+test("proxy - counts authorised requests in flight and reports their start and end", async (t) => {
+  const events: string[] = [];
+  const { proxy, base } = await startProxy(t, {
+    hooks: { onRequestStart: (n) => events.push(`start:${n}`), onRequestEnd: (n) => events.push(`end:${n}`) },
+  });
+  await hello(base);
+  assert.deepEqual(events, [], "a refused request is not activity");
+  const before = proxy.lastActivityAt;
+  const sleeping = fetch(`${base}/__rpc__/sleep`, { method: "POST", body: "[300]", headers: headers(token()) });
+  await until(() => proxy.inFlight === 1);
+  assert.deepEqual(events, ["start:1"]);
+  assert.equal(await (await sleeping).json(), 300);
+  await until(() => proxy.inFlight === 0);
+  assert.deepEqual(events, ["start:1", "end:0"]);
+  assert.ok(proxy.lastActivityAt >= before);
+});
+
+test("proxy - a token that expires while unused is refused", async (t) => {
+  const { base } = await startProxy(t);
+  const shortLived = token([{ port: 8080 }], "vm-proxy", Date.now() - 60_000 + 600);
+  assert.equal((await hello(base, shortLived)).status, 200);
+  await new Promise((resolve) => setTimeout(resolve, 650));
+  const answer = await hello(base, shortLived);
+  assert.equal(answer.status, 403);
+  assert.equal(answer.body.reason, "expired");
+});
+
+test("proxy - bad input never crashes the proxy", async (t) => {
+  const { base, proxy } = await startProxy(t);
+  const { port } = proxy.server.address() as AddressInfo;
+  const garbage = [
+    "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",
+    "GET / HTTP/1.1\r\nX-aws-proxy-auth: a\r\nX-aws-proxy-auth: b\r\n\r\n",
+    `GET / HTTP/1.1\r\nX-aws-proxy-auth: ${"z".repeat(20_000)}\r\n\r\n`,
+    `POST /__rpc__/hello HTTP/1.1\r\nX-aws-proxy-auth: ${token()}\r\nContent-Length: 100\r\n\r\n["cut`,
+  ];
+  for (const bytes of garbage) {
+    await new Promise<void>((resolve) => {
+      const socket = connect(port, "127.0.0.1", () => socket.end(bytes));
+      socket.on("data", () => undefined).on("close", () => resolve()).on("error", () => resolve());
+    });
+  }
+  assert.equal((await hello(base, token())).status, 200);
+  assert.equal(proxy.inFlight, 0);
+});
+
+async function until(condition: () => boolean, timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}

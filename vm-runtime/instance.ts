@@ -1,0 +1,156 @@
+// One managed instance: the lifecycle machine wired to a provider (its I/O) and to its proxy
+// (activity drives the idle policy; a request to a suspended instance resumes it once).
+// This is what a microVM actor holds per instance; persistence stays with the caller.
+import { createActor, fromPromise, waitFor } from "xstate";
+import { lifecycleMachine } from "./lifecycle.ts";
+import { canAccept, microvmState, type LifecycleActor, type LifecycleSnapshot } from "./lifecycle-snapshot.ts";
+import type { LifecycleEvent, LifecycleTimeouts } from "./lifecycle-types.ts";
+import { createInstanceProxy, type InstanceProxy } from "./proxy.ts";
+import { realPort, type MicrovmHandle, type MicrovmProvider } from "./provider.ts";
+import type { IdlePolicy, MicrovmState } from "./states.ts";
+import type { TokenKey } from "./token.ts";
+
+export interface MicrovmInstanceOptions {
+  readonly microvmId: string;
+  /** Path of the image module the provider starts. */
+  readonly image: string;
+  readonly imageIdentifier?: string;
+  readonly idlePolicy: IdlePolicy;
+  readonly provider: MicrovmProvider;
+  readonly tokenKey: TokenKey;
+  readonly memoryMiB?: number;
+  readonly timeouts?: Partial<LifecycleTimeouts>;
+  /** Where the proxy listens (default 127.0.0.1, a free port) and how long it waits for the app. */
+  readonly proxy?: { readonly host?: string; readonly port?: number; readonly upstreamTimeoutMs?: number };
+  /** Called after every transition (e.g. to persist `actor.getPersistedSnapshot()`). */
+  readonly onSnapshot?: (snapshot: LifecycleSnapshot) => void;
+}
+
+/** GetMicrovm's view of an instance (contract fields). */
+export interface MicrovmDescription {
+  readonly microvmId: string;
+  readonly imageIdentifier?: string;
+  readonly state: MicrovmState;
+  readonly stateReason?: string;
+  readonly endpoint: string;
+  readonly idlePolicy: IdlePolicy;
+  /** ISO launch time. */
+  readonly startedAt: string;
+}
+
+export interface MicrovmInstance {
+  readonly microvmId: string;
+  /** `host:port` of the instance's proxy. */
+  readonly endpoint: string;
+  readonly actor: LifecycleActor;
+  readonly proxy: InstanceProxy;
+  state(): MicrovmState;
+  describe(): MicrovmDescription;
+  /** Sends an operation's event; false (answer 409) when the current state does not take it. */
+  send(event: LifecycleEvent): boolean;
+  /** Resolves with the state once it is one of `states`; rejects after `timeoutMs`. */
+  waitForState(states: readonly MicrovmState[], timeoutMs?: number): Promise<MicrovmState>;
+  /** Terminates (if not already) and closes the proxy. */
+  close(): Promise<void>;
+}
+
+/** Starts the proxy and the machine; the instance is PENDING until the runtime answers. */
+export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Promise<MicrovmInstance> {
+  const { provider } = options;
+  const machine = lifecycleMachine.provide({
+    actors: {
+      start: fromPromise(({ input, signal }) =>
+        provider.start({ microvmId: input.microvmId, image: options.image, ...memory(options.memoryMiB) }, signal),
+      ),
+      suspend: fromPromise(({ input }) => provider.suspend(input.handle)),
+      resume: fromPromise(({ input }) => provider.resume(input.handle)),
+      terminate: fromPromise(async ({ input }) => {
+        if (input.handle) await provider.terminate(input.handle, input.graceMs);
+      }),
+    },
+  });
+  const actor = createActor(machine, {
+    input: {
+      microvmId: options.microvmId,
+      idlePolicy: options.idlePolicy,
+      ...(options.imageIdentifier === undefined ? {} : { imageIdentifier: options.imageIdentifier }),
+      ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
+    },
+  });
+  const state = () => microvmState(actor.getSnapshot());
+  const waitForState = async (states: readonly MicrovmState[], timeoutMs = 30_000) =>
+    microvmState(await waitFor(actor, (snapshot) => states.includes(microvmState(snapshot)), { timeout: timeoutMs }));
+
+  const proxy = createInstanceProxy({
+    microvmId: options.microvmId,
+    tokenKey: options.tokenKey,
+    state,
+    resolvePort: (port) => {
+      const handle: MicrovmHandle | undefined = actor.getSnapshot().context.handle;
+      return handle ? realPort(handle, port) : undefined;
+    },
+    upstreamHeaders: () => actor.getSnapshot().context.handle?.upstreamHeaders,
+    autoResume: () => options.idlePolicy.autoResumeEnabled,
+    resume: () => resumeForRequest(actor, waitForState),
+    ...(options.proxy?.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: options.proxy.upstreamTimeoutMs }),
+    hooks: {
+      onRequestStart: (inFlight) => actor.send({ type: "REQUEST_START", inFlight }),
+      onRequestEnd: (inFlight) => actor.send({ type: "REQUEST_END", inFlight }),
+    },
+  });
+  const endpoint = await proxy.listen(options.proxy?.port ?? 0, options.proxy?.host ?? "127.0.0.1");
+  if (options.onSnapshot) actor.subscribe(options.onSnapshot);
+  actor.start();
+
+  return {
+    microvmId: options.microvmId,
+    endpoint,
+    actor,
+    proxy,
+    state,
+    describe: () => describe(actor.getSnapshot(), endpoint),
+    send(event) {
+      if (!canAccept(actor.getSnapshot(), event)) return false;
+      actor.send(event);
+      return true;
+    },
+    waitForState,
+    async close() {
+      if (canAccept(actor.getSnapshot(), { type: "TERMINATE" }) && state() !== "TERMINATING") {
+        actor.send({ type: "TERMINATE" });
+      }
+      await waitForState(["TERMINATED", "FAILED"]).catch(() => undefined);
+      actor.stop();
+      await proxy.close();
+    },
+  };
+}
+
+/** The proxy's resume: wait out a suspend in progress, ask once, wait for RUNNING. */
+async function resumeForRequest(
+  actor: LifecycleActor,
+  waitForState: (states: readonly MicrovmState[], timeoutMs?: number) => Promise<MicrovmState>,
+): Promise<void> {
+  let state = microvmState(actor.getSnapshot());
+  if (state === "SUSPENDING") state = await waitForState(["SUSPENDED", "FAILED", "TERMINATING", "TERMINATED"]);
+  if (state === "SUSPENDED" && canAccept(actor.getSnapshot(), { type: "RESUME" })) actor.send({ type: "RESUME" });
+  const reached = await waitForState(["RUNNING", "FAILED", "TERMINATING", "TERMINATED"]);
+  if (reached !== "RUNNING") throw new Error(`instance did not resume (${reached})`);
+}
+
+function describe(snapshot: LifecycleSnapshot, endpoint: string): MicrovmDescription {
+  const { context } = snapshot;
+  return {
+    microvmId: context.microvmId,
+    ...(context.imageIdentifier === undefined ? {} : { imageIdentifier: context.imageIdentifier }),
+    state: microvmState(snapshot),
+    ...(context.stateReason === undefined ? {} : { stateReason: context.stateReason }),
+    endpoint,
+    idlePolicy: context.idlePolicy,
+    startedAt: context.startedAt,
+  };
+}
+
+function memory(memoryMiB: number | undefined): { memoryMiB?: number } {
+  return memoryMiB === undefined ? {} : { memoryMiB };
+}

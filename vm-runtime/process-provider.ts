@@ -1,0 +1,275 @@
+// The default provider: each instance is a `node` process in its own process group, running
+// its bundled image under Node's permission model with a scrubbed environment and memory caps.
+// Suspend = SIGSTOP to the group, resume = SIGCONT, terminate = SIGTERM then SIGKILL.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, mkdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { bundleImage } from "./bundle.ts";
+import { INSTANCE_SECRET_HEADER } from "./rpc-wire.ts";
+import { isProcessAlive, readProcStat } from "./proc.ts";
+import { freePort, waitForExit, waitForHealth, waitForReadyLine, watchOutput, type OutputSink } from "./process-io.ts";
+import {
+  MicrovmProviderError,
+  RUNTIME_PORT,
+  type MicrovmHandle,
+  type MicrovmProvider,
+  type MicrovmSpec,
+} from "./provider.ts";
+
+/** Every instance's command line contains this (its bundle lives under such a directory). */
+export const INSTANCE_MARKER = "typed-service-microvm";
+
+export interface ProcessProviderOptions {
+  /** V8 heap cap in MiB (`--max-old-space-size`), default 256; off-heap memory gets 256 MiB more. */
+  readonly memoryMiB?: number;
+  /** How long an instance may take to answer its first probe (default 15 s). */
+  readonly startTimeoutMs?: number;
+  /** How long a resumed instance may take to answer again (default 5 s). */
+  readonly resumeTimeoutMs?: number;
+  /** Parent of bundles and scratch directories (default: a fresh directory in the OS tmpdir). */
+  readonly workDir?: string;
+  /** Node's permission model (no fs outside the instance, no child processes); default true. */
+  readonly permissions?: boolean;
+  /** Receives every line an instance prints (default: dropped). */
+  readonly onOutput?: OutputSink;
+}
+
+/** The process provider, plus what tests and shutdown need. */
+export interface ProcessProvider extends MicrovmProvider {
+  /** Handles of instances started by this provider whose process has not exited. */
+  live(): MicrovmHandle[];
+  /** Kills every live instance and removes the work directory. */
+  close(): Promise<void>;
+}
+
+interface Tracked {
+  readonly child: ChildProcess;
+  readonly exited: Promise<void>;
+  handle?: MicrovmHandle;
+}
+
+const OFF_HEAP_HEADROOM_MIB = 256;
+const SAFE_PATH = "/usr/local/bin:/usr/bin:/bin";
+/** Sets the data-segment limit (bounds off-heap memory too), then becomes node: same pid. */
+const LIMIT_SCRIPT = 'ulimit -d "$1" || exit 97; shift; exec "$@"';
+
+export function createProcessProvider(options: ProcessProviderOptions = {}): ProcessProvider {
+  const tracked = new Map<number, Tracked>();
+  const bundles = new Map<string, Promise<string>>();
+  let workDir: Promise<string> | undefined;
+  const ensureWorkDir = () =>
+    (workDir ??= options.workDir
+      ? mkdir(options.workDir, { recursive: true }).then(() => mkdtemp(join(options.workDir!, `${INSTANCE_MARKER}-`)))
+      : mkdtemp(join(tmpdir(), `${INSTANCE_MARKER}-`)));
+  const killAllNow = () => {
+    for (const pid of tracked.keys()) signalGroup(pid, "SIGKILL");
+  };
+  process.on("exit", killAllNow);
+
+  const bundleFor = async (image: string) => {
+    const dir = join(await ensureWorkDir(), "images");
+    let bundled = bundles.get(image);
+    if (!bundled) {
+      bundled = bundleImage(image, dir);
+      bundles.set(image, bundled);
+      bundled.catch(() => bundles.delete(image));
+    }
+    return bundled;
+  };
+
+  async function start(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle> {
+    const bundle = await bundleFor(spec.image).catch((cause: unknown) => {
+      throw new MicrovmProviderError(`cannot build image ${spec.image}`, { cause });
+    });
+    const scratch = join(await ensureWorkDir(), "instances", `${safeName(spec.microvmId)}-${randomBytes(4).toString("hex")}`);
+    await mkdir(scratch, { recursive: true, mode: 0o700 });
+    const port = await freePort();
+    const memoryMiB = spec.memoryMiB ?? options.memoryMiB ?? 256;
+    const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: randomBytes(24).toString("base64url") };
+    const child = spawnInstance({
+      bundle,
+      scratch,
+      port,
+      memoryMiB,
+      microvmId: spec.microvmId,
+      permissions: options.permissions ?? true,
+      secret: upstreamHeaders[INSTANCE_SECRET_HEADER],
+    });
+    const pid = child.pid;
+    if (pid === undefined) {
+      await rm(scratch, { recursive: true, force: true });
+      throw new MicrovmProviderError("instance process did not start");
+    }
+    const pidStartTime = readProcStat(pid)?.startTime ?? 0;
+    const entry: Tracked = { child, exited: waitForExit(child) };
+    tracked.set(pid, entry);
+    void entry.exited.then(() => {
+      tracked.delete(pid);
+      return rm(scratch, { recursive: true, force: true });
+    });
+    const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
+    try {
+      const stderr = watchOutput(child, spec.microvmId, options.onOutput);
+      const announced = await waitForReadyLine(child, deadline, signal, stderr);
+      if (announced !== port) throw new Error(`runtime announced port ${announced}, expected ${port}`);
+      await waitForHealth("127.0.0.1", port, deadline, upstreamHeaders, signal);
+    } catch (cause) {
+      signalGroup(pid, "SIGKILL");
+      await entry.exited;
+      throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+    }
+    entry.handle = {
+      microvmId: spec.microvmId,
+      provider: "process",
+      host: "127.0.0.1",
+      ports: { [String(RUNTIME_PORT)]: port },
+      upstreamHeaders,
+      pid,
+      pidStartTime,
+      startedAt: new Date().toISOString(),
+    };
+    return entry.handle;
+  }
+
+  async function suspend(handle: MicrovmHandle): Promise<void> {
+    const pid = ownedPid(handle);
+    signalGroup(pid, "SIGSTOP");
+    if (!(await pollUntil(() => readProcStat(pid)?.state === "T", 2_000))) {
+      throw new MicrovmProviderError(`instance ${handle.microvmId} did not stop`);
+    }
+  }
+
+  async function resume(handle: MicrovmHandle): Promise<void> {
+    const pid = ownedPid(handle);
+    signalGroup(pid, "SIGCONT");
+    const port = handle.ports[String(RUNTIME_PORT)];
+    if (port === undefined) return;
+    try {
+      await waitForHealth(handle.host, port, Date.now() + (options.resumeTimeoutMs ?? 5_000), handle.upstreamHeaders);
+    } catch (cause) {
+      throw new MicrovmProviderError(`instance ${handle.microvmId} did not answer after resume`, { cause });
+    }
+  }
+
+  async function terminate(handle: MicrovmHandle, graceMs = 2_000): Promise<void> {
+    const pid = handle.pid;
+    if (pid === undefined || !isProcessAlive(pid, handle.pidStartTime)) return;
+    const exited = () => gone(pid, handle.pidStartTime);
+    signalGroup(pid, "SIGCONT");
+    signalGroup(pid, "SIGTERM");
+    if (await within(exited(), graceMs)) return;
+    signalGroup(pid, "SIGKILL");
+    if (!(await within(exited(), 5_000))) throw new MicrovmProviderError(`instance ${handle.microvmId} survived SIGKILL`);
+  }
+
+  /** Resolves when the process is gone: the child's exit when we started it, else /proc. */
+  function gone(pid: number, startTime?: number): Promise<void> {
+    const entry = tracked.get(pid);
+    if (entry) return entry.exited;
+    return pollUntil(() => !isProcessAlive(pid, startTime), 60_000).then(() => undefined);
+  }
+
+  return {
+    name: "process",
+    start,
+    suspend,
+    resume,
+    terminate,
+    isAlive: async (handle) => handle.pid !== undefined && isProcessAlive(handle.pid, handle.pidStartTime),
+    live: () => [...tracked.values()].flatMap((entry) => (entry.handle ? [entry.handle] : [])),
+    async close() {
+      process.off("exit", killAllNow);
+      await Promise.all([...tracked.values()].map(async (entry) => {
+        if (entry.handle) await terminate(entry.handle, 500).catch(() => undefined);
+        else if (entry.child.pid !== undefined) signalGroup(entry.child.pid, "SIGKILL");
+        await entry.exited;
+      }));
+      if (workDir) await rm(await workDir, { recursive: true, force: true });
+    },
+  };
+}
+
+interface InstanceLaunch {
+  readonly bundle: string;
+  /** The instance's private directory: HOME, TMPDIR, cwd, the only writable place. */
+  readonly scratch: string;
+  readonly port: number;
+  readonly memoryMiB: number;
+  readonly microvmId: string;
+  readonly permissions: boolean;
+  /** Required on every request (the proxy adds it), so other local processes cannot call in. */
+  readonly secret: string;
+}
+
+function spawnInstance({ bundle, scratch, port, memoryMiB, microvmId, permissions, secret }: InstanceLaunch): ChildProcess {
+  const nodeArgs = [
+    "--no-warnings",
+    `--max-old-space-size=${memoryMiB}`,
+    ...(permissions
+      ? ["--experimental-permission", `--allow-fs-read=${bundle}`, `--allow-fs-read=${scratch}`, `--allow-fs-write=${scratch}`]
+      : []),
+    bundle,
+  ];
+  const dataLimitKiB = (memoryMiB + OFF_HEAP_HEADROOM_MIB) * 1024;
+  const child = spawn("/bin/sh", ["-c", LIMIT_SCRIPT, INSTANCE_MARKER, String(dataLimitKiB), process.execPath, ...nodeArgs], {
+    detached: true,
+    cwd: scratch,
+    stdio: ["pipe", "pipe", "pipe"],
+    env: {
+      PATH: SAFE_PATH,
+      HOME: scratch,
+      TMPDIR: scratch,
+      LANG: "C.UTF-8",
+      NODE_ENV: "production",
+      MICROVM_ID: microvmId,
+      ALCHEMY_RUNTIME_PORT: String(port),
+      ALCHEMY_RUNTIME_SECRET: secret,
+    },
+  });
+  // The runtime exits when this pipe closes (the host died); writes never happen.
+  child.stdin?.on("error", () => undefined);
+  // A failed spawn surfaces as a missing pid or an early exit; unhandled, it would crash the host.
+  child.on("error", () => undefined);
+  return child;
+}
+
+function ownedPid(handle: MicrovmHandle): number {
+  if (handle.pid === undefined || !isProcessAlive(handle.pid, handle.pidStartTime)) {
+    throw new MicrovmProviderError(`instance ${handle.microvmId} is not running`);
+  }
+  return handle.pid;
+}
+
+/** Signals the whole process group led by `pid`; a group already gone is not an error. */
+function signalGroup(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pid, signal);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ESRCH") throw error;
+  }
+}
+
+async function pollUntil(condition: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+  return true;
+}
+
+async function within(promise: Promise<unknown>, timeoutMs: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+  try {
+    return await Promise.race([promise.then(() => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function safeName(id: string): string {
+  return /^[A-Za-z0-9._-]{1,64}$/.test(id) ? id : "instance";
+}

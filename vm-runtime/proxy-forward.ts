@@ -1,0 +1,115 @@
+// Forwards one request to an instance's real local port and streams both bodies; strips
+// hop-by-hop and proxy headers; no answer within the timeout, or a refused connection, is 502.
+import { request, type Agent, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from "node:http";
+import { pipeline } from "node:stream";
+import { sendJson } from "./http-util.ts";
+import { proxyAnswers, type BadGatewayReason } from "./proxy-errors.ts";
+
+export interface ForwardTarget {
+  readonly host: string;
+  readonly port: number;
+  readonly agent: Agent;
+  /** Longest wait for the app's response headers (a stopped process never answers). */
+  readonly timeoutMs: number;
+  /** Lower-case request header names never forwarded (the proxy's own). */
+  readonly strip: ReadonlySet<string>;
+  /** Headers added (overriding the caller's) on the way in. */
+  readonly add: Readonly<Record<string, string>>;
+}
+
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+class UpstreamTimeout extends Error {
+  constructor() {
+    super("upstream did not answer in time");
+    this.name = "UpstreamTimeout";
+  }
+}
+
+/** Resolves when the exchange is over (answered, failed or abandoned by the caller). */
+export function forward(req: IncomingMessage, res: ServerResponse, target: ForwardTarget): Promise<void> {
+  return new Promise((resolve) => {
+    const upstream = request({
+      host: target.host,
+      port: target.port,
+      method: req.method,
+      path: req.url,
+      headers: { ...requestHeaders(req, target.strip), ...lowerCased(target.add) },
+      agent: target.agent,
+      setHost: false,
+    });
+    const timer = setTimeout(() => upstream.destroy(new UpstreamTimeout()), target.timeoutMs);
+    upstream.on("response", (answer) => {
+      clearTimeout(timer);
+      res.writeHead(answer.statusCode ?? 502, answer.statusMessage, responseHeaders(answer.headers));
+      pipeline(answer, res, (error) => {
+        if (error) upstream.destroy();
+        resolve();
+      });
+    });
+    upstream.on("error", (error) => {
+      clearTimeout(timer);
+      if (res.headersSent) res.destroy();
+      else sendAnswer(res, badGatewayReason(error));
+      resolve();
+    });
+    res.on("close", () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    // A request body error surfaces as the upstream's error above.
+    pipeline(req, upstream, () => undefined);
+  });
+}
+
+function lowerCased(headers: Readonly<Record<string, string>>): Record<string, string> {
+  return Object.fromEntries(Object.entries(headers).map(([name, value]) => [name.toLowerCase(), value]));
+}
+
+function sendAnswer(res: ServerResponse, reason: BadGatewayReason): void {
+  const answer = proxyAnswers.badGateway(reason);
+  sendJson(res, answer.status, answer.body);
+}
+
+function badGatewayReason(error: Error): BadGatewayReason {
+  if (error instanceof UpstreamTimeout) return "timeout";
+  return (error as NodeJS.ErrnoException).code === "ECONNREFUSED" ? "no-listener" : "connection-failed";
+}
+
+function requestHeaders(req: IncomingMessage, strip: ReadonlySet<string>): OutgoingHttpHeaders {
+  const headers = withoutHopByHop(req.headers, strip);
+  const client = req.socket.remoteAddress;
+  if (client) {
+    const prior = req.headers["x-forwarded-for"];
+    headers["x-forwarded-for"] = prior ? `${String(prior)}, ${client}` : client;
+  }
+  return headers;
+}
+
+function responseHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+  return withoutHopByHop(headers, new Set());
+}
+
+function withoutHopByHop(headers: IncomingHttpHeaders, strip: ReadonlySet<string>): OutgoingHttpHeaders {
+  const listed = new Set(
+    String(headers.connection ?? "")
+      .split(",")
+      .map((token) => token.trim().toLowerCase())
+      .filter(Boolean),
+  );
+  const result: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || listed.has(name) || strip.has(name)) continue;
+    result[name] = value;
+  }
+  return result;
+}
