@@ -10,6 +10,7 @@ import {
   connectNats,
   log,
   openBuckets,
+  recordStores,
   startNatsServer,
   stopStaleServer,
   type NatsServer,
@@ -79,8 +80,8 @@ async function main() {
   const closers: (() => Promise<void>)[] = [];
 
   if (active.has("actors")) {
-    const buckets = await openBuckets(nats.nc, { replicas: config.replicas });
-    const actors = startActors(nats.nc, buckets, { prefix: config.prefix });
+    await openBuckets(nats.nc, { replicas: config.replicas });
+    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), { prefix: config.prefix });
     closers.push(() => actors.close());
     log.info({ prefix: config.prefix }, "actors serving");
   }

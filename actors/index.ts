@@ -1,7 +1,7 @@
 // Public entry of the actors: start the task, task-object and job actors on a connection.
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jobApi, taskApi, type Operation } from "../schemas/index.ts";
-import type { Buckets } from "../platform/index.ts";
+import type { RecordStores } from "../platform/index.ts";
 import { jobHandlers } from "./jobs.ts";
 import { serveOperation, type Handler } from "./serve.ts";
 import { taskObjectHandlers } from "./task-objects.ts";
@@ -20,14 +20,19 @@ export interface ActorsHandle {
   close(): Promise<void>;
 }
 
-/** Serves every task, task-object and job operation; replicas share each subject. */
-export function startActors(nc: NatsConnection, buckets: Buckets, options: ActorOptions = {}): ActorsHandle {
-  const prefix = options.prefix ?? "";
-  const handlers = {
-    ...taskHandlers(buckets.tasks),
-    ...taskObjectHandlers(buckets.taskObjects),
-    ...jobHandlers(buckets.jobs),
+/** The handlers of every task, task-object and job operation, by operation name. */
+export function operationHandlers(stores: RecordStores) {
+  return {
+    ...taskHandlers(stores.tasks),
+    ...taskObjectHandlers(stores.taskObjects),
+    ...jobHandlers(stores.jobs),
   };
+}
+
+/** Serves every task, task-object and job operation; replicas share each subject. */
+export function startActors(nc: NatsConnection, stores: RecordStores, options: ActorOptions = {}): ActorsHandle {
+  const prefix = options.prefix ?? "";
+  const handlers = operationHandlers(stores);
   const subscriptions: Subscription[] = [];
   for (const op of [...Object.values(taskApi), ...Object.values(jobApi)] as Operation[]) {
     const handler = handlers[op.name as keyof typeof handlers] as unknown as Handler<Operation>;

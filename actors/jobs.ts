@@ -1,6 +1,6 @@
 // The job actor: jobs in the `jobs` KV bucket. Every create is a KV write, so other
 // services observe new jobs with a KV watch (see the README).
-import type { KV } from "@nats-io/kv";
+import type { RecordStore } from "../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { v4 as uuidv4 } from "uuid";
 import { idKey, JobNotFound, type createJob, type getJob, type Job } from "../schemas/index.ts";
@@ -14,11 +14,11 @@ export interface JobHandlers {
   createJob: Handler<typeof createJob>;
 }
 
-export function jobHandlers(kv: KV): JobHandlers {
+export function jobHandlers(store: RecordStore): JobHandlers {
   return {
     async getJob({ jobId }) {
       const key = idKey(jobId);
-      const item = key === undefined ? undefined : await readRecord<Partial<JobRecord>>(kv, key);
+      const item = key === undefined ? undefined : await readRecord<Partial<JobRecord>>(store, key);
       if (!item || typeof item !== "object") throw JobNotFound.make({ id: jobId });
       // Items written by other services may lack fields: answer the requested id and "".
       const { id, content } = item as { id?: unknown; content?: unknown };
@@ -29,7 +29,7 @@ export function jobHandlers(kv: KV): JobHandlers {
     },
     async createJob({ content }, { idempotencyKey }) {
       const job: JobRecord = { id: idempotencyKey ?? uuidv4(), content };
-      const stored = await createRecord(kv, job.id, job, (s) => s.content === content);
+      const stored = await createRecord(store, job.id, job, (s) => s.content === content);
       return stored.id;
     },
   };

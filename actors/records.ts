@@ -1,13 +1,12 @@
-// Immutable records in KV: read one, create one exactly once (compare-and-set on "absent").
-import type { KV } from "@nats-io/kv";
-import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
+// Immutable records: read one, create one exactly once (the server refuses a second write).
+import type { RecordStore } from "../platform/index.ts";
 import { IdempotencyKeyReused } from "../schemas/index.ts";
 
-/** The stored JSON of `key`, or `undefined` when absent (or deleted). */
-export async function readRecord<T>(kv: KV, key: string): Promise<T | undefined> {
-  const entry = await kv.get(key);
-  if (!entry || entry.operation !== "PUT" || entry.length === 0) return undefined;
-  return entry.json<T>();
+/** The stored JSON of `key`, or `undefined` when absent. */
+export async function readRecord<T>(store: RecordStore, key: string): Promise<T | undefined> {
+  const data = await store.get(key);
+  if (!data || data.length === 0) return undefined;
+  return JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8")) as T;
 }
 
 /**
@@ -15,21 +14,16 @@ export async function readRecord<T>(kv: KV, key: string): Promise<T | undefined>
  * the same idempotency key), answers the stored record if `sameRequest` holds, else 409.
  */
 export async function createRecord<T extends { id: string }>(
-  kv: KV,
+  store: RecordStore,
   key: string,
   record: T,
   sameRequest: (stored: T) => boolean,
 ): Promise<T> {
-  try {
-    await kv.create(key, JSON.stringify(record));
-    return record;
-  } catch (err) {
-    if (!(err instanceof JetStreamApiError) || err.code !== JetStreamApiCodes.StreamWrongLastSequence) throw err;
-    const stored = await readRecord<T>(kv, key);
-    if (stored && sameRequest(stored)) return stored;
-    throw IdempotencyKeyReused.make({
-      id: record.id,
-      message: "this Idempotency-Key was used for a different request",
-    });
-  }
+  if ((await store.create(key, JSON.stringify(record))) === "created") return record;
+  const stored = await readRecord<T>(store, key);
+  if (stored && sameRequest(stored)) return stored;
+  throw IdempotencyKeyReused.make({
+    id: record.id,
+    message: "this Idempotency-Key was used for a different request",
+  });
 }

@@ -18,7 +18,7 @@ import {
   type Operation,
   type SuccessOf,
 } from "../schemas/index.ts";
-import { log } from "../platform/index.ts";
+import { JetStreamRequestError, log } from "../platform/index.ts";
 
 /** What a handler knows besides its input. */
 export interface HandlerContext {
@@ -103,7 +103,8 @@ function respondError(msg: Msg, op: Operation, err: unknown): void {
 
 function undeclared(op: Operation, err: unknown): ApiError {
   const name = (err as Error | undefined)?.name ?? "";
-  if (/Timeout|NoResponders|Connection|Closed|Draining/.test(name)) {
+  const storageDown = err instanceof JetStreamRequestError ? err.code >= 500 : /Timeout|NoResponders|Disconnected|Connection|Closed|Draining/.test(name);
+  if (storageDown) {
     log.warn({ op: op.name, err: name }, "storage unavailable");
     return ServiceUnavailable.make({}, { cause: err });
   }

@@ -1,7 +1,7 @@
 // The task-object actor: a stateful object per name (Durable-Object style). Each name has
 // its own storage (keys `<name-token>.<id>` in the `taskobjects` bucket) and a mailbox, so
 // a name's requests run one at a time in this process.
-import type { KV } from "@nats-io/kv";
+import type { RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import {
   TaskNotFound,
@@ -19,20 +19,20 @@ export interface TaskObjectHandlers {
   createTaskDO: Handler<typeof createTaskDO>;
 }
 
-export function taskObjectHandlers(kv: KV, mailboxes = new Mailboxes()): TaskObjectHandlers {
+export function taskObjectHandlers(store: RecordStore, mailboxes = new Mailboxes()): TaskObjectHandlers {
   // `name` is always present: the subject carries it and the schema defaults it.
   return {
     getTaskDO: ({ id, name = "default" }) =>
       mailboxes.run(name, async () => {
         const key = taskObjectKey(name, id);
-        const task = key === undefined ? undefined : await readRecord<TaskRecord>(kv, key);
+        const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
         if (!task) throw TaskNotFound.make({ id });
         return task;
       }),
     createTaskDO: ({ title, name = "default" }, { idempotencyKey }) =>
       mailboxes.run(name, () => {
         const task: TaskRecord = { id: idempotencyKey ?? uuidv4(), title, completed: false };
-        return createRecord(kv, taskObjectKey(name, task.id)!, task, (s) => s.title === title);
+        return createRecord(store, taskObjectKey(name, task.id)!, task, (s) => s.title === title);
       }),
   };
 }

@@ -1,5 +1,5 @@
 // The task actor: tasks in the object store (the `tasks` KV bucket), keyed by id.
-import type { KV } from "@nats-io/kv";
+import type { RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import { idKey, TaskNotFound, type createTask, type getTask } from "../schemas/index.ts";
 import type { Static } from "@sinclair/typebox";
@@ -14,17 +14,17 @@ export interface TaskHandlers {
   createTask: Handler<typeof createTask>;
 }
 
-export function taskHandlers(kv: KV): TaskHandlers {
+export function taskHandlers(store: RecordStore): TaskHandlers {
   return {
     async getTask({ id }) {
       const key = idKey(id);
-      const task = key === undefined ? undefined : await readRecord<TaskRecord>(kv, key);
+      const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
       if (!task) throw TaskNotFound.make({ id });
       return task;
     },
     async createTask({ title }, { idempotencyKey }) {
       const task: TaskRecord = { id: idempotencyKey ?? uuidv4(), title, completed: false };
-      return createRecord(kv, task.id, task, (stored) => stored.title === title);
+      return createRecord(store, task.id, task, (stored) => stored.title === title);
     },
   };
 }

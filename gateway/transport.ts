@@ -1,5 +1,6 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
 import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
+import { NoRespondersError, RequestTimeoutError } from "../platform/index.ts";
 import { ERROR_CODE_HEADER, GatewayTimeout, ServiceUnavailable } from "../schemas/index.ts";
 import type { NatsHandle } from "../platform/index.ts";
 
@@ -48,30 +49,19 @@ export async function forward(
     const timeout = Math.max(1, Math.min(remaining, options.attemptMs ?? remaining));
     let msg: Msg;
     try {
-      msg = await whileConnected(nats.disconnectSignal(), nats.nc.request(subject, body, { timeout, headers: h }));
+      msg = await nats.requester.request(subject, body, timeout, h);
     } catch (err) {
-      const name = (err as Error).name;
-      const noResponders = name === "NoRespondersError" ||
-        (err as { isNoResponders?: () => boolean }).isNoResponders?.() === true;
-      if (noResponders && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {
+      if (err instanceof NoRespondersError && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {
         await new Promise((r) => setTimeout(r, RETRY_PAUSE_MS));
         continue;
       }
-      if (name === "TimeoutError" && deadline - Date.now() > RETRY_PAUSE_MS) continue;
-      if (name === "TimeoutError") throw GatewayTimeout.make({}, { cause: err });
+      const timedOut = err instanceof RequestTimeoutError;
+      if (timedOut && deadline - Date.now() > RETRY_PAUSE_MS) continue;
+      if (timedOut) throw GatewayTimeout.make({}, { cause: err });
+      // No responders for long, the connection lost while waiting, a publish refused.
       throw ServiceUnavailable.make({}, { cause: err });
     }
     const code = msg.headers?.get(ERROR_CODE_HEADER);
     return { status: code ? Number(code) : 200, data: msg.data };
   }
-}
-
-/** `request`, rejected as soon as `signal` says the connection dropped. */
-function whileConnected<T>(signal: AbortSignal, request: Promise<T>): Promise<T> {
-  if (signal.aborted) return Promise.reject(new Error("disconnected"));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new Error("disconnected"));
-    signal.addEventListener("abort", onAbort, { once: true });
-    request.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
 }

@@ -1,6 +1,8 @@
 // The JetStream KV buckets the actors persist in, created on first use.
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { recordStore, type RecordStore } from "./record-store.ts";
+import type { Requester } from "./requester.ts";
 
 /** Bucket names; records never change after creation, so one revision of history is enough. */
 export const bucketNames = {
@@ -26,4 +28,13 @@ export async function openBuckets(nc: NatsConnection, options: BucketOptions = {
     Object.entries(bucketNames).map(async ([key, name]) => [key, await open(name)] as const),
   );
   return Object.fromEntries(entries) as unknown as Buckets;
+}
+
+/** The record buckets served by the task, task-object and job actors. */
+export type RecordStores = { readonly tasks: RecordStore; readonly taskObjects: RecordStore; readonly jobs: RecordStore };
+
+/** Lean stores over the record buckets (create them first with `openBuckets`). */
+export function recordStores(requester: Requester, options: BucketOptions = {}): RecordStores {
+  const open = (name: string) => recordStore(requester, name, { replicas: options.replicas });
+  return { tasks: open(bucketNames.tasks), taskObjects: open(bucketNames.taskObjects), jobs: open(bucketNames.jobs) };
 }

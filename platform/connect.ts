@@ -1,5 +1,6 @@
 // NATS connections for gateways and actors: tuned options and a live view of connectivity.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { DisconnectedError, Requester } from "./requester.ts";
 
 export interface ConnectOptions {
   /** One URL or a comma-separated list (a cluster). */
@@ -11,9 +12,9 @@ export interface ConnectOptions {
 /** A connection plus whether it is connected right now (requests while not are dropped). */
 export interface NatsHandle {
   readonly nc: NatsConnection;
+  /** Request/reply without per-request Error objects; fails fast when the connection drops. */
+  readonly requester: Requester;
   connected(): boolean;
-  /** Aborted when the current connection drops: requests in flight then have no answer coming. */
-  disconnectSignal(): AbortSignal;
   close(): Promise<void>;
 }
 
@@ -30,26 +31,24 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
     maxPingOut: 3,
   });
   let connected = true;
-  let epoch = new AbortController();
+  const requester = new Requester(nc);
   const lost = () => {
     connected = false;
-    epoch.abort();
+    requester.failAll(new DisconnectedError("NATS connection lost"));
   };
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === "disconnect" || status.type === "reconnecting" || status.type === "close") lost();
-      else if (status.type === "reconnect") {
-        connected = true;
-        epoch = new AbortController();
-      }
+      else if (status.type === "reconnect") connected = true;
     }
   })();
   return {
     nc,
+    requester,
     connected: () => connected && !nc.isClosed(),
-    disconnectSignal: () => epoch.signal,
     async close() {
       if (nc.isClosed()) return;
+      requester.close();
       await nc.drain().catch(() => nc.close());
     },
   };

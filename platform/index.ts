@@ -3,3 +3,5 @@ export * from "./connect.ts";
 export * from "./server.ts";
 export * from "./buckets.ts";
 export * from "./log.ts";
+export * from "./requester.ts";
+export * from "./record-store.ts";

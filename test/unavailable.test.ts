@@ -52,10 +52,11 @@ describe("unavailable", () => {
     defer(() => gateways.task.close());
     // Actors in their own connection, as in a separate process.
     const { startActors } = await import("../actors/index.ts");
-    const { openBuckets } = await import("../platform/index.ts");
+    const { openBuckets, recordStores } = await import("../platform/index.ts");
     const actorConn = await connectNats({ servers: nats.url, name: "actors" });
     defer(() => actorConn.close());
-    const actors = startActors(actorConn.nc, await openBuckets(actorConn.nc));
+    await openBuckets(actorConn.nc);
+    const actors = startActors(actorConn.nc, recordStores(actorConn.requester));
     defer(() => actors.close());
 
     const created = await postJson(`http://127.0.0.1:${port}/`, { title: "before outage" });

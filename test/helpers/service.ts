@@ -1,7 +1,7 @@
 // The whole service in the test process: private NATS, actors, and both HTTP APIs on port 0.
 import { startActors } from "../../actors/index.ts";
 import { createGateways } from "../../gateway/index.ts";
-import { connectNats, openBuckets, type Buckets, type NatsHandle } from "../../platform/index.ts";
+import { connectNats, openBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
@@ -25,7 +25,7 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
   const nats = await testNats(defer);
   const handle = await connectNats({ servers: nats.url, name: "test" });
   const buckets = await openBuckets(handle.nc);
-  const actors = options.actors === false ? undefined : startActors(handle.nc, buckets, { prefix: options.prefix });
+  const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix });
   const gateways = createGateways({ nats: handle, ...options });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");

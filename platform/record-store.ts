@@ -1,0 +1,85 @@
+// Immutable records in a KV bucket through the lean requester: direct gets and create-only
+// writes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream `KV_<bucket>`), so
+// any KV client sees the same data.
+import { headers } from "@nats-io/transport-node";
+import { NoRespondersError, type Requester } from "./requester.ts";
+
+/** Outcome of a create: written, or the key held a record already. */
+export type CreateOutcome = "created" | "exists";
+
+export interface RecordStore {
+  readonly bucket: string;
+  /** The record's bytes, or `undefined` when the key is absent or deleted. */
+  get(key: string): Promise<Uint8Array | undefined>;
+  /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
+  create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
+}
+
+export interface RecordStoreOptions {
+  /** Time for one KV request (default 5 s). */
+  timeoutMs?: number;
+  /**
+   * Replicas of the bucket. With more than one, a direct get may be served by a replica
+   * that has not applied a write yet, so a miss is confirmed by the stream leader.
+   */
+  replicas?: number;
+}
+
+/** A JetStream API failure (e.g. JetStream unavailable) with its code. */
+export class JetStreamRequestError extends Error {
+  override readonly name = "JetStreamRequestError";
+  constructor(readonly code: number, readonly errCode: number, description: string) {
+    super(description);
+  }
+}
+
+// JetStream's "wrong last sequence" error code: the key already has a value.
+const WRONG_LAST_SEQUENCE = 10071;
+// JetStream's "no message found" error code of a stream message get.
+const NO_MESSAGE_FOUND = 10037;
+
+export function recordStore(requester: Requester, bucket: string, options: RecordStoreOptions = {}): RecordStore {
+  const timeout = options.timeoutMs ?? 5_000;
+  const stream = `KV_${bucket}`;
+  const subjectOf = (key: string) => `$KV.${bucket}.${key}`;
+  const createHeaders = headers();
+  createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
+
+  /** A stream message get, answered by the leader: consistent after any acknowledged write. */
+  async function leaderGet(key: string): Promise<Uint8Array | undefined> {
+    const msg = await requester.request(`$JS.API.STREAM.MSG.GET.${stream}`, JSON.stringify({ last_by_subj: subjectOf(key) }), timeout);
+    const reply = msg.json<{ message?: { data?: string; hdrs?: string }; error?: { code: number; err_code: number; description: string } }>();
+    if (reply.error?.err_code === NO_MESSAGE_FOUND) return undefined;
+    if (reply.error) throw new JetStreamRequestError(reply.error.code, reply.error.err_code, reply.error.description);
+    const hdrs = reply.message?.hdrs ? Buffer.from(reply.message.hdrs, "base64").toString() : "";
+    if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return undefined;
+    return Buffer.from(reply.message?.data ?? "", "base64");
+  }
+
+  return {
+    bucket,
+    async get(key) {
+      let msg;
+      try {
+        msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
+      } catch (err) {
+        // A stream without direct gets enabled has nobody on the direct subject.
+        if (err instanceof NoRespondersError) return leaderGet(key);
+        throw err;
+      }
+      const code = msg.headers?.code ?? 0;
+      if (code === 404) return (options.replicas ?? 1) > 1 ? leaderGet(key) : undefined;
+      if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
+      const operation = msg.headers?.get("KV-Operation");
+      if (operation === "DEL" || operation === "PURGE") return undefined;
+      return msg.data;
+    },
+    async create(key, data) {
+      const msg = await requester.request(subjectOf(key), data, timeout, createHeaders);
+      const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
+      if (!ack.error) return "created";
+      if (ack.error.err_code === WRONG_LAST_SEQUENCE) return "exists";
+      throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
+    },
+  };
+}

@@ -1,0 +1,90 @@
+// Request/reply over one wildcard inbox subscription. nats.js' own `request` builds an Error
+// (with a stack) for every successful request and `kv.get` adds more on top; in profiles
+// that was most of the gateway's CPU. Errors here are built only for failures.
+import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+
+/** The request got no reply in time: the outcome is unknown. */
+export class RequestTimeoutError extends Error {
+  override readonly name = "TimeoutError";
+}
+/** Nobody subscribes to the subject (the server said so at once). */
+export class NoRespondersError extends Error {
+  override readonly name = "NoRespondersError";
+}
+/** The connection dropped while the request waited: the outcome is unknown. */
+export class DisconnectedError extends Error {
+  override readonly name = "DisconnectedError";
+}
+
+interface Pending {
+  resolve(msg: Msg): void;
+  reject(err: Error): void;
+  deadline: number;
+}
+
+const SWEEP_MS = 25;
+
+export class Requester {
+  readonly #nc: NatsConnection;
+  readonly #prefix = `${createInbox()}.`;
+  readonly #pending = new Map<string, Pending>();
+  readonly #sub: Subscription;
+  #next = 0;
+  #sweeper: NodeJS.Timeout | undefined;
+
+  constructor(nc: NatsConnection) {
+    this.#nc = nc;
+    this.#sub = nc.subscribe(`${this.#prefix}*`, {
+      callback: (_err, msg) => {
+        const token = msg.subject.slice(this.#prefix.length);
+        const pending = this.#pending.get(token);
+        if (!pending) return; // late reply to a request that timed out
+        this.#pending.delete(token);
+        if (msg.data.length === 0 && msg.headers?.code === 503) pending.reject(new NoRespondersError(msg.subject));
+        else pending.resolve(msg);
+      },
+    });
+  }
+
+  /** Sends `data` to `subject` and resolves with the reply. */
+  request(subject: string, data: Uint8Array | string | undefined, timeoutMs: number, headers?: MsgHdrs): Promise<Msg> {
+    return new Promise((resolve, reject) => {
+      const token = (this.#next++).toString(36);
+      this.#pending.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
+      this.#sweeper ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
+      try {
+        this.#nc.publish(subject, data, { reply: this.#prefix + token, headers });
+      } catch (err) {
+        this.#pending.delete(token);
+        reject(err as Error);
+      }
+    });
+  }
+
+  /** Fails every waiting request: their replies can no longer arrive. */
+  failAll(err: Error): void {
+    for (const pending of this.#pending.values()) pending.reject(err);
+    this.#pending.clear();
+  }
+
+  /** Requests waiting for a reply. */
+  get size(): number {
+    return this.#pending.size;
+  }
+
+  close(): void {
+    clearInterval(this.#sweeper);
+    this.failAll(new DisconnectedError("requester closed"));
+    this.#sub.unsubscribe();
+  }
+
+  #sweep(): void {
+    if (this.#pending.size === 0) return;
+    const now = Date.now();
+    for (const [token, pending] of this.#pending) {
+      if (pending.deadline > now) continue;
+      this.#pending.delete(token);
+      pending.reject(new RequestTimeoutError("no reply in time"));
+    }
+  }
+}
