@@ -31,6 +31,8 @@ const config = {
   bodyLimit: int("BODY_LIMIT_BYTES", 1024 * 1024),
   requestTimeoutMs: int("REQUEST_TIMEOUT_MS", 5_000),
   replicas: int("KV_REPLICAS", 1),
+  localReads: env.GATEWAY_LOCAL_READS !== "0",
+  readCacheEntries: int("READ_CACHE_ENTRIES", 50_000),
 };
 
 function int(name: string, fallback: number): number {
@@ -86,7 +88,8 @@ async function main() {
     log.info({ prefix: config.prefix }, "actors serving");
   }
   if (active.has("gateway")) {
-    const gateways = createGateways({ nats, ...config });
+    const stores = config.localReads ? recordStores(nats.requester, { replicas: config.replicas }) : undefined;
+    const gateways = createGateways({ nats, ...config, stores });
     const taskPort = await gateways.task.listen(config.taskPort, config.host);
     const jobPort = await gateways.job.listen(config.jobPort, config.host);
     closers.unshift(() => gateways.task.close(), () => gateways.job.close());

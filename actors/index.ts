@@ -7,7 +7,7 @@ import { serveOperation, type Handler } from "./serve.ts";
 import { taskObjectHandlers } from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
 
-export { serveOperation, type Handler, type HandlerContext } from "./serve.ts";
+export { serveOperation, toApiError, type Handler, type HandlerContext } from "./serve.ts";
 export { Mailboxes } from "./mailbox.ts";
 
 export interface ActorOptions {

@@ -94,14 +94,16 @@ export function decodeFailure(path: string[], message: string): ApiError {
 
 /** Encodes a failure: declared errors as they are, NATS trouble as 503, the rest as bare 500. */
 function respondError(msg: Msg, op: Operation, err: unknown): void {
-  const failure = err instanceof ApiError ? err : undeclared(op, err);
+  const failure = toApiError(op, err);
   const h = headers();
   h.set(ERROR_CODE_HEADER, String(failure.status));
   h.set(ERROR_TAG_HEADER, failure._tag);
   msg.respond(JSON.stringify(failure.body), { headers: h });
 }
 
-function undeclared(op: Operation, err: unknown): ApiError {
+/** A declared error as it is; storage trouble as 503; anything else logged and a bare 500. */
+export function toApiError(op: Operation, err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
   const name = (err as Error | undefined)?.name ?? "";
   const storageDown = err instanceof JetStreamRequestError ? err.code >= 500 : /Timeout|NoResponders|Disconnected|Connection|Closed|Draining/.test(name);
   if (storageDown) {

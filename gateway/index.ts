@@ -1,6 +1,7 @@
 // Public entry of the gateway: HTTP APIs derived from the contracts, forwarding over NATS.
 import { jobApi, microvmApi, taskApi } from "../schemas/index.ts";
-import type { NatsHandle } from "../platform/index.ts";
+import type { NatsHandle, RecordStores } from "../platform/index.ts";
+import { localReads } from "./local-reads.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
@@ -13,6 +14,10 @@ export interface GatewayOptions {
   bodyLimit?: number;
   /** Time for an actor's answer (default 5 s). */
   requestTimeoutMs?: number;
+  /** When given, reads are served from these stores in the gateway (no actor hop). */
+  stores?: RecordStores;
+  /** Most cached read answers (default 50,000; 0 turns the cache off). */
+  readCacheEntries?: number;
 }
 
 const info = (title: string) => ({ title, version: "1.0.0" });
@@ -24,6 +29,7 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
     prefix: options.prefix ?? "",
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
+    localReads: options.stores && localReads({ stores: options.stores, cacheEntries: options.readCacheEntries }),
   };
   return {
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),

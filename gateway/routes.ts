@@ -14,6 +14,8 @@ import {
   type Operation,
 } from "../schemas/index.ts";
 import type { NatsHandle } from "../platform/index.ts";
+import { toApiError } from "../actors/index.ts";
+import type { LocalReads } from "./local-reads.ts";
 import { readJsonBody } from "./body.ts";
 import { sendError, sendJson } from "./respond.ts";
 import { forward } from "./transport.ts";
@@ -27,6 +29,8 @@ export interface RouteOptions {
   requestTimeoutMs: number;
   /** Time for one attempt of a repeatable request (reads, creates with an idempotency key). */
   attemptTimeoutMs?: number;
+  /** Reads the gateway serves itself from KV instead of asking an actor. */
+  localReads?: LocalReads;
 }
 
 /** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
@@ -46,6 +50,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
   const fields = subjectFields(op);
   const repeatable = op.http.method === "GET" || op.idempotent === true;
+  const localRead = options.localReads?.forOperation(op);
   return async (req: Request, res: ServerResponse) => {
     try {
       const payload = op.payload ? await readJsonBody(req, bodyLimit(options)) : {};
@@ -53,6 +58,12 @@ function operationRoute(op: Operation, options: RouteOptions) {
         throw notAnObject(payload);
       }
       const input = decode({ ...req.params, ...req.query, ...payload });
+      if (localRead) {
+        sendJson(res, 200, await localRead(input).catch((err: unknown) => {
+          throw toApiError(op, err);
+        }));
+        return;
+      }
       const subject = requestSubject(op, input, options.prefix);
       const body = JSON.stringify(fields.length ? omit(input, fields) : input);
       const reply = await forward(options.nats, subject, body, {

@@ -37,6 +37,8 @@ export class JetStreamRequestError extends Error {
 const WRONG_LAST_SEQUENCE = 10071;
 // JetStream's "no message found" error code of a stream message get.
 const NO_MESSAGE_FOUND = 10037;
+// JetStream's "stream not found": the bucket was never created, so it holds no record.
+const STREAM_NOT_FOUND = 10059;
 
 export function recordStore(requester: Requester, bucket: string, options: RecordStoreOptions = {}): RecordStore {
   const timeout = options.timeoutMs ?? 5_000;
@@ -49,7 +51,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   async function leaderGet(key: string): Promise<Uint8Array | undefined> {
     const msg = await requester.request(`$JS.API.STREAM.MSG.GET.${stream}`, JSON.stringify({ last_by_subj: subjectOf(key) }), timeout);
     const reply = msg.json<{ message?: { data?: string; hdrs?: string }; error?: { code: number; err_code: number; description: string } }>();
-    if (reply.error?.err_code === NO_MESSAGE_FOUND) return undefined;
+    if (reply.error?.err_code === NO_MESSAGE_FOUND || reply.error?.err_code === STREAM_NOT_FOUND) return undefined;
     if (reply.error) throw new JetStreamRequestError(reply.error.code, reply.error.err_code, reply.error.description);
     const hdrs = reply.message?.hdrs ? Buffer.from(reply.message.hdrs, "base64").toString() : "";
     if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return undefined;

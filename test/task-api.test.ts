@@ -161,6 +161,15 @@ describe("task api", () => {
     assert.equal(bad.status, 400);
   });
 
+  it("task api - a miss is never cached: a task created after a 404 is found at once", async () => {
+    const id = crypto.randomUUID();
+    assert.equal((await getJson(`${svc.taskUrl}/${id}`)).status, 404);
+    const created = await postJson(`${svc.taskUrl}/`, { title: "late" }, { "idempotency-key": id });
+    assert.equal(created.status, 200);
+    assert.deepEqual((await getJson(`${svc.taskUrl}/${id}`)).body, { id, title: "late", completed: false });
+    assert.deepEqual((await getJson(`${svc.taskUrl}/${id}`)).body, { id, title: "late", completed: false });
+  });
+
   it("task api - poison keys in the body neither pollute prototypes nor get stored", async () => {
     const res = await postJson(`${svc.taskUrl}/`, '{"title":"p","__proto__":{"polluted":true},"constructor":{"prototype":{"polluted":true}}}');
     assert.equal(res.status, 200);

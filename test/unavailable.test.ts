@@ -3,7 +3,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { serveOperation } from "../actors/index.ts";
 import { createGateways } from "../gateway/index.ts";
-import { connectNats, startNatsServer } from "../platform/index.ts";
+import { connectNats, recordStores, startNatsServer } from "../platform/index.ts";
 import { getTask } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats } from "./helpers/nats.ts";
@@ -22,16 +22,20 @@ describe("unavailable", () => {
   });
 
   it("unavailable - an actor that never answers is 504 GatewayTimeout", async (t) => {
-    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false, requestTimeoutMs: 300 });
+    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false, requestTimeoutMs: 300, localReads: false });
     const silent = svc.handle.nc.subscribe("tasks.get", { callback: () => {} });
+    const silentCreate = svc.handle.nc.subscribe("jobs.create", { callback: () => {} });
     t.after(() => silent.unsubscribe());
+    t.after(() => silentCreate.unsubscribe());
     const res = await getJson(`${svc.taskUrl}/some-id`);
     assert.equal(res.status, 504);
     assert.deepEqual(res.body, { _tag: "GatewayTimeout" });
+    const create = await postJson(`${svc.jobUrl}/`, { content: "c" });
+    assert.equal(create.status, 504);
   });
 
   it("unavailable - an undeclared failure is a bare 500 without stack or cause", async (t) => {
-    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false });
+    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false, localReads: false });
     const sub = serveOperation(svc.handle.nc, getTask, async () => {
       throw new Error("db password is hunter2");
     }, { prefix: "", queue: "q" });
@@ -47,12 +51,12 @@ describe("unavailable", () => {
     const nats = await testNats(defer, { private: true });
     const handle = await connectNats({ servers: nats.url, name: "gw" });
     defer(() => handle.close());
-    const gateways = createGateways({ nats: handle });
+    const gateways = createGateways({ nats: handle, stores: recordStores(handle.requester) });
     const port = await gateways.task.listen(0, "127.0.0.1");
     defer(() => gateways.task.close());
     // Actors in their own connection, as in a separate process.
     const { startActors } = await import("../actors/index.ts");
-    const { openBuckets, recordStores } = await import("../platform/index.ts");
+    const { openBuckets } = await import("../platform/index.ts");
     const actorConn = await connectNats({ servers: nats.url, name: "actors" });
     defer(() => actorConn.close());
     await openBuckets(actorConn.nc);
@@ -67,6 +71,8 @@ describe("unavailable", () => {
     const during = await postJson(`http://127.0.0.1:${port}/`, { title: "during" });
     assert.equal(during.status, 503);
     assert.equal(during.headers.get("retry-after"), "1");
+    const readDuring = await getJson(`http://127.0.0.1:${port}/00000000-0000-4000-8000-000000000000`);
+    assert.equal(readDuring.status, 503, "a read with NATS down is 503, not a 404");
     assert.ok(Date.now() - started < 1_000, "answered within a second");
 
     const restarted = await startNatsServer({ storeDir: nats.storeDir!, port: nats.server!.port });

@@ -19,6 +19,8 @@ export interface ServiceOptions {
   /** Start the actors (default true); false leaves subjects without responders. */
   actors?: boolean;
   prefix?: string;
+  /** Serve reads in the gateway (default true, as `npm start` does). */
+  localReads?: boolean;
 }
 
 export async function startService(defer: Defer, options: ServiceOptions = {}): Promise<TestService> {
@@ -26,7 +28,7 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
   const handle = await connectNats({ servers: nats.url, name: "test" });
   const buckets = await openBuckets(handle.nc);
   const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix });
-  const gateways = createGateways({ nats: handle, ...options });
+  const gateways = createGateways({ nats: handle, ...options, stores: options.localReads === false ? undefined : recordStores(handle.requester) });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");
   defer(() => handle.close());
