@@ -4,7 +4,7 @@ import { parseArgs } from "node:util";
 import { resolve, join } from "node:path";
 import { writeFile } from "node:fs/promises";
 import { execFileSync } from "node:child_process";
-import { startActors } from "./actors/index.ts";
+import { startActors, startMicrovmHost } from "./actors/index.ts";
 import { createGateways } from "./gateway/index.ts";
 import {
   connectNats,
@@ -27,12 +27,23 @@ const config = {
   host: env.HOST ?? "127.0.0.1",
   taskPort: int("TASK_API_PORT", 8787),
   jobPort: int("JOB_API_PORT", 8788),
+  microvmPort: int("MICROVM_API_PORT", 8789),
   prefix: env.NATS_SUBJECT_PREFIX ?? "",
   bodyLimit: int("BODY_LIMIT_BYTES", 1024 * 1024),
   requestTimeoutMs: int("REQUEST_TIMEOUT_MS", 5_000),
   replicas: int("KV_REPLICAS", 1),
   localReads: env.GATEWAY_LOCAL_READS !== "0",
   readCacheEntries: int("READ_CACHE_ENTRIES", 50_000),
+};
+
+/** The microVM host (role `microvms`). The token secret is never logged. */
+const microvmHost = {
+  hostId: env.MICROVM_HOST_ID || undefined,
+  tokenSecret: env.MICROVM_TOKEN_SECRET || undefined,
+  maxInstances: int("MICROVM_MAX_INSTANCES", 50),
+  retentionSeconds: int("MICROVM_RETENTION_SECONDS", 600),
+  proxyHost: env.MICROVM_PROXY_HOST || "127.0.0.1",
+  proxyBindHost: env.MICROVM_PROXY_BIND || undefined,
 };
 
 function int(name: string, fallback: number): number {
@@ -83,17 +94,29 @@ async function main() {
 
   if (active.has("actors")) {
     await openBuckets(nats.nc, { replicas: config.replicas });
-    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), { prefix: config.prefix });
+    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), { prefix: config.prefix, publisher: nats.publisher });
     closers.push(() => actors.close());
     log.info({ prefix: config.prefix }, "actors serving");
+  }
+  if (active.has("microvms")) {
+    const { microvms } = await openBuckets(nats.nc, { replicas: config.replicas });
+    const host = await startMicrovmHost(nats.nc, {
+      kv: microvms,
+      dataDir: config.dataDir,
+      prefix: config.prefix,
+      ...withoutUndefined(microvmHost),
+    }).catch((err) => fail(`cannot start the microVM host: ${(err as Error).message}`));
+    // Closed last: it terminates its instances once the gateway no longer routes requests.
+    closers.push(() => host.close());
   }
   if (active.has("gateway")) {
     const stores = config.localReads ? recordStores(nats.requester, { replicas: config.replicas }) : undefined;
     const gateways = createGateways({ nats, ...config, stores });
     const taskPort = await gateways.task.listen(config.taskPort, config.host);
     const jobPort = await gateways.job.listen(config.jobPort, config.host);
-    closers.unshift(() => gateways.task.close(), () => gateways.job.close());
-    log.info({ taskPort, jobPort, host: config.host }, "gateway listening");
+    const microvmPort = await gateways.microvm.listen(config.microvmPort, config.host);
+    closers.unshift(() => gateways.task.close(), () => gateways.job.close(), () => gateways.microvm.close());
+    log.info({ taskPort, jobPort, microvmPort, host: config.host }, "gateway listening");
   }
 
   let stopping = false;
@@ -109,6 +132,10 @@ async function main() {
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
   log.info({ nats: servers, roles: [...active] }, "ready");
+}
+
+function withoutUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as never;
 }
 
 main().catch((err) => {

@@ -1,7 +1,8 @@
-// Public entry of the actors: start the task, task-object and job actors on a connection.
+// Public entry of the actors: start the task, task-object and job actors on a connection,
+// and the microVM host (`startMicrovmHost`, in `microvms/`).
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jobApi, taskApi, type Operation } from "../schemas/index.ts";
-import type { RecordStores } from "../platform/index.ts";
+import type { BatchPublisher, RecordStores } from "../platform/index.ts";
 import { jobHandlers } from "./jobs.ts";
 import { serveOperation, type Handler } from "./serve.ts";
 import { taskObjectHandlers } from "./task-objects.ts";
@@ -9,10 +10,13 @@ import { taskHandlers } from "./tasks.ts";
 
 export { serveOperation, toApiError, type Handler, type HandlerContext } from "./serve.ts";
 export { Mailboxes } from "./mailbox.ts";
+export { startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "./microvms/index.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */
   prefix?: string;
+  /** Batches replies per event-loop turn (pass the connection's `publisher`). */
+  publisher?: BatchPublisher;
 }
 
 export interface ActorsHandle {
@@ -36,7 +40,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
   const subscriptions: Subscription[] = [];
   for (const op of [...Object.values(taskApi), ...Object.values(jobApi)] as Operation[]) {
     const handler = handlers[op.name as keyof typeof handlers] as unknown as Handler<Operation>;
-    subscriptions.push(serveOperation(nc, op, handler, { prefix, queue: `actors.${op.name}` }));
+    subscriptions.push(serveOperation(nc, op, handler, { prefix, queue: `actors.${op.name}`, publisher: options.publisher }));
   }
   return {
     async close() {

@@ -1,23 +1,52 @@
-// Per-key mailboxes: work for one key runs one at a time, in arrival order; idle keys
-// hold nothing, so the map is bounded by the keys with work in flight.
+// Per-key mailboxes: work for one key runs one at a time, in arrival order; a key's queue
+// exists only while it has work, so the map is bounded by the keys with work in flight.
+
+type Job = () => void;
 
 export class Mailboxes {
-  readonly #tails = new Map<string, Promise<unknown>>();
+  readonly #queues = new Map<string, Job[]>();
 
   /** Runs `work` after every earlier piece of work for `key` has settled. */
   run<T>(key: string, work: () => Promise<T>): Promise<T> {
-    const previous = this.#tails.get(key);
-    const result = previous ? previous.then(work, work) : work();
-    const tail = result.catch(() => undefined);
-    this.#tails.set(key, tail);
-    void tail.then(() => {
-      if (this.#tails.get(key) === tail) this.#tails.delete(key);
+    return new Promise<T>((resolve, reject) => {
+      const job = () =>
+        attempt(work).then(
+          (value) => {
+            resolve(value);
+            this.#next(key);
+          },
+          (err: unknown) => {
+            reject(err);
+            this.#next(key);
+          },
+        );
+      const queue = this.#queues.get(key);
+      if (queue) {
+        queue.push(job);
+      } else {
+        this.#queues.set(key, []);
+        job();
+      }
     });
-    return result;
   }
 
   /** Keys with work queued or running. */
   get size(): number {
-    return this.#tails.size;
+    return this.#queues.size;
+  }
+
+  #next(key: string): void {
+    const queue = this.#queues.get(key)!;
+    const job = queue.shift();
+    if (job) job();
+    else this.#queues.delete(key);
+  }
+}
+
+function attempt<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return work();
+  } catch (err) {
+    return Promise.reject(err);
   }
 }

@@ -18,7 +18,7 @@ import {
   type Operation,
   type SuccessOf,
 } from "../schemas/index.ts";
-import { JetStreamRequestError, log } from "../platform/index.ts";
+import { JetStreamRequestError, log, type BatchPublisher } from "../platform/index.ts";
 
 /** What a handler knows besides its input. */
 export interface HandlerContext {
@@ -36,6 +36,8 @@ export interface ServeOptions {
   prefix: string;
   /** Queue group; replicas with the same group share the load. */
   queue: string;
+  /** Sends replies gathered per event-loop turn; without it each reply is its own write. */
+  publisher?: BatchPublisher;
 }
 
 export function serveOperation<Op extends Operation>(
@@ -45,13 +47,20 @@ export function serveOperation<Op extends Operation>(
   options: ServeOptions,
 ): Subscription {
   const decode = compileDecoder<InputOf<Op>>(inputSchema(op));
+  const publisher = options.publisher;
+  const respond = (msg: Msg, data: string, hdrs?: MsgHdrs) => {
+    if (!msg.reply) return;
+    if (publisher) publisher.publish({ subject: msg.reply, data, headers: hdrs });
+    else msg.respond(data, { headers: hdrs });
+  };
   const handle = async (msg: Msg) => {
     try {
       const input = decode(requestInput(op, msg, options.prefix));
       const context = { idempotencyKey: idempotencyKey(op, msg.headers) };
-      msg.respond(JSON.stringify(await handler(input, context)));
+      respond(msg, JSON.stringify(await handler(input, context)));
     } catch (err) {
-      respondError(msg, op, err);
+      const failure = toApiError(op, err);
+      respond(msg, JSON.stringify(failure.body), errorHeaders(failure));
     }
   };
   return nc.subscribe(subscriptionSubject(op, options.prefix), {
@@ -92,13 +101,12 @@ export function decodeFailure(path: string[], message: string): ApiError {
   return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path, message }], message });
 }
 
-/** Encodes a failure: declared errors as they are, NATS trouble as 503, the rest as bare 500. */
-function respondError(msg: Msg, op: Operation, err: unknown): void {
-  const failure = toApiError(op, err);
+/** The NATS micro error headers of a failure. */
+function errorHeaders(failure: ApiError): MsgHdrs {
   const h = headers();
   h.set(ERROR_CODE_HEADER, String(failure.status));
   h.set(ERROR_TAG_HEADER, failure._tag);
-  msg.respond(JSON.stringify(failure.body), { headers: h });
+  return h;
 }
 
 /** A declared error as it is; storage trouble as 503; anything else logged and a bare 500. */

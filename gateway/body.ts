@@ -16,20 +16,41 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
   }
   const declared = Number(req.headers["content-length"]);
   if (declared > limit) throw tooLarge(limit);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) throw tooLarge(limit);
-    chunks.push(chunk);
-  }
-  const text = Buffer.concat(chunks, size).toString("utf8");
+  const text = await readText(req, limit);
   if (text.trim() === "") throw invalidBody("a JSON body is required");
   try {
     return JSON.parse(text);
   } catch {
     throw invalidBody("the body is not valid JSON");
   }
+}
+
+/** The body as text, read with plain stream events (an async iterator costs more per chunk). */
+function readText(req: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        cleanup();
+        req.pause();
+        reject(tooLarge(limit));
+      } else chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks, size).toString("utf8"));
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(err);
+    };
+    function cleanup() {
+      req.off("data", onData).off("end", onEnd).off("error", onError);
+    }
+    req.on("data", onData).on("end", onEnd).on("error", onError);
+  });
 }
 
 function tooLarge(limit: number): ApiError {

@@ -1,5 +1,6 @@
 // NATS connections for gateways and actors: tuned options and a live view of connectivity.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { BatchPublisher } from "./batch.ts";
 import { DisconnectedError, Requester } from "./requester.ts";
 
 export interface ConnectOptions {
@@ -14,6 +15,8 @@ export interface NatsHandle {
   readonly nc: NatsConnection;
   /** Request/reply without per-request Error objects; fails fast when the connection drops. */
   readonly requester: Requester;
+  /** Publishes gathered per event-loop turn (one socket write for many). */
+  readonly publisher: BatchPublisher;
   connected(): boolean;
   close(): Promise<void>;
 }
@@ -31,7 +34,8 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
     maxPingOut: 3,
   });
   let connected = true;
-  const requester = new Requester(nc);
+  const publisher = new BatchPublisher(nc);
+  const requester = new Requester(nc, publisher);
   const lost = () => {
     connected = false;
     requester.failAll(new DisconnectedError("NATS connection lost"));
@@ -45,6 +49,7 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
   return {
     nc,
     requester,
+    publisher,
     connected: () => connected && !nc.isClosed(),
     async close() {
       if (nc.isClosed()) return;

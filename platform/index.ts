@@ -5,3 +5,4 @@ export * from "./buckets.ts";
 export * from "./log.ts";
 export * from "./requester.ts";
 export * from "./record-store.ts";
+export * from "./batch.ts";

@@ -2,6 +2,7 @@
 // (with a stack) for every successful request and `kv.get` adds more on top; in profiles
 // that was most of the gateway's CPU. Errors here are built only for failures.
 import { createInbox, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { BatchPublisher } from "./batch.ts";
 
 /** The request got no reply in time: the outcome is unknown. */
 export class RequestTimeoutError extends Error {
@@ -25,15 +26,15 @@ interface Pending {
 const SWEEP_MS = 25;
 
 export class Requester {
-  readonly #nc: NatsConnection;
+  readonly #publisher: BatchPublisher;
   readonly #prefix = `${createInbox()}.`;
   readonly #pending = new Map<string, Pending>();
   readonly #sub: Subscription;
   #next = 0;
   #sweeper: NodeJS.Timeout | undefined;
 
-  constructor(nc: NatsConnection) {
-    this.#nc = nc;
+  constructor(nc: NatsConnection, publisher = new BatchPublisher(nc)) {
+    this.#publisher = publisher;
     this.#sub = nc.subscribe(`${this.#prefix}*`, {
       callback: (_err, msg) => {
         const token = msg.subject.slice(this.#prefix.length);
@@ -52,12 +53,16 @@ export class Requester {
       const token = (this.#next++).toString(36);
       this.#pending.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
       this.#sweeper ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
-      try {
-        this.#nc.publish(subject, data, { reply: this.#prefix + token, headers });
-      } catch (err) {
-        this.#pending.delete(token);
-        reject(err as Error);
-      }
+      this.#publisher.publish({
+        subject,
+        data,
+        reply: this.#prefix + token,
+        headers,
+        onError: (err) => {
+          this.#pending.delete(token);
+          reject(err);
+        },
+      });
     });
   }
 

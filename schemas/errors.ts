@@ -17,7 +17,12 @@ export class ApiError extends Error {
     readonly body: { readonly _tag: string } & Record<string, unknown>,
     options?: { cause?: unknown },
   ) {
+    // A declared error is an answer, not a bug: capturing its stack only costs time
+    // (a 404 is a hot path). The cause, when there is one, keeps its own stack.
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(body._tag, options);
+    Error.stackTraceLimit = limit;
   }
   get _tag(): string {
     return this.body._tag;
@@ -61,6 +66,11 @@ export const ImageNotFound = defineError("ImageNotFound", 404, { imageIdentifier
 export const InvalidStateTransition = defineError("InvalidStateTransition", 409, {
   microvmId: Type.String(),
   state: Type.String(),
+  message: Type.String(),
+});
+/** RunMicrovm on a host already running its maximum of live instances. */
+export const MicrovmLimitExceeded = defineError("MicrovmLimitExceeded", 429, {
+  limit: Type.Integer(),
   message: Type.String(),
 });
 export const RouteNotFound = defineError("RouteNotFound", 404, { message: Type.String() });

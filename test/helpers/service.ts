@@ -27,7 +27,7 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
   const nats = await testNats(defer);
   const handle = await connectNats({ servers: nats.url, name: "test" });
   const buckets = await openBuckets(handle.nc);
-  const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix });
+  const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix, publisher: handle.publisher });
   const gateways = createGateways({ nats: handle, ...options, stores: options.localReads === false ? undefined : recordStores(handle.requester) });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");
