@@ -2,7 +2,9 @@
 // on error and on Ctrl-C: the private nats-server, the service, the bare node:http server.
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
+import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
 import { startNatsServer, type NatsServer } from "../platform/index.ts";
 
 export const root = fileURLToPath(new URL("..", import.meta.url));
@@ -68,8 +70,14 @@ export async function startNats(storeDir: string): Promise<{ server: NatsServer;
 }
 
 /** Runs a TypeScript entry in its own node process (tsx as a loader, so the pid is node's). */
-export function spawnTs(name: string, entry: string, args: string[], env: NodeJS.ProcessEnv, nodeFlags: string[] = []): Child {
-  const process_ = spawn(process.execPath, [...nodeFlags, "--import", "tsx", entry, ...args], {
+/**
+ * Bundles `entry` with esbuild (dependencies stay in node_modules) and runs it on plain
+ * `node`, as `npm start` runs the service: no TypeScript loader in the measured process.
+ */
+export async function spawnBuilt(name: string, entry: string, args: string[], env: NodeJS.ProcessEnv, nodeFlags: string[] = []): Promise<Child> {
+  const outfile = join(root, "dist", `${basename(entry, ".ts")}.mjs`);
+  await build({ entryPoints: [join(root, entry)], bundle: true, platform: "node", format: "esm", target: "node20", packages: "external", outfile, logLevel: "warning" });
+  const process_ = spawn(process.execPath, [...nodeFlags, outfile, ...args], {
     cwd: root,
     env,
     stdio: ["ignore", "pipe", "pipe"],

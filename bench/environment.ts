@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { connectNats, freePort, type NatsHandle } from "../platform/index.ts";
-import { exitedChildren, killAllSync, spawnTs, startNats, stopAll, waitForHttp, type Child } from "./children.ts";
+import { exitedChildren, killAllSync, spawnBuilt, startNats, stopAll, waitForHttp, type Child } from "./children.ts";
 import type { ProcessGroups } from "./types.ts";
 
 export interface EnvironmentOptions {
@@ -62,8 +62,9 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     const env = serviceEnv({ NATS_URL: nats.server.url, TASK_API_PORT: String(taskPort), JOB_API_PORT: String(jobPort) });
     const nodeFlags = options.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfDir}`] : [];
     const roleSets = options.splitRoles ? [["--role", "actors"], ["--role", "gateway"]] : [[]];
-    const services = roleSets.map((args) => spawnTs(`service${args.length ? ` ${args[1]}` : ""}`, "main.ts", args, env, nodeFlags));
-    const bare = spawnTs("bare", "bench/bare-server.ts", [], serviceEnv({ BENCH_PORT: String(barePort) }));
+    const services: Child[] = [];
+    for (const args of roleSets) services.push(await spawnBuilt(`service${args.length ? ` ${args[1]}` : ""}`, "main.ts", args, env, nodeFlags));
+    const bare = await spawnBuilt("bare", "bench/bare-server.ts", [], serviceEnv({ BENCH_PORT: String(barePort) }));
     const [taskUrl, jobUrl, bareUrl] = [taskPort, jobPort, barePort].map((port) => `http://127.0.0.1:${port}`);
     const gateway: Child = services[services.length - 1]!;
     await Promise.all([waitForHttp(taskUrl, gateway), waitForHttp(jobUrl, gateway), waitForHttp(bareUrl, bare)]);

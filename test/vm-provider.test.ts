@@ -123,10 +123,10 @@ test("provider - the instance environment is scrubbed of host secrets", async (t
   const handle = await start("p-env");
   t.after(() => provider.terminate(handle));
   assert.deepEqual(await call(handle, "envKeys"), [
-    "ALCHEMY_RUNTIME_PORT",
     "HOME",
     "LANG",
     "MICROVM_ID",
+    "MICROVM_RUNTIME_PORT",
     "NODE_ENV",
     "PATH",
     "PWD",

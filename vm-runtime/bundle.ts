@@ -5,9 +5,9 @@ import { build } from "esbuild";
 import { createHash } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { vmRuntimeFile } from "./source-dir.ts";
 
-const BOOT_MODULE = fileURLToPath(new URL("./runtime-boot.ts", import.meta.url));
+const BOOT_MODULE = vmRuntimeFile("runtime-boot.ts");
 
 /** A CommonJS dependency bundled into ESM may `require` node builtins: give it a real require. */
 const REQUIRE_SHIM = 'import { createRequire as __createRequire } from "node:module";\n' +
@@ -37,11 +37,11 @@ function entrySource(imagePath: string): string {
   return [
     `import image from ${JSON.stringify(imagePath)};`,
     `import { bootRuntime } from ${JSON.stringify(BOOT_MODULE)};`,
-    `import { isImage } from ${JSON.stringify(fileURLToPath(new URL("./image.ts", import.meta.url)))};`,
+    `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
     `if (!isImage(image)) throw new TypeError(${JSON.stringify(`${imagePath}: default export is not an image`)});`,
-    `const port = Number(process.env.ALCHEMY_RUNTIME_PORT ?? 0);`,
-    `const accessSecret = process.env.ALCHEMY_RUNTIME_SECRET;`,
-    `delete process.env.ALCHEMY_RUNTIME_SECRET;`,
+    `const port = Number(process.env.MICROVM_RUNTIME_PORT ?? 0);`,
+    `const accessSecret = process.env.MICROVM_RUNTIME_SECRET;`,
+    `delete process.env.MICROVM_RUNTIME_SECRET;`,
     `await bootRuntime(image, { port, exitWhenStdinEnds: true, ...(accessSecret ? { accessSecret } : {}) });`,
   ].join("\n");
 }

@@ -224,8 +224,8 @@ function spawnInstance({ bundle, scratch, port, memoryMiB, microvmId, permission
       LANG: "C.UTF-8",
       NODE_ENV: "production",
       MICROVM_ID: microvmId,
-      ALCHEMY_RUNTIME_PORT: String(port),
-      ALCHEMY_RUNTIME_SECRET: secret,
+      MICROVM_RUNTIME_PORT: String(port),
+      MICROVM_RUNTIME_SECRET: secret,
     },
   });
   // The runtime exits when this pipe closes (the host died); writes never happen.

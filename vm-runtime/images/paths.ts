@@ -1,11 +1,9 @@
 // Absolute module paths of the images shipped with the runtime, for providers to start.
-import { fileURLToPath } from "node:url";
-
-const here = (file: string) => fileURLToPath(new URL(file, import.meta.url));
+import { vmRuntimeFile } from "../source-dir.ts";
 
 /** `sandbox` is the example image; `probe` and `hog` exist for tests of the sandboxing. */
 export const builtinImages = {
-  sandbox: here("./sandbox.ts"),
-  probe: here("./probe.ts"),
-  hog: here("./hog.ts"),
+  sandbox: vmRuntimeFile("images/sandbox.ts"),
+  probe: vmRuntimeFile("images/probe.ts"),
+  hog: vmRuntimeFile("images/hog.ts"),
 } as const;
