@@ -106,10 +106,12 @@ describe("fuzz", () => {
     );
     assert.equal(({} as Record<string, unknown>).polluted, undefined);
     assert.equal((Object.prototype as Record<string, unknown>).polluted, undefined);
+    console.log(`# fuzz http: ${JSON.stringify({ cases: RUNS, statuses: Object.fromEntries(seen) })}`);
     assert.ok(seen.size > 3, `a spread of statuses: ${JSON.stringify([...seen])}`);
   });
 
   it("fuzz - NATS: random bodies and headers on every subject get declared error codes", async () => {
+    const codes = new Map<string, number>();
     const subjects = ["tasks.get", "tasks.create", "jobs.get", "jobs.create", `taskobjects.${nameToken("kept")}.get`, `taskobjects.${nameToken("f")}.create`, "taskobjects.%%%.get", "taskobjects.YQ==.create"];
     await fc.assert(
       fc.asyncProperty(
@@ -122,11 +124,13 @@ describe("fuzz", () => {
           const payload = typeof data === "string" ? Buffer.from(data) : data;
           const msg = await svc.handle.nc.request(subject, payload, { timeout: 5_000, headers: h });
           const code = msg.headers?.get("Nats-Service-Error-Code") ?? "";
+          codes.set(code || "ok", (codes.get(code || "ok") ?? 0) + 1);
           assert.ok(["", "400", "404", "409"].includes(code), `code ${code} on ${subject}: ${msg.string().slice(0, 200)}`);
         },
       ),
       { numRuns: RUNS },
     );
+    console.log(`# fuzz nats: ${JSON.stringify({ cases: RUNS, codes: Object.fromEntries(codes) })}`);
     assert.equal(({} as Record<string, unknown>).polluted, undefined);
   });
 
