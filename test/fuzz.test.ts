@@ -20,7 +20,18 @@ const poison = fc.constantFrom(
 );
 const deep = fc.integer({ min: 100, max: 5_000 }).map((n) => "[".repeat(n) + "]".repeat(n));
 const huge = fc.integer({ min: 60_000, max: 200_000 }).map((n) => JSON.stringify({ title: "x".repeat(n) }));
+/** Well-formed inputs (any strings), so success paths are fuzzed too, not only refusals. */
+const validish = fc
+  .oneof(
+    fc.record({ title: fc.string({ unit: "binary" }) }),
+    fc.record({ content: fc.string({ unit: "binary" }) }),
+    fc.record({ id: fc.oneof(fc.uuid(), fc.string({ unit: "binary" })) }),
+    fc.record({ jobId: fc.oneof(fc.uuid(), fc.string({ unit: "binary" })) }),
+    fc.record({ title: fc.string(), content: fc.string(), extra: fc.jsonValue() }),
+  )
+  .map((v) => JSON.stringify(v));
 const body = fc.oneof(
+  { arbitrary: validish, weight: 4 },
   fc.json(),
   fc.jsonValue().map((v) => JSON.stringify({ title: v, content: v })),
   fc.string(),
@@ -31,7 +42,7 @@ const body = fc.oneof(
   fc.constant(""),
 );
 const contentType = fc.oneof(
-  fc.constant("application/json"),
+  { arbitrary: fc.constant("application/json"), weight: 4 },
   fc.constant(undefined),
   fc.constantFrom("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/vnd.api+json", "APPLICATION/JSON; charset=utf-8"),
   fc.stringMatching(/^[a-z]{1,10}\/[a-z+.-]{1,10}$/),
@@ -56,14 +67,31 @@ const path = fc.oneof(
   segment.map((s) => `/do/${s}`),
   fc.array(segment, { minLength: 2, maxLength: 4 }).map((s) => `/${s.join("/")}`),
 );
+/** Mostly absent; else a proper uuid v4, another uuid version, or garbage. */
+const idempotencyKey = fc.oneof(
+  { arbitrary: fc.constant(undefined), weight: 6 },
+  fc.uuid({ version: 4 }),
+  fc.uuid(),
+  fc.string({ maxLength: 20 }).filter((s) => /^[\x21-\x7e]+$/.test(s)),
+);
+/** A declared route with fuzzed ids, names and bodies, or anything at all. */
+const routed = fc.constantFrom(
+  { method: "POST", path: "/" },
+  { method: "GET", path: "/" },
+  { method: "POST", path: "/do" },
+  { method: "GET", path: "/do/" },
+);
 const request = fc.record({
   api: fc.constantFrom("task" as const, "job" as const),
-  method: fc.constantFrom("GET", "POST", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"),
+  method: fc.constantFrom("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "HEAD"),
   path,
+  route: fc.option(routed, { nil: undefined, freq: 3 }),
+  wellFormed: fc.boolean(),
+  text: fc.string({ unit: "binary", maxLength: 200 }),
   query,
   contentType,
   body,
-  idempotencyKey: fc.option(fc.oneof(fc.uuid(), fc.string({ maxLength: 20 }).filter((s) => /^[\x20-\x7e]*$/.test(s))), { nil: undefined }),
+  idempotencyKey: idempotencyKey,
 });
 
 describe("fuzz", () => {
@@ -84,6 +112,13 @@ describe("fuzz", () => {
     await fc.assert(
       fc.asyncProperty(request, async (r) => {
         const base = r.api === "task" ? svc.taskUrl : svc.jobUrl;
+        if (r.route) {
+          // A declared route with ids from the path arbitrary and, half the time, a body of
+          // the right shape holding fuzzed strings.
+          r.method = r.route.method;
+          r.path = r.route.path.endsWith("/") && r.route.path !== "/" ? `${r.route.path}${r.path.slice(1)}` : r.route.path;
+          if (r.wellFormed) r.body = JSON.stringify(r.api === "job" ? { content: r.text } : { title: r.text });
+        }
         const hasBody = r.method !== "GET" && r.method !== "HEAD";
         const h: Record<string, string> = {};
         if (r.contentType) h["content-type"] = r.contentType;
@@ -112,12 +147,16 @@ describe("fuzz", () => {
 
   it("fuzz - NATS: random bodies and headers on every subject get declared error codes", async () => {
     const codes = new Map<string, number>();
+    // Every field any subject takes, with fuzzed strings: right for one subject of each kind.
+    const wellFormed = fc
+      .record({ id: fc.string({ unit: "binary" }), title: fc.string({ unit: "binary" }), jobId: fc.string({ unit: "binary" }), content: fc.string({ unit: "binary" }) })
+      .map((v) => JSON.stringify(v));
     const subjects = ["tasks.get", "tasks.create", "jobs.get", "jobs.create", `taskobjects.${nameToken("kept")}.get`, `taskobjects.${nameToken("f")}.create`, "taskobjects.%%%.get", "taskobjects.YQ==.create"];
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom(...subjects),
-        fc.oneof(body, fc.uint8Array({ maxLength: 256 })),
-        fc.option(fc.oneof(fc.uuid(), fc.string({ minLength: 1, maxLength: 20 }).filter((s) => /^[\x21-\x7e]+$/.test(s))), { nil: undefined }),
+        fc.oneof(body, fc.uint8Array({ maxLength: 256 }), { arbitrary: wellFormed, weight: 2 }),
+        idempotencyKey,
         async (subject, data, key) => {
           const h = headers();
           if (key) h.set("Idempotency-Key", key);
