@@ -17,6 +17,7 @@ import {
 } from "../schemas/index.ts";
 
 export { watchJobs, type JobCreated } from "./watch.ts";
+export { launchMicrovm, launchMachine, MicrovmLaunchError, type LaunchOptions, type LaunchWork, type LaunchedMicrovm, type MicrovmApiClient } from "./launch.ts";
 
 /** Errors any call may reject with besides the operation's declared ones. */
 export type TransportErrorTag =

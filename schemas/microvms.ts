@@ -1,7 +1,7 @@
 // MicroVM instance operation contracts: served over NATS (`microvms.<op>`) and as REST
 // under `/2025-09-09/microvms` on the microVM API.
 import { Type } from "@sinclair/typebox";
-import { ImageNotFound, InvalidStateTransition, MicrovmNotFound } from "./errors.ts";
+import { ImageNotFound, InvalidStateTransition, MicrovmLimitExceeded, MicrovmNotFound } from "./errors.ts";
 import type { Operation } from "./types.ts";
 
 /** Instance states (contract). */
@@ -32,9 +32,13 @@ export const Microvm = Type.Object({
   startedAt: Type.String({ format: "date-time" }),
 });
 
-/** A port scope of an auth token. */
+/**
+ * A port scope of an auth token: exactly one of `port`, `range`, `allPorts`. The branches
+ * bound their keys with `maxProperties` rather than `additionalProperties: false`: Ajv's
+ * `removeAdditional` would strip `range`/`allPorts` while trying the first branch of the union.
+ */
 export const AllowedPort = Type.Union([
-  Type.Object({ port: Type.Integer({ minimum: 1, maximum: 65_535 }) }, { additionalProperties: false }),
+  Type.Object({ port: Type.Integer({ minimum: 1, maximum: 65_535 }) }, { maxProperties: 1 }),
   Type.Object(
     {
       range: Type.Object(
@@ -45,9 +49,9 @@ export const AllowedPort = Type.Union([
         { additionalProperties: false },
       ),
     },
-    { additionalProperties: false },
+    { maxProperties: 1 },
   ),
-  Type.Object({ allPorts: Type.Object({}, { additionalProperties: false }) }, { additionalProperties: false }),
+  Type.Object({ allPorts: Type.Object({}, { additionalProperties: false }) }, { maxProperties: 1 }),
 ]);
 
 const InstanceParams = Type.Object(
@@ -72,7 +76,9 @@ export const runMicrovm = {
     { additionalProperties: false },
   ),
   success: Type.Object({ microvmId: Type.String(), endpoint: Type.String(), state: MicrovmState }),
-  errors: [ImageNotFound],
+  errors: [ImageNotFound, MicrovmLimitExceeded],
+  /** An `Idempotency-Key` becomes the microvmId: a retried run answers the same instance. */
+  idempotent: true,
   summary: "Launch an instance of an image",
 } as const satisfies Operation;
 

@@ -1,7 +1,9 @@
 // Runs `main.ts` as a real child process and reads its readiness from the JSON logs.
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
@@ -11,6 +13,8 @@ export interface ServiceProcess {
   child: ChildProcess;
   taskUrl: string;
   jobUrl: string;
+  /** The microVM API (role gateway). */
+  microvmUrl: string;
   /** Lines the process logged, parsed. */
   logs: Record<string, unknown>[];
   /** SIGTERM (or `signal`) and wait for the exit; resolves to the exit code. */
@@ -18,11 +22,23 @@ export interface ServiceProcess {
 }
 
 export async function startServiceProcess(env: Record<string, string>, args: string[] = []): Promise<ServiceProcess> {
+  // Without a DATA_DIR of its own, a process with the microvms role would keep its token key and
+  // instance bundles in the repository's `.data`, shared by every test process.
+  const ownDataDir = env.DATA_DIR ? undefined : mkdtempSync(join(tmpdir(), "svc-proc-"));
   const child = spawn(process.execPath, ["--import", "tsx", "main.ts", ...args], {
     cwd: root,
-    env: { ...process.env, TASK_API_PORT: "0", JOB_API_PORT: "0", LOG_LEVEL: "info", ...env },
+    env: {
+      ...process.env,
+      TASK_API_PORT: "0",
+      JOB_API_PORT: "0",
+      MICROVM_API_PORT: "0",
+      LOG_LEVEL: "info",
+      ...(ownDataDir ? { DATA_DIR: ownDataDir } : {}),
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  if (ownDataDir) child.once("exit", () => rmSync(ownDataDir, { recursive: true, force: true }));
   const logs: Record<string, unknown>[] = [];
   let stderr = "";
   child.stderr!.on("data", (d) => (stderr += d));
@@ -51,6 +67,7 @@ export async function startServiceProcess(env: Record<string, string>, args: str
     logs,
     taskUrl: `http://127.0.0.1:${listening.taskPort}`,
     jobUrl: `http://127.0.0.1:${listening.jobPort}`,
+    microvmUrl: `http://127.0.0.1:${listening.microvmPort}`,
     async stop(signal = "SIGTERM") {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       const [code] = await exit;

@@ -1,0 +1,156 @@
+// One instance run by this host: the managed instance (lifecycle machine + provider + proxy)
+// tied to its KV record. Every state change is written through the instance's RecordWriter;
+// on TERMINATED or FAILED the proxy closes, the process is gone and the host forgets it.
+import {
+  launchMicrovmInstance,
+  microvmState,
+  type LifecycleTimeouts,
+  type MicrovmHandle,
+  type MicrovmInstance,
+  type MicrovmProvider,
+  type TokenKey,
+} from "../../vm-runtime/index.ts";
+import { log } from "../../platform/index.ts";
+import { isTerminal, type MicrovmRecord, type MicrovmStore, type Policy, type State, type StoredHandle } from "./store.ts";
+import { RecordWriter } from "./writer.ts";
+
+export interface HostedOptions {
+  readonly microvmId: string;
+  readonly imageIdentifier: string;
+  /** Module path of the image. */
+  readonly image: string;
+  readonly idlePolicy: Policy;
+  readonly hostId: string;
+  readonly store: MicrovmStore;
+  readonly provider: MicrovmProvider;
+  readonly tokenKey: TokenKey;
+  /** Address the proxy binds, and the host written into `endpoint`. */
+  readonly proxyBindHost: string;
+  readonly proxyHost: string;
+  readonly timeouts?: Partial<LifecycleTimeouts>;
+  /** Called once the instance is gone (TERMINATED or FAILED and cleaned up). */
+  readonly onGone: (hosted: HostedInstance) => void;
+}
+
+export interface HostedInstance {
+  readonly microvmId: string;
+  readonly endpoint: string;
+  readonly instance: MicrovmInstance;
+  readonly writer: RecordWriter;
+  state(): State;
+  /** Resolves with the state once it is one of `states`, or the current one after `timeoutMs`. */
+  settle(states: readonly State[], timeoutMs: number): Promise<State>;
+  /** Resolves when the instance is gone and its last record write is done. */
+  readonly gone: Promise<void>;
+}
+
+/** Launches the instance and creates its record; undefined when the id's record exists already. */
+export async function launchHosted(options: HostedOptions): Promise<HostedInstance | undefined> {
+  let hosted: HostedInstance | undefined;
+  let created = false;
+  let terminalAt: string | undefined;
+  let finished!: () => void;
+  const gone = new Promise<void>((resolve) => (finished = resolve));
+
+  const instance = await launchMicrovmInstance({
+    microvmId: options.microvmId,
+    image: options.image,
+    imageIdentifier: options.imageIdentifier,
+    idlePolicy: options.idlePolicy,
+    provider: options.provider,
+    tokenKey: options.tokenKey,
+    proxy: { host: options.proxyBindHost },
+    ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
+    onSnapshot: () => hosted && changed(),
+  });
+  const endpoint = `${options.proxyHost}:${instance.endpoint.slice(instance.endpoint.lastIndexOf(":") + 1)}`;
+
+  const current = (): MicrovmRecord => {
+    const snapshot = instance.actor.getSnapshot();
+    const state = microvmState(snapshot);
+    if (isTerminal(state)) terminalAt ??= new Date().toISOString();
+    const { context } = snapshot;
+    return {
+      microvmId: options.microvmId,
+      imageIdentifier: options.imageIdentifier,
+      state,
+      ...(context.stateReason === undefined ? {} : { stateReason: context.stateReason }),
+      endpoint,
+      idlePolicy: options.idlePolicy,
+      startedAt: context.startedAt,
+      hostId: options.hostId,
+      ...(context.handle ? { handle: storedHandle(context.handle) } : {}),
+      snapshot: withoutSecrets(instance.actor.getPersistedSnapshot()),
+      updatedAt: new Date().toISOString(),
+      ...(terminalAt === undefined ? {} : { terminalAt }),
+    };
+  };
+  const writer = new RecordWriter({
+    store: options.store,
+    current,
+    onTakenOver: (stored) => {
+      log.warn({ microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason }, "microvm record ended elsewhere; terminating");
+      instance.send({ type: "TERMINATE", reason: stored.stateReason ?? "TerminatedElsewhere" });
+    },
+  });
+
+  let cleaning = false;
+  const cleanUp = async () => {
+    cleaning = true;
+    if (created) await writer.flush();
+    const handle = instance.actor.getSnapshot().context.handle;
+    instance.actor.stop();
+    await instance.proxy.close();
+    // FAILED keeps its handle: a process that failed to suspend or resume may still be there.
+    if (handle) await options.provider.terminate(handle, 500).catch((err: unknown) => log.warn({ err }, "kill after FAILED"));
+    options.onGone(hosted!);
+    finished();
+  };
+  const changed = () => {
+    writer.changed();
+    if (!cleaning && isTerminal(microvmState(instance.actor.getSnapshot()))) void cleanUp();
+  };
+
+  hosted = {
+    microvmId: options.microvmId,
+    endpoint,
+    instance,
+    writer,
+    state: () => microvmState(instance.actor.getSnapshot()),
+    async settle(states, timeoutMs) {
+      try {
+        return await instance.waitForState(states, timeoutMs);
+      } catch {
+        return microvmState(instance.actor.getSnapshot());
+      }
+    },
+    gone,
+  };
+  created = await writer.create().catch((err: unknown) => {
+    instance.send({ type: "TERMINATE" });
+    throw err;
+  });
+  if (!created) {
+    instance.send({ type: "TERMINATE", reason: "DuplicateRun" });
+    return undefined;
+  }
+  changed();
+  return hosted;
+}
+
+/** The handle without `upstreamHeaders` (the per-instance secret only the proxy may send). */
+function storedHandle(handle: MicrovmHandle): StoredHandle {
+  return {
+    provider: handle.provider,
+    host: handle.host,
+    ports: handle.ports,
+    ...(handle.pid === undefined ? {} : { pid: handle.pid }),
+    ...(handle.pidStartTime === undefined ? {} : { pidStartTime: handle.pidStartTime }),
+    startedAt: handle.startedAt,
+  };
+}
+
+/** The persisted snapshot without secrets: handles appear in context and in invoked actors' input. */
+function withoutSecrets(persisted: unknown): unknown {
+  return JSON.parse(JSON.stringify(persisted, (key, value: unknown) => (key === "upstreamHeaders" ? undefined : value)));
+}

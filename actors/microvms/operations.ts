@@ -1,0 +1,93 @@
+// The owner's side of the operations that act on an instance (token, suspend, resume,
+// terminate): events into the instance's machine, refused ones answered 409, the answer sent
+// once the transition settled and its record is in KV. Without a live instance (gone, FAILED),
+// the record alone decides.
+import type { Static } from "@sinclair/typebox";
+import {
+  createAuthToken as signToken,
+  InvalidTokenRequest,
+  type LifecycleEvent,
+  type TokenKey,
+} from "../../vm-runtime/index.ts";
+import { decodeFailure } from "../serve.ts";
+import { InvalidStateTransition, type createAuthToken } from "../../schemas/index.ts";
+import type { HostedInstance } from "./hosted.ts";
+import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type State } from "./store.ts";
+
+/** The operations that must run on the instance's owner. */
+export type InstanceOp = "token" | "suspend" | "resume" | "terminate";
+
+export type TokenInput = { microvmIdentifier: string } & Pick<Static<typeof createAuthToken.payload>, "expirationInMinutes" | "allowedPorts">;
+export type TokenAnswer = Static<typeof createAuthToken.success>;
+export type StateAnswer = { microvmId: string; state: State };
+
+export interface OwnerDeps {
+  readonly store: MicrovmStore;
+  readonly tokenKey: TokenKey;
+  /** Longest wait for a transition before answering its transient state. */
+  readonly settleMs: number;
+}
+
+const NO_TOKEN_STATES: readonly State[] = ["TERMINATING", "TERMINATED", "FAILED"];
+
+/** CreateAuthToken on the owner: refused once the instance is ending or ended. */
+export function ownerToken(deps: OwnerDeps, record: MicrovmRecord, hosted: HostedInstance | undefined, input: TokenInput): TokenAnswer {
+  const state = hosted?.state() ?? record.state;
+  if (!hosted || NO_TOKEN_STATES.includes(state)) throw refused(record.microvmId, state, "token");
+  try {
+    const { token } = signToken(
+      { microvmId: record.microvmId, expirationInMinutes: input.expirationInMinutes, allowedPorts: input.allowedPorts },
+      deps.tokenKey,
+    );
+    return { authToken: { "X-aws-proxy-auth": token } };
+  } catch (err) {
+    // What the schema cannot say, e.g. a range whose startPort is above its endPort.
+    if (err instanceof InvalidTokenRequest) throw decodeFailure(["allowedPorts"], err.message);
+    throw err;
+  }
+}
+
+const transitions = {
+  suspend: { event: { type: "SUSPEND" }, settled: ["SUSPENDED", "FAILED", "TERMINATED"] },
+  resume: { event: { type: "RESUME" }, settled: ["RUNNING", "FAILED", "TERMINATING", "TERMINATED"] },
+  terminate: { event: { type: "TERMINATE" }, settled: ["TERMINATED", "FAILED"] },
+} as const satisfies Record<Exclude<InstanceOp, "token">, { event: LifecycleEvent; settled: readonly State[] }>;
+
+/** SuspendMicrovm, ResumeMicrovm, TerminateMicrovm on the owner. */
+export async function ownerTransition(
+  deps: OwnerDeps,
+  op: Exclude<InstanceOp, "token">,
+  record: MicrovmRecord,
+  hosted: HostedInstance | undefined,
+): Promise<StateAnswer> {
+  // A FAILED instance is being cleaned up by its host: the record alone decides.
+  if (!hosted || hosted.state() === "FAILED") return recordOnly(deps, op, { ...record, state: hosted?.state() ?? record.state });
+  const { event, settled } = transitions[op];
+  const before = hosted.state();
+  // Terminating an instance that is already ending answers its state (idempotent).
+  const repeatTerminate = op === "terminate" && (before === "TERMINATING" || before === "TERMINATED");
+  if (!repeatTerminate && !hosted.instance.send(event)) throw refused(record.microvmId, before, op);
+  const state = await hosted.settle(settled, deps.settleMs);
+  await hosted.writer.flush();
+  return { microvmId: record.microvmId, state };
+}
+
+/** No live instance on this host: only terminate has something to do (FAILED → TERMINATED). */
+async function recordOnly(deps: OwnerDeps, op: Exclude<InstanceOp, "token">, record: MicrovmRecord): Promise<StateAnswer> {
+  if (op !== "terminate") throw refused(record.microvmId, record.state, op);
+  if (record.state === "TERMINATED" || record.state === "TERMINATING") return { microvmId: record.microvmId, state: record.state };
+  const stored = await deps.store.update(record.microvmId, (current) =>
+    current.state === "TERMINATED" ? undefined : terminated(current, "TERMINATED", "TerminateRequested"),
+  );
+  return { microvmId: record.microvmId, state: stored?.record.state ?? "TERMINATED" };
+}
+
+/** 409 InvalidStateTransition: the instance's state does not take the operation. */
+export function refused(microvmId: string, state: State, op: InstanceOp) {
+  const verb = { token: "create a token for", suspend: "suspend", resume: "resume", terminate: "terminate" }[op];
+  return InvalidStateTransition.make({
+    microvmId,
+    state,
+    message: `cannot ${verb} an instance in state ${state}${isTerminal(state) ? "" : op === "resume" ? " (only SUSPENDED resumes)" : op === "suspend" ? " (only RUNNING suspends)" : ""}`,
+  });
+}

@@ -1,0 +1,187 @@
+// The launch helper: run → RUNNING → token → first call → work → terminate, over NATS and
+// over HTTP. The instance is terminated whether the work returns or throws, and whichever
+// step fails. Also measures launch latencies (printed as diagnostics).
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { createActor, fromPromise, toPromise } from "xstate";
+import { ClientError, launchMachine, launchMicrovm, MicrovmLaunchError } from "../client/index.ts";
+import { MicrovmStore } from "../actors/microvms/index.ts";
+import { connectMicrovm, type SandboxShape } from "../vm-runtime/index.ts";
+import { lifo } from "./helpers/defer.ts";
+import {
+  assertNoInstanceLeft,
+  instanceChildren,
+  policy,
+  startMicrovmService,
+  waitForState,
+  type MicrovmService,
+} from "./helpers/microvm.ts";
+
+const defer = lifo(after);
+let svc: MicrovmService;
+let store: MicrovmStore;
+
+before(async () => {
+  svc = await startMicrovmService(defer);
+  store = new MicrovmStore(svc.kv, svc.handle.nc);
+});
+after(assertNoInstanceLeft);
+
+async function stateOf(microvmId: string) {
+  return (await store.read(microvmId))?.record.state;
+}
+
+class WorkFailed extends Error {
+  override readonly name = "WorkFailed";
+}
+
+describe("launch machine", () => {
+  const steps = (log: string[], fail: Partial<Record<"run" | "work" | "terminate", boolean>>) =>
+    launchMachine.provide({
+      actors: {
+        run: fromPromise(async () => {
+          log.push("run");
+          if (fail.run) throw new Error("run failed");
+          return { endpoint: "127.0.0.1:1" };
+        }),
+        waitRunning: fromPromise(async (): Promise<void> => void log.push("waitRunning")),
+        token: fromPromise(async () => (log.push("token"), "token")),
+        connect: fromPromise(async (): Promise<void> => void log.push("connect")),
+        work: fromPromise(async (): Promise<unknown> => {
+          log.push("work");
+          if (fail.work) throw new WorkFailed("work failed");
+          return 42;
+        }),
+        terminate: fromPromise(async (): Promise<void> => {
+          log.push("terminate");
+          if (fail.terminate) throw new Error("terminate failed");
+        }),
+      },
+    });
+  const outcome = (machine: typeof launchMachine) => {
+    const actor = createActor(machine, { input: { microvmId: "vm" } });
+    const done = toPromise(actor);
+    actor.start();
+    return done;
+  };
+
+  it("launch machine - every step in order, the work's result as output", async () => {
+    const log: string[] = [];
+    assert.deepEqual(await outcome(steps(log, {})), { ok: true, result: 42 });
+    assert.deepEqual(log, ["run", "waitRunning", "token", "connect", "work", "terminate"]);
+  });
+
+  it("launch machine - a failed step or work still terminates, and the first error wins", async () => {
+    for (const [fail, expected] of [
+      [{ run: true }, ["run", "terminate"]],
+      [{ work: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"]],
+      [{ work: true, terminate: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"]],
+    ] as const) {
+      const log: string[] = [];
+      const result = await outcome(steps(log, fail));
+      assert.equal(result.ok, false);
+      assert.deepEqual(log, expected);
+      if ("work" in fail) assert.ok((result as { error: unknown }).error instanceof WorkFailed);
+    }
+    const log: string[] = [];
+    const result = await outcome(steps(log, { terminate: true }));
+    assert.equal(result.ok, false, "a result is not handed back when terminate failed");
+  });
+});
+
+for (const transport of ["nats", "http"] as const) {
+  describe(`launch over ${transport}`, () => {
+    const api = () => (transport === "nats" ? svc.overNats : svc.overHttp);
+
+    it(`launch (${transport}) - resolves with the work's result and terminates the instance`, async () => {
+      let id = "";
+      const result = await launchMicrovm<SandboxShape, string>(api(), async (stub, vm) => {
+        id = vm.microvmId;
+        assert.equal(await stateOf(vm.microvmId), "RUNNING");
+        return stub.hello("launch");
+      });
+      assert.equal(result, "hello, launch!");
+      assert.equal(await stateOf(id), "TERMINATED");
+    });
+
+    it(`launch (${transport}) - rejects with the work's own error after terminating`, async () => {
+      const thrown = new WorkFailed("boom");
+      let id = "";
+      await assert.rejects(
+        launchMicrovm(api(), async (_stub, vm) => {
+          id = vm.microvmId;
+          throw thrown;
+        }),
+        (err) => err === thrown,
+      );
+      assert.equal(await stateOf(id), "TERMINATED");
+    });
+  });
+}
+
+describe("launch - failing steps", () => {
+  it("launch - an unknown image rejects with ImageNotFound and leaves no record", async () => {
+    const microvmId = crypto.randomUUID();
+    await assert.rejects(
+      launchMicrovm(svc.overNats, async () => "never", { imageIdentifier: "missing", microvmId }),
+      (err) => err instanceof ClientError && err._tag === "ImageNotFound",
+    );
+    assert.equal(await stateOf(microvmId), undefined);
+  });
+
+  it("launch - not RUNNING in time rejects with MicrovmLaunchError and still terminates", async () => {
+    const microvmId = crypto.randomUUID();
+    await assert.rejects(
+      launchMicrovm(svc.overNats, async () => "never", { readyTimeoutMs: 1, microvmId }),
+      (err) => err instanceof MicrovmLaunchError && err.step === "waitRunning",
+    );
+    assert.equal(await stateOf(microvmId), "TERMINATED");
+  });
+
+  it("launch - 20 launches whose work throws leave no instance process and no live record", async () => {
+    const ids: string[] = [];
+    const launches = Array.from({ length: 20 }, (_, i) =>
+      launchMicrovm(svc.overNats, async (stub, vm) => {
+        ids.push(vm.microvmId);
+        await stub.hello(String(i));
+        throw new WorkFailed(`work ${i}`);
+      }),
+    );
+    const results = await Promise.allSettled(launches);
+    assert.ok(results.every((r) => r.status === "rejected" && r.reason instanceof WorkFailed));
+    assert.equal(ids.length, 20);
+    assert.deepEqual(instanceChildren(), []);
+    const { items } = await svc.overNats.listMicrovms({});
+    assert.deepEqual(items.filter((item) => item.state !== "TERMINATED").map((item) => item.microvmId), []);
+    assert.deepEqual(svc.host.liveInstances(), []);
+  });
+});
+
+describe("launch - latency", () => {
+  it("launch - RunMicrovm → RUNNING → first RPC, suspend and resume (diagnostics)", async (t) => {
+    const toRunning: number[] = [];
+    const toFirstRpc: number[] = [];
+    const suspend: number[] = [];
+    const resume: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const began = performance.now();
+      const run = await svc.overNats.runMicrovm({ idlePolicy: policy() });
+      await waitForState(svc.overNats, run.microvmId, ["RUNNING"]);
+      toRunning.push(performance.now() - began);
+      const { authToken } = await svc.overNats.createAuthToken({ microvmIdentifier: run.microvmId, expirationInMinutes: 1, allowedPorts: [{ port: 8080 }] });
+      const stub = connectMicrovm<SandboxShape>({ endpoint: run.endpoint, authToken });
+      assert.equal(await stub.hello("t"), "hello, t!");
+      toFirstRpc.push(performance.now() - began);
+      let mark = performance.now();
+      await svc.overNats.suspendMicrovm({ microvmIdentifier: run.microvmId });
+      suspend.push(performance.now() - mark);
+      mark = performance.now();
+      await svc.overNats.resumeMicrovm({ microvmIdentifier: run.microvmId });
+      resume.push(performance.now() - mark);
+      await svc.overNats.terminateMicrovm({ microvmIdentifier: run.microvmId });
+    }
+    const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!.toFixed(1);
+    t.diagnostic(`RunMicrovm → RUNNING p50 ${p50(toRunning)} ms; → first RPC p50 ${p50(toFirstRpc)} ms (10 launches, NATS)`);
+    t.diagnostic(`SuspendMicrovm (answered SUSPENDED) p50 ${p50(suspend)} ms; ResumeMicrovm (answered RUNNING) p50 ${p50(resume)} ms`);
+  });
+});

@@ -1,0 +1,124 @@
+// The idle policy and record keeping as other processes see them: state changes observed
+// through GetMicrovm on a second NATS connection and straight from KV, auto-resume through
+// the proxy, retention of terminal records, and a host shutdown that ends every instance.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { natsClient } from "../client/index.ts";
+import { MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { connectNats, bucketNames } from "../platform/index.ts";
+import { microvmApi } from "../schemas/index.ts";
+import { connectMicrovm, isRpcError, type SandboxShape } from "../vm-runtime/index.ts";
+import { lifo } from "./helpers/defer.ts";
+import {
+  assertNoInstanceLeft,
+  policy,
+  processState,
+  startMicrovmService,
+  waitForState,
+  type MicrovmClient,
+  type MicrovmService,
+} from "./helpers/microvm.ts";
+
+const defer = lifo(after);
+let svc: MicrovmService;
+/** A second connection: it shares nothing with the host but NATS. */
+let observer: MicrovmClient;
+let observerStore: MicrovmStore;
+
+before(async () => {
+  svc = await startMicrovmService(defer, { retentionSeconds: 2, sweepIntervalMs: 250 });
+  const second = await connectNats({ servers: svc.nats.url, name: "observer" });
+  defer(() => second.close());
+  observer = natsClient(microvmApi, second.nc);
+  observerStore = new MicrovmStore(await new Kvm(second.nc).open(bucketNames.microvms), second.nc);
+});
+after(assertNoInstanceLeft);
+
+async function stubFor(microvmId: string, endpoint: string) {
+  const { authToken } = await svc.overNats.createAuthToken({ microvmIdentifier: microvmId, expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] });
+  return connectMicrovm<SandboxShape>({ endpoint, authToken });
+}
+
+async function stored(microvmId: string): Promise<MicrovmRecord> {
+  const entry = await observerStore.read(microvmId);
+  assert.ok(entry, `record of ${microvmId}`);
+  return entry.record;
+}
+
+describe("microvm lifecycle", () => {
+  it("microvm lifecycle - idle → SUSPENDED → TERMINATED, seen from a second connection and in KV", async () => {
+    const run = await svc.overHttp.runMicrovm({ idlePolicy: policy({ maxIdleDurationSeconds: 1, suspendedDurationSeconds: 1 }) });
+    await waitForState(observer, run.microvmId, ["RUNNING"]);
+    const pid = (await stored(run.microvmId)).handle?.pid;
+    assert.ok(pid);
+
+    const suspended = await waitForState(observer, run.microvmId, ["SUSPENDED"], 5_000);
+    assert.equal(suspended.stateReason, "IdleTimeout");
+    assert.equal(processState(pid), "T");
+    const record = await stored(run.microvmId);
+    assert.equal(record.state, "SUSPENDED");
+    assert.equal(record.hostId, svc.host.hostId);
+    assert.ok(record.snapshot, "the lifecycle snapshot is stored");
+    assert.doesNotMatch(JSON.stringify(record), /upstreamHeaders|x-microvm/i, "no instance secret in KV");
+
+    const ended = await waitForState(observer, run.microvmId, ["TERMINATED"], 5_000);
+    assert.equal(ended.stateReason, "SuspendedDurationElapsed");
+    assert.equal(processState(pid), undefined);
+    assert.ok((await stored(run.microvmId)).terminalAt);
+  });
+
+  it("microvm lifecycle - a request through the proxy resumes an idle-suspended instance", async () => {
+    const run = await svc.overNats.runMicrovm({ idlePolicy: policy({ maxIdleDurationSeconds: 1 }) });
+    await waitForState(observer, run.microvmId, ["RUNNING"]);
+    const stub = await stubFor(run.microvmId, run.endpoint);
+    await waitForState(observer, run.microvmId, ["SUSPENDED"], 5_000);
+    const began = performance.now();
+    assert.equal(await stub.hello("wake up"), "hello, wake up!");
+    const elapsed = performance.now() - began;
+    await waitForState(observer, run.microvmId, ["RUNNING"], 2_000);
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: run.microvmId });
+    assert.ok(elapsed < 2_000, `auto-resume + call took ${elapsed.toFixed(0)} ms`);
+  });
+
+  it("microvm lifecycle - without auto-resume a suspended instance answers 409 until ResumeMicrovm", async () => {
+    const run = await svc.overNats.runMicrovm({ idlePolicy: policy({ autoResumeEnabled: false }) });
+    await waitForState(observer, run.microvmId, ["RUNNING"]);
+    const stub = await stubFor(run.microvmId, run.endpoint);
+    await svc.overNats.suspendMicrovm({ microvmIdentifier: run.microvmId });
+    await assert.rejects(stub.hello("x"), (err: unknown) => isRpcError(err, "MicrovmSuspended") && err.status === 409);
+    await svc.overHttp.resumeMicrovm({ microvmIdentifier: run.microvmId });
+    assert.equal(await stub.hello("back"), "hello, back!");
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: run.microvmId });
+  });
+
+  it("microvm lifecycle - terminal records are deleted after the retention period", async () => {
+    const run = await svc.overNats.runMicrovm({ idlePolicy: policy() });
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: run.microvmId });
+    assert.equal((await observer.getMicrovm({ microvmIdentifier: run.microvmId })).state, "TERMINATED");
+    const deadline = Date.now() + 6_000;
+    while ((await observerStore.read(run.microvmId)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    await assert.rejects(observer.getMicrovm({ microvmIdentifier: run.microvmId }), { _tag: "MicrovmNotFound" });
+    const jsm = await jetstreamManager(svc.handle.nc);
+    const info = await jsm.streams.info(`KV_${bucketNames.microvms}`, { subjects_filter: `$KV.${bucketNames.microvms}.${run.microvmId}` });
+    assert.equal(info.state.subjects, undefined, "no delete marker is left behind");
+  });
+
+  it("microvm lifecycle - closing a host terminates its instances and records it", async () => {
+    const { host } = await svc.addHost({ hostId: "closing-host" });
+    const api = svc.overNats;
+    const ids: string[] = [];
+    // Queue groups spread runs over both hosts: keep launching until the closing host has two.
+    while (host.liveInstances().length < 2) ids.push((await api.runMicrovm({ idlePolicy: policy() })).microvmId);
+    const mine = host.liveInstances();
+    const pids = await Promise.all(mine.map(async (id) => (await waitForState(observer, id, ["RUNNING"])) && (await stored(id)).handle!.pid!));
+    await host.close();
+    for (const id of mine) {
+      const vm = await observer.getMicrovm({ microvmIdentifier: id });
+      assert.deepEqual([vm.state, vm.stateReason], ["TERMINATED", "HostShutdown"]);
+    }
+    for (const pid of pids) assert.equal(processState(pid), undefined);
+    await Promise.all(ids.filter((id) => !mine.includes(id)).map((id) => api.terminateMicrovm({ microvmIdentifier: id })));
+  });
+});

@@ -1,0 +1,117 @@
+// A host process killed with SIGKILL, then started again with the same host id: its running
+// instances died with it, its suspended one (a stopped process that cannot notice) is killed
+// at start, and no record stays RUNNING. Meanwhile another host answers for the dead owner.
+// A clean SIGTERM shutdown leaves no instance process either.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { natsClient } from "../client/index.ts";
+import { startMicrovmHost } from "../actors/index.ts";
+import {
+  hostGoneReason,
+  hostWorkDir,
+  instanceProcessesUnder,
+  MicrovmStore,
+  REASON_PROCESS_GONE,
+  REASON_PROCESS_KILLED,
+} from "../actors/microvms/index.ts";
+import { connectNats, openBuckets, type NatsHandle } from "../platform/index.ts";
+import { microvmApi } from "../schemas/index.ts";
+import { lifo } from "./helpers/defer.ts";
+import { testNats, type TestNats } from "./helpers/nats.ts";
+import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
+import { assertNoInstanceLeft, policy, processState, waitForState, type MicrovmClient } from "./helpers/microvm.ts";
+
+const defer = lifo(after);
+const hostId = "reconcile-host";
+let nats: TestNats;
+let handle: NatsHandle;
+let api: MicrovmClient;
+let store: MicrovmStore;
+let dataDir: string;
+let workDir: string;
+
+before(async () => {
+  nats = await testNats(defer);
+  handle = await connectNats({ servers: nats.url, name: "reconcile-test" });
+  defer(() => handle.close());
+  api = natsClient(microvmApi, handle.nc);
+  store = new MicrovmStore((await openBuckets(handle.nc)).microvms, handle.nc);
+  dataDir = await mkdtemp(join(tmpdir(), "microvm-reconcile-"));
+  defer(() => rm(dataDir, { recursive: true, force: true }));
+  workDir = hostWorkDir(dataDir, hostId);
+});
+after(assertNoInstanceLeft);
+after(() => assert.deepEqual(instanceProcessesUnder(workDir), [], "an instance of the host process was left running"));
+
+async function startHostProcess(): Promise<ServiceProcess> {
+  const proc = await startServiceProcess({ NATS_URL: nats.url, DATA_DIR: dataDir, MICROVM_HOST_ID: hostId }, ["--role", "microvms"]);
+  defer(() => proc.stop("SIGKILL"));
+  return proc;
+}
+
+async function running(): Promise<{ microvmId: string; pid: number }> {
+  const { microvmId } = await api.runMicrovm({ idlePolicy: policy() });
+  await waitForState(api, microvmId, ["RUNNING"]);
+  const record = (await store.read(microvmId))!.record;
+  assert.equal(record.hostId, hostId);
+  return { microvmId, pid: record.handle!.pid! };
+}
+
+async function gone(pid: number, timeoutMs = 5_000): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (processState(pid) !== undefined && processState(pid) !== "Z" && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  return processState(pid) === undefined || processState(pid) === "Z";
+}
+
+describe("microvm reconcile", () => {
+  it("microvm reconcile - after SIGKILL nothing of the old run keeps running and no record says RUNNING", async () => {
+    const first = await startHostProcess();
+    const [lost, orphan, suspended] = [await running(), await running(), await running()];
+    await api.suspendMicrovm({ microvmIdentifier: suspended.microvmId });
+    assert.equal(processState(suspended.pid), "T");
+
+    await first.stop("SIGKILL");
+    assert.ok(await gone(lost.pid), "a running instance exits with its host (stdin pipe closed)");
+    assert.ok(await gone(orphan.pid));
+    assert.equal(processState(suspended.pid), "T", "a stopped instance outlives its host");
+
+    // Another host answers for the dead owner: terminate marks the record at once.
+    const otherDir = await mkdtemp(join(tmpdir(), "microvm-other-"));
+    defer(() => rm(otherDir, { recursive: true, force: true }));
+    const other = await startMicrovmHost(handle.nc, { kv: store.kv, dataDir: otherDir, hostId: "other", sweepIntervalMs: 600_000 });
+    const answer = await api.terminateMicrovm({ microvmIdentifier: lost.microvmId });
+    assert.equal(answer.state, "TERMINATED");
+    assert.equal((await api.getMicrovm({ microvmIdentifier: lost.microvmId })).stateReason, hostGoneReason(hostId));
+    await other.close();
+
+    const second = await startHostProcess();
+    assert.ok(await gone(suspended.pid, 1_000), "the suspended instance of the old run was killed at start");
+    assert.deepEqual(instanceProcessesUnder(workDir), []);
+    const reconciled = second.logs.find((entry) => entry.msg === "microvm host reconciled");
+    assert.deepEqual([reconciled?.terminated, reconciled?.killed], [2, 1]);
+    for (const [vm, reason] of [[orphan, REASON_PROCESS_GONE], [suspended, REASON_PROCESS_KILLED]] as const) {
+      const record = await api.getMicrovm({ microvmIdentifier: vm.microvmId });
+      assert.deepEqual([record.state, record.stateReason], ["TERMINATED", reason]);
+    }
+    const { items } = await api.listMicrovms({});
+    assert.deepEqual(items.filter((item) => item.state !== "TERMINATED"), []);
+    assert.equal(await second.stop("SIGTERM"), 0);
+  });
+
+  it("microvm reconcile - SIGTERM terminates every instance of the host before it exits", async () => {
+    const proc = await startHostProcess();
+    const [a, b] = [await running(), await running()];
+    await api.suspendMicrovm({ microvmIdentifier: b.microvmId });
+    assert.equal(await proc.stop("SIGTERM"), 0);
+    assert.equal(processState(a.pid), undefined);
+    assert.equal(processState(b.pid), undefined);
+    assert.deepEqual(instanceProcessesUnder(workDir), []);
+    for (const vm of [a, b]) {
+      const record = (await store.read(vm.microvmId))!.record;
+      assert.deepEqual([record.state, record.stateReason], ["TERMINATED", "HostShutdown"]);
+    }
+  });
+});
