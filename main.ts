@@ -5,7 +5,9 @@ import { resolve, join } from "node:path";
 import { writeFile } from "node:fs/promises";
 import { execFileSync } from "node:child_process";
 import { startActors, startMicrovmHost } from "./actors/index.ts";
-import { createGateways } from "./gateway/index.ts";
+import { createServer } from "node:http";
+import { once } from "node:events";
+import { createGateways, opsListener } from "./gateway/index.ts";
 import {
   connectNats,
   log,
@@ -33,6 +35,7 @@ const config = {
   requestTimeoutMs: int("REQUEST_TIMEOUT_MS", 5_000),
   replicas: int("KV_REPLICAS", 1),
   localReads: env.GATEWAY_LOCAL_READS !== "0",
+  metricsPort: env.METRICS_PORT ? int("METRICS_PORT", 0) : undefined,
   readCacheEntries: int("READ_CACHE_ENTRIES", 50_000),
 };
 
@@ -117,6 +120,13 @@ async function main() {
     const microvmPort = await gateways.microvm.listen(config.microvmPort, config.host);
     closers.unshift(() => gateways.task.close(), () => gateways.job.close(), () => gateways.microvm.close());
     log.info({ taskPort, jobPort, microvmPort, host: config.host }, "gateway listening");
+  } else if (config.metricsPort !== undefined) {
+    // Processes without an API still expose /metrics, /livez and /readyz.
+    const ops = createServer(opsListener(() => nats.connected()));
+    ops.listen(config.metricsPort, config.host);
+    await once(ops, "listening");
+    closers.push(() => new Promise((done) => ops.close(() => done())));
+    log.info({ metricsPort: (ops.address() as { port: number }).port }, "metrics listening");
   }
 
   let stopping = false;

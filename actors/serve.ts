@@ -9,6 +9,7 @@ import {
   ERROR_TAG_HEADER,
   HttpApiDecodeError,
   IDEMPOTENCY_KEY_HEADER,
+  REQUEST_ID_HEADER,
   inputSchema,
   InternalServerError,
   ServiceUnavailable,
@@ -18,7 +19,7 @@ import {
   type Operation,
   type SuccessOf,
 } from "../schemas/index.ts";
-import { JetStreamRequestError, log, type BatchPublisher } from "../platform/index.ts";
+import { JetStreamRequestError, log, recordActor, type BatchPublisher } from "../platform/index.ts";
 
 /** What a handler knows besides its input. */
 export interface HandlerContext {
@@ -54,14 +55,18 @@ export function serveOperation<Op extends Operation>(
     else msg.respond(data, { headers: hdrs });
   };
   const handle = async (msg: Msg) => {
+    const started = performance.now();
+    let status = 200;
     try {
       const input = decode(requestInput(op, msg, options.prefix));
       const context = { idempotencyKey: idempotencyKey(op, msg.headers) };
       respond(msg, JSON.stringify(await handler(input, context)));
     } catch (err) {
-      const failure = toApiError(op, err);
+      const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
+      status = failure.status;
       respond(msg, JSON.stringify(failure.body), errorHeaders(failure));
     }
+    recordActor(op.name, status, (performance.now() - started) / 1000);
   };
   return nc.subscribe(subscriptionSubject(op, options.prefix), {
     queue: options.queue,
@@ -110,14 +115,14 @@ function errorHeaders(failure: ApiError): MsgHdrs {
 }
 
 /** A declared error as it is; storage trouble as 503; anything else logged and a bare 500. */
-export function toApiError(op: Operation, err: unknown): ApiError {
+export function toApiError(op: Operation, err: unknown, requestId?: string): ApiError {
   if (err instanceof ApiError) return err;
   const name = (err as Error | undefined)?.name ?? "";
   const storageDown = err instanceof JetStreamRequestError ? err.code >= 500 : /Timeout|NoResponders|Disconnected|Connection|Closed|Draining/.test(name);
   if (storageDown) {
-    log.warn({ op: op.name, err: name }, "storage unavailable");
+    log.warn({ op: op.name, requestId, err: name }, "storage unavailable");
     return ServiceUnavailable.make({}, { cause: err });
   }
-  log.error({ op: op.name, err }, "undeclared failure");
+  log.error({ op: op.name, requestId, err }, "undeclared failure");
   return InternalServerError.make({}, { cause: err });
 }

@@ -6,6 +6,7 @@ import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
 export { isJsonContentType } from "./body.ts";
+export { opsListener } from "./health.ts";
 
 export interface GatewayOptions {
   nats: NatsHandle;

@@ -12,7 +12,7 @@ export function sendJson(res: ServerResponse, status: number, data: Uint8Array |
   res.end(data);
 }
 
-export function sendError(res: ServerResponse, err: unknown, context: { op?: string } = {}): void {
+export function sendError(res: ServerResponse, err: unknown, context: { op?: string; requestId?: string } = {}): void {
   const failure = err instanceof ApiError ? err : internal(err, context);
   if (res.headersSent) {
     res.destroy();
@@ -24,7 +24,7 @@ export function sendError(res: ServerResponse, err: unknown, context: { op?: str
   sendJson(res, failure.status, JSON.stringify(failure.body));
 }
 
-function internal(err: unknown, context: { op?: string }): ApiError {
+function internal(err: unknown, context: { op?: string; requestId?: string }): ApiError {
   log.error({ ...context, err }, "undeclared failure");
   return InternalServerError.make({}, { cause: err });
 }

@@ -7,16 +7,18 @@ import {
   compileDecoder,
   HttpApiDecodeError,
   IDEMPOTENCY_KEY_HEADER,
+  REQUEST_ID_HEADER,
   inputSchema,
   requestSubject,
   RouteNotFound,
   subjectFields,
   type Operation,
 } from "../schemas/index.ts";
-import type { NatsHandle } from "../platform/index.ts";
+import { log, recordHttp, type NatsHandle } from "../platform/index.ts";
 import { toApiError } from "../actors/index.ts";
 import type { LocalReads } from "./local-reads.ts";
 import { readJsonBody } from "./body.ts";
+import { requestId } from "./request-id.ts";
 import { sendError, sendJson } from "./respond.ts";
 import { forward } from "./transport.ts";
 
@@ -52,6 +54,8 @@ function operationRoute(op: Operation, options: RouteOptions) {
   const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
   return async (req: Request, res: ServerResponse) => {
+    const started = performance.now();
+    const id = requestId(req);
     try {
       const payload = op.payload ? await readJsonBody(req, bodyLimit(options)) : {};
       if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
@@ -60,21 +64,26 @@ function operationRoute(op: Operation, options: RouteOptions) {
       const input = decode({ ...req.params, ...req.query, ...payload });
       if (localRead) {
         sendJson(res, 200, await localRead(input).catch((err: unknown) => {
-          throw toApiError(op, err);
+          throw toApiError(op, err, id);
         }));
-        return;
+      } else {
+        const subject = requestSubject(op, input, options.prefix);
+        const body = JSON.stringify(fields.length ? omit(input, fields) : input);
+        const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
+        if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
+        const reply = await forward(options.nats, subject, body, {
+          timeoutMs: options.requestTimeoutMs,
+          attemptMs: repeatable ? (options.attemptTimeoutMs ?? 2_000) : undefined,
+          headers,
+        });
+        sendJson(res, reply.status, reply.data);
       }
-      const subject = requestSubject(op, input, options.prefix);
-      const body = JSON.stringify(fields.length ? omit(input, fields) : input);
-      const reply = await forward(options.nats, subject, body, {
-        timeoutMs: options.requestTimeoutMs,
-        attemptMs: repeatable ? (options.attemptTimeoutMs ?? 2_000) : undefined,
-        headers: op.idempotent ? { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey(req) } : undefined,
-      });
-      sendJson(res, reply.status, reply.data);
     } catch (err) {
-      sendError(res, err, { op: op.name });
+      sendError(res, err, { op: op.name, requestId: id });
     }
+    const seconds = (performance.now() - started) / 1000;
+    recordHttp(op.api, op.name, res.statusCode, seconds);
+    if (log.isLevelEnabled("debug")) log.debug({ requestId: id, op: op.name, status: res.statusCode, ms: seconds * 1000 }, "request");
   };
 }
 

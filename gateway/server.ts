@@ -6,6 +6,7 @@ import type { OpenApiInfo, Operation } from "../schemas/index.ts";
 import { applyCors } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
+import { requestId } from "./request-id.ts";
 import { buildRouter, type RouteOptions } from "./routes.ts";
 
 export interface ApiServerOptions extends RouteOptions {
@@ -33,6 +34,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
   let closing = false;
   const ready = () => !closing && options.nats.connected();
   const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+    res.setHeader("x-request-id", requestId(req));
     if (options.cors && applyCors(req, res)) return;
     if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
     if (closing) res.setHeader("connection", "close");

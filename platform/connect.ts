@@ -1,6 +1,7 @@
 // NATS connections for gateways and actors: tuned options and a live view of connectivity.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { BatchPublisher } from "./batch.ts";
+import { natsConnected, natsReconnects } from "./metrics.ts";
 import { DisconnectedError, Requester } from "./requester.ts";
 
 export interface ConnectOptions {
@@ -36,14 +37,20 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
   let connected = true;
   const publisher = new BatchPublisher(nc);
   const requester = new Requester(nc, publisher);
+  natsConnected.set(1);
   const lost = () => {
     connected = false;
+    natsConnected.set(0);
     requester.failAll(new DisconnectedError("NATS connection lost"));
   };
   void (async () => {
     for await (const status of nc.status()) {
       if (status.type === "disconnect" || status.type === "reconnecting" || status.type === "close") lost();
-      else if (status.type === "reconnect") connected = true;
+      else if (status.type === "reconnect") {
+        connected = true;
+        natsConnected.set(1);
+        natsReconnects.inc();
+      }
     }
   })();
   return {

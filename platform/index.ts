@@ -6,3 +6,4 @@ export * from "./log.ts";
 export * from "./requester.ts";
 export * from "./record-store.ts";
 export * from "./batch.ts";
+export * from "./metrics.ts";

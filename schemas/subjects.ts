@@ -49,3 +49,5 @@ export const ERROR_CODE_HEADER = "Nats-Service-Error-Code";
 export const ERROR_TAG_HEADER = "Nats-Service-Error";
 /** Request header fixing the id of a created record, so a retried create is not a second one. */
 export const IDEMPOTENCY_KEY_HEADER = "Idempotency-Key";
+/** Request header carrying the caller's request id, so one request can be followed in logs. */
+export const REQUEST_ID_HEADER = "X-Request-Id";

@@ -10,7 +10,7 @@ import {
   type LifecycleTimeouts,
   type TokenKey,
 } from "../../vm-runtime/index.ts";
-import { log } from "../../platform/index.ts";
+import { log, microvmInstances, onScrape } from "../../platform/index.ts";
 import { serveOperation, type Handler } from "../serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKey, lockHost } from "./config.ts";
 import { ownerHandlers, queueHandlers, type HostState } from "./handlers.ts";
@@ -138,6 +138,10 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     ...(options.sweepIntervalMs === undefined ? {} : { intervalMs: options.sweepIntervalMs }),
   });
   log.info({ hostId, workDir, reconciled }, "microvm host serving");
+  const stopCounting = onScrape(() => {
+    microvmInstances.reset();
+    for (const hosted of host.instances.values()) microvmInstances.inc({ state: hosted.state() });
+  });
 
   let closed: Promise<void> | undefined;
   return {
@@ -151,6 +155,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
 
   async function shutdown(): Promise<void> {
     host.closing = true;
+    stopCounting();
     await Promise.all(queued.map((sub) => sub.drain().catch(() => undefined)));
     await sweeper.stop();
     while (host.launching > 0) await new Promise((r) => setTimeout(r, 10));

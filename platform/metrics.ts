@@ -1,0 +1,89 @@
+// Prometheus metrics (prom-client) for the process: HTTP requests per operation and status,
+// actor handling time, NATS connectivity, microVM instances per state, and Node's defaults.
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+
+export const registry = new Registry();
+collectDefaultMetrics({ register: registry });
+
+const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
+const httpRequests = new Histogram({
+  name: "http_request_duration_seconds",
+  help: "HTTP requests by API, operation and status: count and latency",
+  labelNames: ["api", "operation", "status"] as const,
+  buckets: latencyBuckets,
+  registers: [registry],
+});
+
+const actorHandling = new Histogram({
+  name: "actor_handling_seconds",
+  help: "Time actors spend on a NATS request, by operation and outcome status",
+  labelNames: ["operation", "status"] as const,
+  buckets: latencyBuckets,
+  registers: [registry],
+});
+
+/** Set by the connection's status watcher: 1 connected, 0 not. */
+export const natsConnected = new Gauge({
+  name: "nats_connected",
+  help: "1 while the NATS connection is up",
+  registers: [registry],
+});
+
+/** Reconnects since start. */
+export const natsReconnects = new Counter({
+  name: "nats_reconnects_total",
+  help: "NATS reconnections since the process started",
+  registers: [registry],
+});
+
+/** Filled at scrape time by the microVM host, when this process runs one. */
+export const microvmInstances = new Gauge({
+  name: "microvm_instances",
+  help: "MicroVM instances of this host by state",
+  labelNames: ["state"] as const,
+  registers: [registry],
+});
+
+type Observe = (seconds: number) => void;
+
+/** Label children are looked up once per label set: observing stays a map hit. */
+function cached<L extends string>(histogram: Histogram<L>) {
+  const children = new Map<string, Observe>();
+  return (labels: Record<L, string>, seconds: number) => {
+    const key = Object.values(labels).join("\0");
+    let observe = children.get(key);
+    if (!observe) {
+      const child = histogram.labels(labels as never);
+      observe = (s) => child.observe(s);
+      children.set(key, observe);
+    }
+    observe(seconds);
+  };
+}
+
+const observeHttp = cached(httpRequests);
+const observeActor = cached(actorHandling);
+
+/** Records one answered HTTP request. */
+export function recordHttp(api: string, operation: string, status: number, seconds: number): void {
+  observeHttp({ api, operation, status: String(status) }, seconds);
+}
+
+/** Records one answered actor request. */
+export function recordActor(operation: string, status: number, seconds: number): void {
+  observeActor({ operation, status: String(status) }, seconds);
+}
+
+/** Runs before every scrape (e.g. to count instances by state). */
+const collectors: (() => void)[] = [];
+export function onScrape(collect: () => void): () => void {
+  collectors.push(collect);
+  return () => collectors.splice(collectors.indexOf(collect), 1);
+}
+
+/** The exposition text and its content type. */
+export async function metricsText(): Promise<{ contentType: string; body: string }> {
+  for (const collect of collectors) collect();
+  return { contentType: registry.contentType, body: await registry.metrics() };
+}
