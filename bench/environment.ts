@@ -58,8 +58,15 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
   };
   try {
     const nats = await startNats(storeDir);
-    const [taskPort, jobPort, barePort] = [await freePort(), await freePort(), await freePort()];
-    const env = serviceEnv({ NATS_URL: nats.server.url, TASK_API_PORT: String(taskPort), JOB_API_PORT: String(jobPort) });
+    const [taskPort, jobPort, microvmPort, barePort] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    // Its own data dir and ports: never collides with an `npm start` or another bench.
+    const env = serviceEnv({
+      NATS_URL: nats.server.url,
+      TASK_API_PORT: String(taskPort),
+      JOB_API_PORT: String(jobPort),
+      MICROVM_API_PORT: String(microvmPort),
+      DATA_DIR: join(storeDir, "service-data"),
+    });
     const nodeFlags = options.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfDir}`] : [];
     const roleSets = options.splitRoles ? [["--role", "actors"], ["--role", "gateway"]] : [[]];
     const services: Child[] = [];

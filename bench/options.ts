@@ -18,6 +18,10 @@ export interface BenchOptions {
   cpuProf?: string;
   growth: boolean;
   growthSize: number;
+  /** The microVM bench instead (bench/microvm.ts). */
+  microvm: boolean;
+  /** The node-flag experiment on hand-started instance runtimes (bench/microvm-flags.ts). */
+  microvmFlags: boolean;
 }
 
 export const helpText = `Usage: npm run bench -- [options]
@@ -41,6 +45,11 @@ Options:
                        (summarize with: npx tsx bench/profile-summary.ts DIR/*.cpuprofile)
   --growth             growth check instead: RSS and getTask latency at 0 and 100k records
   --growth-size N      records to grow to (implies --growth; e.g. 1000000 adds a 1M point)
+  --microvm            microVM bench instead: launch → first RPC, RPC via the proxy, suspend/
+                       resume, memory per instance at 1/10/50 live (~2 min; --quick ~1 min;
+                       --cpu-prof DIR profiles the service). Not part of the default run.
+  --microvm-flags      node-flag experiment: RSS, start and RPC latency of the sandbox runtime
+                       started by hand under each candidate set of node flags
   --help               this text
 `;
 
@@ -77,6 +86,8 @@ export function parseOptions(args: string[]): BenchOptions {
       "cpu-prof": { type: "string" },
       growth: { type: "boolean" },
       "growth-size": { type: "string" },
+      microvm: { type: "boolean" },
+      "microvm-flags": { type: "boolean" },
     },
   });
   const quick = values.quick ?? false;
@@ -93,5 +104,7 @@ export function parseOptions(args: string[]): BenchOptions {
     cpuProf: values["cpu-prof"],
     growth: (values.growth ?? false) || values["growth-size"] !== undefined,
     growthSize: Math.round(positive("growth-size", values["growth-size"], 100_000)),
+    microvm: values.microvm ?? false,
+    microvmFlags: values["microvm-flags"] ?? false,
   };
 }

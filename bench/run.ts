@@ -1,9 +1,12 @@
 // `npm run bench`: the service against a bare node:http baseline in the same run, or with
-// --growth the RSS and read latency as records pile up. See bench/README-section.md.
+// --growth the RSS and read latency as records pile up, or with --microvm the microVM
+// facility. See bench/README-section.md.
 import { startEnvironment, installShutdownHandlers, type Environment } from "./environment.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
+import { runMicrovmBench } from "./microvm.ts";
+import { runMicrovmFlags } from "./microvm-flags.ts";
 import { formatTable } from "./report.ts";
 import { writeResults } from "./results.ts";
 import { runRounds, selectWorkloads } from "./rounds.ts";
@@ -29,6 +32,10 @@ async function main() {
   const machine = describeMachine();
   const command = benchCommand(args);
   console.log(`command: ${command}\n${formatMachine(machine)}`);
+  if (options.microvm || options.microvmFlags) {
+    const header = { startedAt: startedAt.toISOString(), command, machine, options };
+    return options.microvmFlags ? runMicrovmFlags(options, header, startedAt) : runMicrovmBench(options, header, startedAt);
+  }
 
   let env: Environment | undefined;
   installShutdownHandlers(async () => {
