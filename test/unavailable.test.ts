@@ -6,7 +6,7 @@ import { createGateways } from "../gateway/index.ts";
 import { connectNats, recordStores, startNatsServer } from "../platform/index.ts";
 import { getTask } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { testNats } from "./helpers/nats.ts";
+import { skipUnlessRestartable, testNats } from "./helpers/nats.ts";
 import { getJson, postJson, startService } from "./helpers/service.ts";
 
 describe("unavailable", () => {
@@ -48,6 +48,7 @@ describe("unavailable", () => {
 
   it("unavailable - NATS down is 503 at once; the gateway recovers when it returns", async (t) => {
     const defer = lifo((fn) => t.after(fn));
+    if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
     const handle = await connectNats({ servers: nats.url, name: "gw" });
     defer(() => handle.close());

@@ -5,7 +5,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { lifo } from "../helpers/defer.ts";
 import { startLoad } from "../helpers/load.ts";
-import { testNats } from "../helpers/nats.ts";
+import { skipUnlessRestartable, testNats } from "../helpers/nats.ts";
 import { startServiceProcess } from "../helpers/process.ts";
 import { getJson } from "../helpers/service.ts";
 
@@ -14,6 +14,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe("faults: actor kill", () => {
   it("actor kill - SIGKILL of one of two actor processes loses no acknowledged write", async (t) => {
     const defer = lifo((fn) => t.after(fn));
+    if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
     const env = { NATS_URL: nats.url };
     const actorA = await startServiceProcess(env, ["--role", "actors"]);

@@ -5,7 +5,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { lifo } from "../helpers/defer.ts";
 import { startLoad } from "../helpers/load.ts";
-import { testNats } from "../helpers/nats.ts";
+import { skipUnlessRestartable, testNats } from "../helpers/nats.ts";
 import { startServiceProcess } from "../helpers/process.ts";
 import { getJson } from "../helpers/service.ts";
 import { startNatsServer, type NatsServer } from "../../platform/index.ts";
@@ -16,6 +16,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe("faults: nats restarts", () => {
   it(`nats restarts - ${RESTARTS} kill -9 restarts under load lose no acknowledged write`, async (t) => {
     const defer = lifo((fn) => t.after(fn));
+    if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
     let server: NatsServer = nats.server!;
     defer(() => server.stop());

@@ -4,7 +4,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
 import { lifo } from "../helpers/defer.ts";
-import { testNats } from "../helpers/nats.ts";
+import { skipUnlessRestartable, testNats } from "../helpers/nats.ts";
 import { startServiceProcess } from "../helpers/process.ts";
 
 /** A createTask whose body trickles in over `ms`, so it is in flight for that long. */
@@ -24,6 +24,7 @@ function slowCreate(url: string, ms: number): Promise<{ status: number; body: st
 describe("faults: graceful shutdown", () => {
   it("shutdown - SIGTERM lets requests in flight finish, refuses new ones, exits 0", async (t) => {
     const defer = lifo((fn) => t.after(fn));
+    if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
     const svc = await startServiceProcess({ NATS_URL: nats.url });
     defer(() => svc.stop("SIGKILL"));

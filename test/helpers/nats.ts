@@ -1,26 +1,136 @@
-// Test NATS: `NATS_URL` when set, else a private `nats-server -js` on a free port with a
-// temporary store (testcontainers takes over only where a Docker engine is reachable).
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+// Test NATS, first that applies: `NATS_URL`; a private `nats-server -js` from PATH on a free port
+// with a temporary store; a NATS container (testcontainers) where a Docker engine answers; else
+// an error naming the three. testcontainers is imported only on that path.
+import { constants } from "node:fs";
+import { access, mkdtemp, readFile, rm } from "node:fs/promises";
+import { request } from "node:http";
+import { homedir, tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
 import { startNatsServer, type NatsServer } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
 
+/** Where a test's NATS comes from. */
+export type NatsSource = "env" | "local" | "testcontainers";
+
 export interface TestNats {
   url: string;
-  /** The private server, when the test owns one (restart tests need it). */
+  source: NatsSource;
+  /** The private server, when the test owns a local one (restart tests need it). */
   server?: NatsServer;
   storeDir?: string;
 }
 
-/** A NATS for a test file; `private` forces an own server (to stop or restart it). */
-export async function testNats(defer: Defer, { private: own = false } = {}): Promise<TestNats> {
-  if (process.env.NATS_URL && !own) return { url: process.env.NATS_URL };
+export interface TestNatsOptions {
+  /** An own server, to stop or restart it: never `NATS_URL`, and never a container. */
+  private?: boolean;
+}
+
+/** A NATS for a test file; `private` forces an own local server (to stop or restart it). */
+export async function testNats(defer: Defer, options: TestNatsOptions = {}): Promise<TestNats> {
+  const source = await natsSource({ private: options.private });
+  if (source === "env") return { url: process.env.NATS_URL!, source };
+  if (source === "testcontainers") {
+    if (options.private) throw new Error(RESTART_UNSUPPORTED);
+    const { startNatsContainer } = await import("./nats-container.ts");
+    const container = await startNatsContainer();
+    defer(() => container.stop());
+    return { url: container.url, source };
+  }
   const storeDir = await mkdtemp(join(tmpdir(), "nats-test-"));
   const server = await startNatsServer({ storeDir });
   defer(async () => {
     await server.stop();
     await rm(storeDir, { recursive: true, force: true });
   });
-  return { url: server.url, server, storeDir };
+  return { url: server.url, source, server, storeDir };
+}
+
+const RESTART_UNSUPPORTED =
+  "this test stops and restarts NATS on the same port and store, which needs nats-server on PATH " +
+  "(a testcontainers NATS gets a new port when restarted); skip it with `if (await skipUnlessRestartable(t)) return;`";
+
+/**
+ * For a test that stops and restarts NATS (`testNats(defer, { private: true })`): skips `t`
+ * with a printed reason where only testcontainers can provide NATS. True when skipped: return.
+ */
+export async function skipUnlessRestartable(t: { skip(message?: string): void; name?: string }, env = process.env): Promise<boolean> {
+  if ((await natsSource({ private: true, env })) !== "testcontainers") return false;
+  const reason = "needs nats-server on PATH to restart NATS (only testcontainers is available here)";
+  console.log(`# skipped ${t.name ? `"${t.name}"` : "a test"}: ${reason}`);
+  t.skip(reason);
+  return true;
+}
+
+export interface NatsSourceOptions {
+  private?: boolean;
+  /** Environment to decide by (default `process.env`): NATS_URL, PATH, DOCKER_HOST, HOME. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * Which NATS the tests get: `NATS_URL` (unless private), else `nats-server` on PATH, else
+ * testcontainers when a Docker engine answers. `TEST_NATS=local|testcontainers` forces one.
+ */
+export async function natsSource(options: NatsSourceOptions = {}): Promise<NatsSource> {
+  const env = options.env ?? process.env;
+  if (env.TEST_NATS === "testcontainers") return "testcontainers";
+  if (env.NATS_URL && !options.private && env.TEST_NATS !== "local") return "env";
+  if (await onPath("nats-server", env.PATH ?? "")) return "local";
+  if (env.TEST_NATS !== "local" && (await dockerEngine(env))) return "testcontainers";
+  throw new Error(
+    "no NATS for the tests: set NATS_URL to a NATS server with JetStream, or install nats-server " +
+      "(Debian/Ubuntu: apt-get install nats-server), or start a Docker engine for testcontainers " +
+      `(none answered at ${dockerCandidates(env).join(", ")})`,
+  );
+}
+
+async function onPath(binary: string, path: string): Promise<boolean> {
+  for (const dir of path.split(delimiter).filter(Boolean)) {
+    if (await access(join(dir, binary), constants.X_OK).then(() => true, () => false)) return true;
+  }
+  return false;
+}
+
+/** Where a Docker engine may listen, as testcontainers looks: DOCKER_HOST, else the usual sockets. */
+function dockerCandidates(env: NodeJS.ProcessEnv): string[] {
+  if (env.DOCKER_HOST) return [env.DOCKER_HOST];
+  const home = env.HOME ?? homedir();
+  const uid = process.getuid?.() ?? 0;
+  return [
+    "unix:///var/run/docker.sock",
+    ...(env.XDG_RUNTIME_DIR ? [`unix://${env.XDG_RUNTIME_DIR}/docker.sock`] : []),
+    `unix://${home}/.docker/run/docker.sock`,
+    `unix://${home}/.docker/desktop/docker.sock`,
+    `unix:///run/user/${uid}/docker.sock`,
+  ];
+}
+
+/** The first candidate whose engine answers `GET /_ping` (a TLS endpoint is taken on trust). */
+export async function dockerEngine(env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
+  const configured = await readFile(join(env.HOME ?? homedir(), ".testcontainers.properties"), "utf8").catch(() => "");
+  const fromProperties = /^docker\.host\s*=\s*(\S+)/m.exec(configured)?.[1];
+  const candidates = fromProperties && !env.DOCKER_HOST ? [fromProperties] : dockerCandidates(env);
+  for (const candidate of candidates) {
+    if (candidate.startsWith("tcp://") && env.DOCKER_TLS_VERIFY) return candidate;
+    if (await pings(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+function pings(endpoint: string): Promise<boolean> {
+  const target = endpoint.startsWith("unix://")
+    ? { socketPath: endpoint.slice("unix://".length) }
+    : endpoint.startsWith("tcp://")
+      ? { host: new URL(endpoint).hostname, port: Number(new URL(endpoint).port || 2375) }
+      : undefined;
+  if (!target) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const req = request({ ...target, path: "/_ping", timeout: 1_500 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("timeout", () => req.destroy());
+    req.on("error", () => resolve(false));
+    req.end();
+  });
 }

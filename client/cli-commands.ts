@@ -1,0 +1,206 @@
+// The commands of `taskctl`: arguments, options, the typed client call, and a friendly text
+// next to the raw JSON answer. `cli.ts` parses argv and runs them. Only types come from the
+// contracts here: help and usage errors answer without loading them.
+import type { Static } from "@sinclair/typebox";
+import type { AllowedPort, jobApi, microvmApi, taskApi } from "../schemas/index.ts";
+import type { Client } from "./index.ts";
+import { fields, idlePolicyText, microvmTable, microvmText, taskText } from "./cli-output.ts";
+
+export type Apis = { task: typeof taskApi; job: typeof jobApi; microvm: typeof microvmApi };
+export type ApiName = keyof Apis;
+
+export interface OptionSpec {
+  readonly type: "string" | "boolean";
+  /** Placeholder in the help (string options). */
+  readonly value?: string;
+  readonly description: string;
+  readonly multiple?: boolean;
+}
+
+/** What a command answered: the raw JSON (`--json`) and the friendly text. */
+export interface Outcome {
+  readonly json: unknown;
+  readonly text: string;
+}
+
+export type OptionValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
+
+export interface CommandSpec<A extends ApiName = ApiName> {
+  readonly group: "tasks" | "jobs" | "microvm";
+  readonly name: string;
+  /** Positional arguments, all required (placeholders for the help). */
+  readonly args: readonly string[];
+  readonly api: A;
+  readonly summary: string;
+  readonly options?: Readonly<Record<string, OptionSpec>>;
+  run(client: Client<Apis[A]>, args: readonly string[], options: OptionValues): Promise<Outcome>;
+}
+
+const define = <A extends ApiName>(spec: CommandSpec<A>) => spec as unknown as CommandSpec;
+
+const nameOption: OptionSpec = { type: "string", value: "OBJECT", description: "the task object to use (1-256 characters); without it, the object store" };
+
+/** A whole number from an option, or a usage error naming it. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}
+
+function integer(options: OptionValues, key: string, fallback: number): number {
+  const raw = options[key];
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (typeof raw !== "string" || !/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(value)) {
+    throw new UsageError(`--${key} needs a whole number, got "${String(raw)}"`);
+  }
+  return value;
+}
+
+function allowedPorts(options: OptionValues): Static<typeof AllowedPort>[] {
+  if (options["all-ports"]) return [{ allPorts: {} }];
+  const given = (options.port as string[] | undefined) ?? ["8080"];
+  return given.map((raw) => {
+    const range = /^(\d+)-(\d+)$/.exec(raw.trim());
+    if (range) return { range: { startPort: Number(range[1]), endPort: Number(range[2]) } };
+    if (!/^\d+$/.test(raw.trim())) throw new UsageError(`--port needs a port number or a range START-END, got "${raw}"`);
+    return { port: Number(raw) };
+  });
+}
+
+const transition = (name: "suspend" | "resume" | "terminate", op: "suspendMicrovm" | "resumeMicrovm" | "terminateMicrovm", summary: string) =>
+  define({
+    group: "microvm",
+    name,
+    args: ["ID"],
+    api: "microvm",
+    summary,
+    async run(client, [id]) {
+      const answer = await client[op]({ microvmIdentifier: id });
+      return { json: answer, text: `${answer.microvmId} ${answer.state}` };
+    },
+  });
+
+export const commands: readonly CommandSpec[] = [
+  define({
+    group: "tasks",
+    name: "create",
+    args: ["TITLE"],
+    api: "task",
+    summary: "Create a task; prints it with its new id",
+    options: { name: nameOption },
+    async run(client, [title], options) {
+      const name = options.name as string | undefined;
+      const task = name === undefined ? await client.createTask({ title }) : await client.createTaskDO({ title, name });
+      return { json: task, text: `created task ${task.id}${name === undefined ? "" : ` in task object "${name}"`}\n${taskText(task)}` };
+    },
+  }),
+  define({
+    group: "tasks",
+    name: "get",
+    args: ["ID"],
+    api: "task",
+    summary: "Read a task",
+    options: { name: nameOption },
+    async run(client, [id], options) {
+      const name = options.name as string | undefined;
+      const task = name === undefined ? await client.getTask({ id }) : await client.getTaskDO({ id, name });
+      return { json: task, text: taskText(task) };
+    },
+  }),
+  define({
+    group: "jobs",
+    name: "create",
+    args: ["CONTENT"],
+    api: "job",
+    summary: "Create a job; prints its new id",
+    async run(client, [content]) {
+      const id = await client.createJob({ content });
+      return { json: id, text: `created job ${id}` };
+    },
+  }),
+  define({
+    group: "jobs",
+    name: "get",
+    args: ["ID"],
+    api: "job",
+    summary: "Read a job",
+    async run(client, [jobId]) {
+      const job = await client.getJob({ jobId });
+      return { json: job, text: fields([["id", job.id], ["content", job.content]]) };
+    },
+  }),
+  define({
+    group: "microvm",
+    name: "run",
+    args: [],
+    api: "microvm",
+    summary: "Launch an instance of an image; prints its id and endpoint",
+    options: {
+      image: { type: "string", value: "IMAGE", description: 'the image (default "sandbox")' },
+      idle: { type: "string", value: "SECONDS", description: "suspend after this long without requests (default 300)" },
+      suspended: { type: "string", value: "SECONDS", description: "terminate after this long suspended (default 600)" },
+      "no-auto-resume": { type: "boolean", description: "do not resume a suspended instance on a request" },
+      wait: { type: "boolean", description: "wait until the instance is RUNNING (at most 30 s)" },
+    },
+    async run(client, _args, options) {
+      const idlePolicy = {
+        maxIdleDurationSeconds: integer(options, "idle", 300),
+        suspendedDurationSeconds: integer(options, "suspended", 600),
+        autoResumeEnabled: !options["no-auto-resume"],
+      };
+      const imageIdentifier = (options.image as string | undefined) ?? "sandbox";
+      const answer = await client.runMicrovm({ imageIdentifier, idlePolicy }, { idempotencyKey: crypto.randomUUID() });
+      if (!options.wait) {
+        return { json: answer, text: `launched microVM ${answer.microvmId} (${answer.state}) at ${answer.endpoint}\n${idlePolicyText(idlePolicy)}` };
+      }
+      const { waitRunningStep } = await import("./microvm.ts");
+      await waitRunningStep(client, answer.microvmId, 30_000);
+      const vm = await client.getMicrovm({ microvmIdentifier: answer.microvmId });
+      return { json: vm, text: `launched microVM ${vm.microvmId}\n${microvmText(vm)}` };
+    },
+  }),
+  define({
+    group: "microvm",
+    name: "ls",
+    args: [],
+    api: "microvm",
+    summary: "List instances, oldest first",
+    async run(client) {
+      const answer = await client.listMicrovms({});
+      return { json: answer, text: microvmTable(answer.items) };
+    },
+  }),
+  define({
+    group: "microvm",
+    name: "get",
+    args: ["ID"],
+    api: "microvm",
+    summary: "Describe an instance",
+    async run(client, [id]) {
+      const vm = await client.getMicrovm({ microvmIdentifier: id });
+      return { json: vm, text: microvmText(vm) };
+    },
+  }),
+  define({
+    group: "microvm",
+    name: "token",
+    args: ["ID"],
+    api: "microvm",
+    summary: "Mint a token for the instance proxy; prints the header to send",
+    options: {
+      minutes: { type: "string", value: "MINUTES", description: "lifetime, 1-60 (default 5)" },
+      port: { type: "string", value: "PORT", multiple: true, description: "a port or a range START-END the token opens; repeatable (default 8080)" },
+      "all-ports": { type: "boolean", description: "open every port" },
+    },
+    async run(client, [id], options) {
+      const answer = await client.createAuthToken({
+        microvmIdentifier: id,
+        expirationInMinutes: integer(options, "minutes", 5),
+        allowedPorts: allowedPorts(options),
+      });
+      return { json: answer, text: `X-aws-proxy-auth: ${answer.authToken["X-aws-proxy-auth"]}` };
+    },
+  }),
+  transition("suspend", "suspendMicrovm", "Suspend a RUNNING instance"),
+  transition("resume", "resumeMicrovm", "Resume a SUSPENDED instance"),
+  transition("terminate", "terminateMicrovm", "Terminate an instance"),
+];

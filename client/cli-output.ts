@@ -1,0 +1,127 @@
+// What `taskctl` prints: records as aligned fields, instances as a table, and every failure
+// as one sentence that says what to do. Errors are told apart by `name`, so that help and
+// usage errors never load the clients.
+import type { ClientError } from "./index.ts";
+
+/** `key  value` lines, keys padded to one column. */
+export function fields(rows: readonly (readonly [string, unknown])[]): string {
+  const width = Math.max(...rows.map(([key]) => key.length));
+  return rows.map(([key, value]) => `${key.padEnd(width)}  ${String(value)}`).join("\n");
+}
+
+export function taskText(task: { id: string; title: string; completed: boolean }): string {
+  return fields([["id", task.id], ["title", task.title], ["completed", task.completed ? "yes" : "no"]]);
+}
+
+interface IdlePolicy {
+  maxIdleDurationSeconds: number;
+  suspendedDurationSeconds: number;
+  autoResumeEnabled: boolean;
+}
+
+export function idlePolicyText(p: IdlePolicy): string {
+  return `suspends after ${p.maxIdleDurationSeconds} s idle, terminates after ${p.suspendedDurationSeconds} s suspended, auto-resume ${p.autoResumeEnabled ? "on" : "off"}`;
+}
+
+interface Microvm {
+  microvmId: string;
+  imageIdentifier: string;
+  state: string;
+  stateReason?: string;
+  endpoint: string;
+  idlePolicy: IdlePolicy;
+  startedAt: string;
+}
+
+export function microvmText(vm: Microvm): string {
+  return fields([
+    ["id", vm.microvmId],
+    ["state", vm.stateReason ? `${vm.state} (${vm.stateReason})` : vm.state],
+    ["image", vm.imageIdentifier],
+    ["endpoint", vm.endpoint],
+    ["started", vm.startedAt],
+    ["policy", idlePolicyText(vm.idlePolicy)],
+  ]);
+}
+
+export function microvmTable(items: readonly Microvm[]): string {
+  if (items.length === 0) return "no microVMs";
+  const rows = [["ID", "STATE", "IMAGE", "ENDPOINT", "STARTED"], ...items.map((vm) => [vm.microvmId, vm.state, vm.imageIdentifier, vm.endpoint, vm.startedAt])];
+  const widths = rows[0].map((_, col) => Math.max(...rows.map((row) => row[col].length)));
+  return rows.map((row) => row.map((cell, col) => cell.padEnd(widths[col])).join("  ").trimEnd()).join("\n");
+}
+
+/** Where the command sent its request, for the messages. */
+export interface Target {
+  /** "the Task API" etc. */
+  readonly what: string;
+  /** The URL, or "NATS at <url>". */
+  readonly where: string;
+  readonly overNats: boolean;
+  /** The env var that sets the URL (HTTP only). */
+  readonly urlEnv?: string;
+}
+
+/** One line (maybe two) saying why the call failed and what to try. */
+export function describeFailure(err: unknown, target: Target, context: { name?: string } = {}): string {
+  if (!(err instanceof Error)) return String(err);
+  if (err instanceof SyntaxError && !target.overNats) return `${target.where} answered something that is not JSON: is it ${target.what}?`;
+  if (err.name !== "ClientError") return err.message; // MicrovmLaunchError, connection failures
+  if (!isClientError(err)) return err.message;
+  const body = err.error as Record<string, unknown> & { _tag: string };
+  switch (body._tag) {
+    case "TaskNotFound":
+      return `no task with id ${body.id}${context.name === undefined ? "" : ` in task object "${context.name}"`}`;
+    case "JobNotFound":
+      return `no job with id ${body.id}`;
+    case "MicrovmNotFound":
+      return `no microVM with id ${body.microvmIdentifier}`;
+    case "ImageNotFound":
+      return `no image named "${body.imageIdentifier}"`;
+    case "InvalidStateTransition":
+      return `microVM ${body.microvmId} is ${body.state}: ${body.message}`;
+    case "MicrovmLimitExceeded":
+      return `the microVM host runs its limit of ${body.limit} instances; terminate one first`;
+    case "HttpApiDecodeError":
+      return `invalid request: ${decodeIssues(body)}`;
+    case "ServiceUnavailable":
+      return unavailable(err, target);
+    case "GatewayTimeout":
+      return `no answer from ${target.what} in time (504 GatewayTimeout); the outcome is unknown, check before retrying`;
+    case "InternalServerError":
+      if (err.status !== 500) return `${target.where} answered ${err.status} without an error body: is it ${target.what}?`;
+      return `${target.what} failed (500 InternalServerError); its logs have the cause`;
+    default:
+      return `${target.what} answered ${err.status} ${body._tag}${typeof body.message === "string" ? `: ${body.message}` : ""}`;
+  }
+}
+
+function isClientError(err: Error): err is ClientError {
+  return typeof (err as Partial<ClientError>).status === "number" && typeof (err as Partial<ClientError>).error === "object";
+}
+
+function decodeIssues(body: Record<string, unknown>): string {
+  const issues = Array.isArray(body.issues) ? (body.issues as { path?: unknown[]; message?: string }[]) : [];
+  if (issues.length === 0) return String(body.message ?? "rejected by the schema");
+  return issues.map((i) => `${(i.path ?? []).join(".") || "(input)"}: ${i.message}`).join("; ");
+}
+
+const startHint = "is the service running? Start it with `npm start` (or `npm run cluster`)";
+
+function unavailable(err: ClientError, target: Target): string {
+  const cause = err.cause as (Error & { code?: string }) | undefined;
+  if (target.overNats) {
+    if (/no responders/i.test(`${cause?.name} ${cause?.message}`)) {
+      return `nothing answers ${target.what} on ${target.where}: ${startHint} on that NATS`;
+    }
+    return `${target.what} is unavailable on ${target.where}${cause ? ` (${cause.message})` : ""}`;
+  }
+  if (cause) {
+    const inner = cause.cause as (Error & { code?: string }) | undefined;
+    const code = inner?.code ?? cause.code ?? cause.name;
+    const why = code === "ECONNREFUSED" ? "connection refused" : code === "TimeoutError" ? "no answer in time" : (inner?.message ?? cause.message);
+    const point = target.urlEnv ? `, or point --url or ${target.urlEnv} at it` : "";
+    return `cannot reach ${target.what} at ${target.where} (${why})\nhint: ${startHint}${point}`;
+  }
+  return `${target.what} at ${target.where} is up but no actor answered (503 ServiceUnavailable); retry, or check that the actor processes run`;
+}

@@ -1,0 +1,188 @@
+// A JetStream cluster of local `nats-server` processes on loopback: one store directory,
+// client port and route port per node, full-mesh routes, and a wait for a meta leader.
+import { once } from "node:events";
+import { join } from "node:path";
+import { Kvm } from "@nats-io/kv";
+import { connect } from "@nats-io/transport-node";
+import { freePort, openBuckets, startNatsServer, type NatsServer } from "../platform/index.ts";
+
+export interface NatsClusterOptions {
+  /** Stores go to `<baseDir>/<node name>`. */
+  readonly baseDir: string;
+  /** Node names; also the servers' `server_name` (unique in a cluster). */
+  readonly names: readonly string[];
+  /** Client ports by node (0 or missing: a free port). */
+  readonly clientPorts?: readonly number[];
+  /** Route ports by node (0 or missing: a free port). */
+  readonly routePorts?: readonly number[];
+  readonly clusterName: string;
+  /** Runs this binary instead of `nats-server` on PATH. */
+  readonly binary?: string;
+}
+
+/** One node: its fixed ports and store, so it can be killed and started again as the same server. */
+export interface NatsNode {
+  readonly name: string;
+  readonly url: string;
+  readonly port: number;
+  readonly routePort: number;
+  readonly storeDir: string;
+  /** The running server, undefined while stopped. */
+  readonly server: NatsServer | undefined;
+  /** Starts the node again on the same ports and store (after a kill or stop). */
+  start(): Promise<void>;
+  /** SIGKILL: a crash, no goodbye to the peers. */
+  kill(): Promise<void>;
+  /** SIGTERM, then SIGKILL after `graceMs`. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+export interface NatsCluster {
+  readonly nodes: readonly NatsNode[];
+  /** Every node's URL, comma-separated (the NATS_URL of the services). */
+  readonly url: string;
+  stop(): Promise<void>;
+}
+
+/** The `cluster {}` block of one node: listen on its route port, solicit every other node. */
+export function clusterConfig(clusterName: string, routePort: number, peerRoutePorts: readonly number[]): string {
+  const routes = peerRoutePorts.map((port) => JSON.stringify(`nats-route://127.0.0.1:${port}`));
+  return [
+    "cluster {",
+    `  name: ${JSON.stringify(clusterName)}`,
+    `  listen: "127.0.0.1:${routePort}"`,
+    `  routes: [${routes.join(", ")}]`,
+    "}",
+  ].join("\n");
+}
+
+export async function startNatsCluster(options: NatsClusterOptions): Promise<NatsCluster> {
+  const ports = await fixPorts(options.names.length, options.clientPorts);
+  const routePorts = await fixPorts(options.names.length, options.routePorts);
+  const nodes = options.names.map((name, i) =>
+    natsNode({
+      name,
+      port: ports[i],
+      routePort: routePorts[i],
+      storeDir: join(options.baseDir, name),
+      extraConfig: clusterConfig(options.clusterName, routePorts[i], routePorts.filter((_, j) => j !== i)),
+      binary: options.binary,
+    }),
+  );
+  const cluster: NatsCluster = {
+    nodes,
+    url: nodes.map((n) => n.url).join(","),
+    async stop() {
+      await Promise.all(nodes.map((n) => n.stop()));
+    },
+  };
+  try {
+    await Promise.all(nodes.map((n) => n.start()));
+  } catch (err) {
+    await cluster.stop();
+    throw err;
+  }
+  return cluster;
+}
+
+interface NodeSpec {
+  name: string;
+  port: number;
+  routePort: number;
+  storeDir: string;
+  extraConfig: string;
+  binary?: string;
+}
+
+function natsNode(spec: NodeSpec): NatsNode {
+  let server: NatsServer | undefined;
+  return {
+    name: spec.name,
+    url: `nats://127.0.0.1:${spec.port}`,
+    port: spec.port,
+    routePort: spec.routePort,
+    storeDir: spec.storeDir,
+    get server() {
+      return server;
+    },
+    async start() {
+      if (server && server.process.exitCode === null && server.process.signalCode === null) return;
+      server = await startNatsServer({
+        storeDir: spec.storeDir,
+        port: spec.port,
+        serverName: spec.name,
+        extraConfig: spec.extraConfig,
+        binary: spec.binary,
+      });
+    },
+    async kill() {
+      const child = server?.process;
+      server = undefined;
+      if (!child || child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, "exit");
+      child.kill("SIGKILL"); // not stop(0): a SIGTERM first would let it hand over its leaderships
+      await exited;
+    },
+    async stop(graceMs = 5_000) {
+      await server?.stop(graceMs);
+      server = undefined;
+    },
+  };
+}
+
+async function fixPorts(count: number, wanted: readonly number[] = []): Promise<number[]> {
+  const ports: number[] = [];
+  for (let i = 0; i < count; i++) ports.push(wanted[i] || (await freePort()));
+  return ports;
+}
+
+export interface JetStreamWaitOptions {
+  /** Replicas of the service's buckets (3 on a 3-node cluster). */
+  readonly replicas: number;
+  readonly timeoutMs?: number;
+}
+
+/**
+ * Waits until the cluster has a JetStream meta leader (the account info request answers; a
+ * request sent before that gets no answer at all, hence the short timeout), then creates the
+ * service's KV buckets with `replicas` (the services bind to them). Returns the wait in ms.
+ */
+export async function waitForJetStream(servers: string, options: JetStreamWaitOptions): Promise<number> {
+  const started = Date.now();
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const nc = await connect({ servers: servers.split(","), name: "cluster:wait-jetstream", maxReconnectAttempts: -1 });
+  const retry = async (step: () => Promise<void>) => {
+    for (;;) {
+      try {
+        return await step();
+      } catch (err) {
+        if (Date.now() - started > timeoutMs) {
+          throw new Error(`JetStream cluster not ready after ${timeoutMs} ms: ${(err as Error).message}`, { cause: err });
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  };
+  try {
+    await retry(async () => {
+      const reply = await nc.request("$JS.API.INFO", "", { timeout: 1_000 });
+      const error = reply.json<{ error?: { description: string } }>().error;
+      if (error) throw new Error(error.description);
+    });
+    await retry(async () => void (await openBuckets(nc, { replicas: options.replicas })));
+    return Date.now() - started;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** The server name of a KV bucket's stream leader (to kill the node that hurts most). */
+export async function bucketLeader(servers: string, bucket: string): Promise<string | undefined> {
+  const nc = await connect({ servers: servers.split(","), name: "cluster:leader" });
+  try {
+    const status = await (await new Kvm(nc).open(bucket)).status();
+    return status.streamInfo.cluster?.leader;
+  } finally {
+    await nc.close();
+  }
+}
