@@ -175,3 +175,17 @@ test("client - round trips through the proxy", async (t) => {
   t.diagnostic(`sequential hello via client → proxy → runtime: ${mean.toFixed(3)} ms per call`);
   assert.ok(mean < 50);
 });
+
+test("client - an injected fetch carries the RPC calls, streams and refusals too", async () => {
+  const seen: string[] = [];
+  const fetchImpl: typeof globalThis.fetch = (input, init) => {
+    seen.push(String(input));
+    return fetch(input, init);
+  };
+  const stub = connectMicrovm<SandboxShape>({ endpoint, authToken: authToken(), fetch: fetchImpl });
+  assert.equal(await stub.hello("injected"), "hello, injected!");
+  assert.deepEqual(await collect(await stub.count(3)), [1, 2, 3]);
+  const forged = connectMicrovm<SandboxShape>({ endpoint, authToken: "forged.token", fetch: fetchImpl });
+  await assert.rejects(forged.hello("x"), (error: unknown) => isRpcError(error, "MicrovmProxyForbidden") && error.status === 403);
+  assert.equal(seen.length, 3);
+});

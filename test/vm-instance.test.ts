@@ -83,6 +83,18 @@ test("instance - a request in flight keeps it from idling", async (t) => {
   await instance.waitForState(["SUSPENDED"], 3_000);
 });
 
+test("instance - back-to-back requests past the idle limit keep it running; the clock starts after the last", async (t) => {
+  const instance = await launch(t, "vm-steady", { maxIdleDurationSeconds: 0.2 });
+  await instance.waitForState(["RUNNING"], 10_000);
+  const stub = stubFor(instance);
+  const until = performance.now() + 600;
+  while (performance.now() < until) assert.equal(await stub.hello("x"), "hello, x!");
+  assert.equal(instance.state(), "RUNNING", "it did not suspend during 600 ms of calls with a 200 ms idle limit");
+  const lastEnded = performance.now();
+  await instance.waitForState(["SUSPENDED"], 3_000);
+  assert.ok(performance.now() - lastEnded >= 190, "suspended before the idle limit after the last request");
+});
+
 test("instance - without auto-resume a suspended instance answers 409 until ResumeMicrovm", async (t) => {
   const instance = await launch(t, "vm-manual", { autoResumeEnabled: false });
   await instance.waitForState(["RUNNING"], 10_000);

@@ -4,7 +4,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -217,3 +217,22 @@ async function waitUntil(condition: () => boolean, timeoutMs: number): Promise<v
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+test("provider - prepare bundles images ahead of their first start; close waits for it", async (t) => {
+  const workDir = await mkdtemp(join(tmpdir(), "vm-prepare-"));
+  t.after(() => rm(workDir, { recursive: true, force: true }));
+  const own = createProcessProvider({ workDir });
+  await own.prepare([builtinImages.sandbox]);
+  const [instanceDir] = await readdir(workDir);
+  assert.equal((await readdir(join(workDir, instanceDir!, "images"))).filter((name) => name.endsWith(".mjs")).length, 1);
+  const pending = own.prepare([builtinImages.probe, builtinImages.hog]);
+  await own.close();
+  await pending.catch(() => undefined);
+  assert.deepEqual(await readdir(workDir), [], "nothing is written after close");
+});
+
+test("provider - prepare reports an image that cannot be bundled", async () => {
+  const own = createProcessProvider();
+  await assert.rejects(own.prepare(["/nonexistent/image.ts"]));
+  await own.close();
+});

@@ -129,6 +129,40 @@ test("proxy - maps a virtual port to the app's real local port", async (t) => {
   assert.equal(await viaRuntime.text(), "rt");
 });
 
+/** An app on a free port whose handler the test supplies; the proxy maps virtual port 3000 to it. */
+async function proxiedApp(t: TestContext, handler: Parameters<typeof createServer>[1]) {
+  const app = createServer(handler);
+  await new Promise<void>((resolve) => app.listen(0, "127.0.0.1", resolve));
+  t.after(() => new Promise((resolve) => app.close(resolve)));
+  const appPort = (app.address() as AddressInfo).port;
+  const { base } = await startProxy(t, { resolvePort: (port) => (port === 3000 ? appPort : undefined) });
+  return { base, auth: headers(token([{ port: 3000 }]), "3000") };
+}
+
+test("proxy - a caller that goes away mid-answer closes the app's connection", async (t) => {
+  let appSawClose!: () => void;
+  const closed = new Promise<void>((resolve) => (appSawClose = resolve));
+  const { base, auth } = await proxiedApp(t, (_req, res) => {
+    res.writeHead(200).write("partial");
+    res.on("close", () => appSawClose());
+  });
+  const caller = new AbortController();
+  const response = await fetch(`${base}/slow`, { headers: auth, signal: caller.signal });
+  assert.equal(response.status, 200);
+  caller.abort();
+  await closed;
+});
+
+test("proxy - an app that breaks off mid-answer breaks off the caller's answer", async (t) => {
+  const { base, auth } = await proxiedApp(t, (_req, res) => {
+    res.writeHead(200, { "content-length": "100" }).write("short");
+    setTimeout(() => res.destroy(), 20);
+  });
+  const response = await fetch(`${base}/cut`, { headers: auth });
+  assert.equal(response.status, 200);
+  await assert.rejects(response.text(), "a short body is not passed off as complete");
+});
+
 test("proxy - a port in scope with nothing behind it is 502", async (t) => {
   const { base } = await startProxy(t);
   const answer = await hello(base, token([{ allPorts: {} }]), "3001");

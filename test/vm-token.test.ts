@@ -2,6 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createAuthToken, InvalidTokenRequest, verifyAuthToken, type AllowedPort } from "../vm-runtime/index.ts";
+import { createTokenVerifier } from "../vm-runtime/token-cache.ts";
 
 const key = "k".repeat(32);
 const otherKey = "o".repeat(32);
@@ -111,4 +112,27 @@ test("token - a key shorter than 32 bytes is refused", () => {
 test("token - two tokens issued at once differ", () => {
   const now = Date.now();
   assert.notEqual(sign([{ port: 8080 }], { now }), sign([{ port: 8080 }], { now }));
+});
+
+test("token cache - a remembered token still expires and is still checked per port", () => {
+  const issued = Date.now();
+  const token = sign([{ port: 8080 }], { now: issued, minutes: 1 });
+  const verifier = createTokenVerifier(key, "vm-1");
+  assert.equal(verifier.verify(token, 8080, issued + 1).ok, true);
+  assert.equal(verifier.verify(token, 8080, issued + 2).ok, true, "answered from the cache");
+  assert.deepEqual(verifier.verify(token, 9000, issued + 3), { ok: false, reason: "port-not-allowed" });
+  assert.deepEqual(verifier.verify(token, 8080, issued + 60_000), { ok: false, reason: "expired" });
+});
+
+test("token cache - refused tokens are refused every time and are not remembered", () => {
+  const verifier = createTokenVerifier(key, "vm-1", 2);
+  const forged = createAuthToken({ microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] }, otherKey).token;
+  const foreign = sign([{ port: 8080 }], { id: "vm-2" });
+  for (let i = 0; i < 2; i++) {
+    assert.deepEqual(verifier.verify(forged, 8080, Date.now()), { ok: false, reason: "forged" });
+    assert.deepEqual(verifier.verify(foreign, 8080, Date.now()), { ok: false, reason: "wrong-instance" });
+  }
+  const tokens = [sign(), sign(), sign()];
+  for (const token of tokens) assert.equal(verifier.verify(token, 8080, Date.now()).ok, true);
+  for (const token of tokens) assert.equal(verifier.verify(token, 8080, Date.now()).ok, true, "evicted ones verify again");
 });

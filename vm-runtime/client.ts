@@ -2,9 +2,10 @@
 // remote method (`await stub.hello("world")` → POST /__rpc__/hello through the proxy), plus
 // `stub.fetch(path, init)` for the image's fetch handler.
 import type { Image, ImageShape } from "./image.ts";
+import { fetchTransport, httpTransport, type RpcTransport } from "./client-transport.ts";
 import { ndjsonValues } from "./ndjson.ts";
 import { MicrovmRpcError } from "./rpc-error.ts";
-import { RPC_ERROR_TAG, RPC_STREAM_HEADER, rpcPath, type RpcErrorBody } from "./rpc-wire.ts";
+import { RPC_ERROR_TAG, rpcPath, type RpcErrorBody } from "./rpc-wire.ts";
 import { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "./proxy-headers.ts";
 
 export interface ConnectOptions {
@@ -14,6 +15,10 @@ export interface ConnectOptions {
   readonly authToken: string | { readonly [PROXY_AUTH_HEADER]: string };
   /** Instance port to reach (X-aws-proxy-port); the proxy's default (8080) when absent. */
   readonly port?: number;
+  /**
+   * Used for `stub.fetch`, and for RPC calls too when given (tests, runtimes without
+   * `node:http`). Without it, calls ride a shared `node:http` keep-alive agent.
+   */
   readonly fetch?: typeof globalThis.fetch;
 }
 
@@ -53,6 +58,8 @@ export function connectImage<I extends Image>(_image: I | undefined, options: Co
 export function microvmConnection(options: ConnectOptions): MicrovmConnection {
   const base = baseUrl(options.endpoint);
   const fetchImpl = options.fetch ?? globalThis.fetch;
+  const transport: RpcTransport =
+    options.fetch === undefined && base.startsWith("http://") ? httpTransport() : fetchTransport(fetchImpl);
   const token = typeof options.authToken === "string" ? options.authToken : options.authToken[PROXY_AUTH_HEADER];
   const withProxyHeaders = (init?: ConstructorParameters<typeof Headers>[0]) => {
     const headers = new Headers(init);
@@ -60,19 +67,17 @@ export function microvmConnection(options: ConnectOptions): MicrovmConnection {
     if (options.port !== undefined) headers.set(PROXY_PORT_HEADER, String(options.port));
     return headers;
   };
+  const rpcHeaders: Record<string, string> = {
+    "content-type": "application/json",
+    [PROXY_AUTH_HEADER]: token,
+    ...(options.port === undefined ? {} : { [PROXY_PORT_HEADER]: String(options.port) }),
+  };
   return {
     async call(method, args) {
-      const response = await fetchImpl(base + rpcPath(method), {
-        method: "POST",
-        headers: withProxyHeaders({ "content-type": "application/json" }),
-        body: JSON.stringify(withoutTrailingUndefined(args)),
-      });
-      if (response.ok && response.headers.get(RPC_STREAM_HEADER) === "ndjson" && response.body) {
-        return ndjsonValues(response.body, response.status);
-      }
-      const text = await response.text();
-      if (!response.ok) throw decodeFailure(response.status, text);
-      return text === "" ? null : (JSON.parse(text) as unknown);
+      const answer = await transport(base + rpcPath(method), rpcHeaders, JSON.stringify(withoutTrailingUndefined(args)));
+      if (answer.stream) return ndjsonValues(answer.stream, answer.status);
+      if (!answer.ok) throw decodeFailure(answer.status, answer.text);
+      return answer.text === "" ? null : (JSON.parse(answer.text) as unknown);
     },
     fetch(path, init) {
       return fetchImpl(base + (path.startsWith("/") ? path : `/${path}`), { ...init, headers: withProxyHeaders(init?.headers) });

@@ -94,10 +94,11 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
     resume: () => resumeForRequest(actor, waitForState),
     ...(options.proxy?.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: options.proxy.upstreamTimeoutMs }),
     hooks: {
-      onRequestStart: (inFlight) => actor.send({ type: "REQUEST_START", inFlight }),
-      onRequestEnd: (inFlight) => actor.send({ type: "REQUEST_END", inFlight }),
+      onRequestStart: (inFlight) => activity.started(inFlight),
+      onRequestEnd: (inFlight) => activity.ended(inFlight),
     },
   });
+  const activity = idleActivity(actor, () => proxy.inFlight, endDelayMs(options.idlePolicy));
   const endpoint = await proxy.listen(options.proxy?.port ?? 0, options.proxy?.host ?? "127.0.0.1");
   if (options.onSnapshot) actor.subscribe(options.onSnapshot);
   actor.start();
@@ -120,10 +121,48 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
         actor.send({ type: "TERMINATE" });
       }
       await waitForState(["TERMINATED", "FAILED"]).catch(() => undefined);
+      activity.stop();
       actor.stop();
       await proxy.close();
     },
   };
+}
+
+/**
+ * Tells the machine about proxy activity only when its view changes: REQUEST_START when it
+ * believes nothing is in flight, and REQUEST_END once the proxy has stayed empty for
+ * `delayMs`. Telling it on every request made each one pay for two transitions and a record
+ * check; the cost of coalescing is an idle clock that starts up to `delayMs` late (never early).
+ */
+function idleActivity(actor: LifecycleActor, inFlight: () => number, delayMs: number) {
+  let pendingEnd: NodeJS.Timeout | undefined;
+  /** What the machine believes is in flight; undefined once it has stopped. */
+  const machineInFlight = () => {
+    const snapshot = actor.getSnapshot();
+    return snapshot.status === "active" ? snapshot.context.inFlight : undefined;
+  };
+  const sendEnd = () => {
+    pendingEnd = undefined;
+    if (inFlight() === 0 && (machineInFlight() ?? 0) > 0) actor.send({ type: "REQUEST_END", inFlight: 0 });
+  };
+  return {
+    started(count: number) {
+      if (machineInFlight() === 0) actor.send({ type: "REQUEST_START", inFlight: count });
+    },
+    ended(count: number) {
+      if (count === 0 && pendingEnd === undefined) pendingEnd = setTimeout(sendEnd, delayMs).unref();
+    },
+    stop() {
+      clearTimeout(pendingEnd);
+      pendingEnd = undefined;
+    },
+  };
+}
+
+/** A small fraction of the idle limit, at most 50 ms: late enough to span back-to-back calls. */
+function endDelayMs(policy: IdlePolicy): number {
+  const idleMs = policy.maxIdleDurationSeconds * 1000;
+  return Number.isFinite(idleMs) && idleMs > 0 ? Math.min(50, Math.max(1, idleMs / 4)) : 50;
 }
 
 /** The proxy's resume: wait out a suspend in progress, ask once, wait for RUNNING. */

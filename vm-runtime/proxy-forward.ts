@@ -1,7 +1,6 @@
 // Forwards one request to an instance's real local port and streams both bodies; strips
 // hop-by-hop and proxy headers; no answer within the timeout, or a refused connection, is 502.
 import { request, type Agent, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from "node:http";
-import { pipeline } from "node:stream";
 import { sendJson } from "./http-util.ts";
 import { proxyAnswers, type BadGatewayReason } from "./proxy-errors.ts";
 
@@ -36,7 +35,12 @@ class UpstreamTimeout extends Error {
   }
 }
 
-/** Resolves when the exchange is over (answered, failed or abandoned by the caller). */
+/**
+ * Resolves when the exchange is over (answered, failed or abandoned by the caller). Bodies
+ * flow with `.pipe()` and explicit teardown rather than `pipeline()`, which on Node 20 costs
+ * an AbortController and an abort exception per call: a caller that goes away destroys the
+ * upstream request, an upstream that breaks mid-answer destroys the response.
+ */
 export function forward(req: IncomingMessage, res: ServerResponse, target: ForwardTarget): Promise<void> {
   return new Promise((resolve) => {
     const upstream = request({
@@ -49,25 +53,40 @@ export function forward(req: IncomingMessage, res: ServerResponse, target: Forwa
       setHost: false,
     });
     const timer = setTimeout(() => upstream.destroy(new UpstreamTimeout()), target.timeoutMs);
+    let settled = false;
+    const settle = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve();
+    };
     upstream.on("response", (answer) => {
       clearTimeout(timer);
       res.writeHead(answer.statusCode ?? 502, answer.statusMessage, responseHeaders(answer.headers));
-      pipeline(answer, res, (error) => {
-        if (error) upstream.destroy();
-        resolve();
+      answer.on("error", () => res.destroy());
+      // The app's socket closed before its body ended: the caller must not see a short answer as whole.
+      answer.on("close", () => {
+        if (!answer.complete) res.destroy();
       });
+      answer.pipe(res);
     });
     upstream.on("error", (error) => {
       clearTimeout(timer);
       if (res.headersSent) res.destroy();
-      else sendAnswer(res, badGatewayReason(error));
-      resolve();
+      else if (!res.destroyed) sendAnswer(res, badGatewayReason(error));
+      settle();
     });
+    res.on("error", () => upstream.destroy());
     res.on("close", () => {
       if (!res.writableFinished) upstream.destroy();
+      settle();
     });
-    // A request body error surfaces as the upstream's error above.
-    pipeline(req, upstream, () => undefined);
+    // A request body that breaks off surfaces as the upstream's error above.
+    req.on("error", () => upstream.destroy());
+    req.on("close", () => {
+      if (!req.complete) upstream.destroy();
+    });
+    req.pipe(upstream);
   });
 }
 

@@ -9,7 +9,8 @@ import { proxyAnswers, type ProxyAnswer } from "./proxy-errors.ts";
 import { RUNTIME_PORT } from "./provider.ts";
 import type { MicrovmState } from "./states.ts";
 import { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "./proxy-headers.ts";
-import { verifyAuthToken, type TokenKey } from "./token.ts";
+import type { TokenKey } from "./token.ts";
+import { createTokenVerifier } from "./token-cache.ts";
 
 /** Called as requests start and end (after auth), with the count in flight after the change. */
 export interface ProxyHooks {
@@ -55,6 +56,7 @@ const STRIPPED = new Set([PROXY_AUTH_HEADER.toLowerCase(), PROXY_PORT_HEADER.toL
 export function createInstanceProxy(options: InstanceProxyOptions): InstanceProxy {
   const agent = new Agent({ keepAlive: true, maxSockets: 256 });
   const now = options.now ?? Date.now;
+  const tokens = createTokenVerifier(options.tokenKey, options.microvmId);
   let inFlight = 0;
   let lastActivityAt = now();
   let resuming: Promise<void> | undefined;
@@ -81,11 +83,7 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const virtualPort = parsePort(req.headers[PROXY_PORT_HEADER.toLowerCase()]);
     const token = req.headers[PROXY_AUTH_HEADER.toLowerCase()];
-    const verdict = verifyAuthToken(typeof token === "string" ? token : undefined, options.tokenKey, {
-      microvmId: options.microvmId,
-      now: now(),
-      ...(virtualPort === undefined ? {} : { port: virtualPort }),
-    });
+    const verdict = tokens.verify(typeof token === "string" ? token : undefined, virtualPort, now());
     if (!verdict.ok) return answer(res, proxyAnswers.forbidden(verdict.reason));
     if (virtualPort === undefined) return answer(res, proxyAnswers.invalidPort());
     track(res);

@@ -1,6 +1,8 @@
 // Serves `POST /__rpc__/<method>`: decodes the positional-argument array, validates it,
 // calls the image's handler and answers JSON, an NDJSON stream, or an error envelope.
-import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
+// Validators are compiled on a method's first call or by `prepare()`, whichever comes first:
+// an instance boots without loading Ajv (~100 ms of load and first compile).
+import type { Ajv, ErrorObject, ValidateFunction } from "ajv";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { argumentsSchema, type Image, type MethodDefinition } from "./image.ts";
 import { BodyTooLargeError, readBody, sendJson } from "./http-util.ts";
@@ -34,12 +36,36 @@ interface CompiledMethod {
   readonly validateResult?: ValidateFunction;
 }
 
+/** A method whose validators are compiled once, when it is first called. */
+interface LazyMethod {
+  readonly definition: MethodDefinition;
+  compiled?: CompiledMethod;
+  compiling?: Promise<CompiledMethod>;
+}
+
 /** Handles a request whose path starts with the RPC prefix; `encodedName` is the rest of it. */
-export type RpcHandler = (req: IncomingMessage, res: ServerResponse, encodedName: string) => Promise<void>;
+export interface RpcHandler {
+  (req: IncomingMessage, res: ServerResponse, encodedName: string): Promise<void>;
+  /** Compiles every method's validators, yielding between methods; never rejects. */
+  prepare(): Promise<void>;
+}
 
 export function createRpcHandler(image: Image, options: RpcHandlerOptions): RpcHandler {
   const methods = compileMethods(image);
-  return async function handleRpc(req, res, encodedName) {
+  const compiled = (lazy: LazyMethod) =>
+    lazy.compiled ?? (lazy.compiling ??= compileMethod(lazy.definition).then((c) => (lazy.compiled = c)));
+  const prepare = async () => {
+    for (const [name, lazy] of Object.entries(methods)) {
+      // A bad schema is reported here and answers its method's calls with a 500.
+      await Promise.resolve(compiled(lazy)).catch((error: unknown) => {
+        options.log(`schemas of method "${name}" do not compile`, error);
+      });
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  };
+  return Object.assign(handleRpc, { prepare });
+
+  async function handleRpc(req: IncomingMessage, res: ServerResponse, encodedName: string): Promise<void> {
     if (req.method !== "POST") {
       return fail(res, 405, { _tag: "RpcMethodNotAllowed", message: "RPC calls must use POST" }, { allow: "POST" });
     }
@@ -49,8 +75,9 @@ export function createRpcHandler(image: Image, options: RpcHandlerOptions): RpcH
     } catch {
       return fail(res, 400, { _tag: "RpcBadRequest", message: "method name is not valid percent-encoding" });
     }
-    const method = methods.get(name);
-    if (!method) return fail(res, 404, { _tag: "RpcMethodNotFound", method: name, message: `no method "${name}"` });
+    const lazy = Object.hasOwn(methods, name) ? methods[name] : undefined;
+    if (!lazy) return fail(res, 404, { _tag: "RpcMethodNotFound", method: name, message: `no method "${name}"` });
+    const method = await compiled(lazy);
     const args = await readArguments(req, res, options.bodyLimitBytes);
     if (!args) return;
     if (method.validateArgs && !method.validateArgs(args)) {
@@ -58,21 +85,31 @@ export function createRpcHandler(image: Image, options: RpcHandlerOptions): RpcH
       return fail(res, 400, { _tag: "RpcInvalidArguments", issues, message: "arguments do not match the method's schema" });
     }
     await invoke(method, args, req, res, options.log);
-  };
+  }
 }
 
-function compileMethods(image: Image): Map<string, CompiledMethod> {
-  const ajv = new Ajv({ allErrors: true, strict: false });
-  const methods = new Map<string, CompiledMethod>();
-  for (const [name, definition] of Object.entries(image.methods)) {
-    const argsSchema = argumentsSchema(definition);
-    methods.set(name, {
-      definition,
-      ...(argsSchema === undefined ? {} : { validateArgs: ajv.compile(argsSchema) }),
-      ...(definition.result === undefined ? {} : { validateResult: ajv.compile(definition.result) }),
-    });
-  }
+function compileMethods(image: Image): Record<string, LazyMethod> {
+  const methods: Record<string, LazyMethod> = Object.create(null);
+  for (const [name, definition] of Object.entries(image.methods)) methods[name] = { definition };
   return methods;
+}
+
+let sharedAjv: Promise<Ajv> | undefined;
+
+/** Ajv loaded on first use (a dynamic import stays lazy in the esbuild bundle too). */
+function loadAjv(): Promise<Ajv> {
+  return (sharedAjv ??= import("ajv").then(({ Ajv }) => new Ajv({ allErrors: true, strict: false })));
+}
+
+async function compileMethod(definition: MethodDefinition): Promise<CompiledMethod> {
+  const argsSchema = argumentsSchema(definition);
+  if (argsSchema === undefined && definition.result === undefined) return { definition };
+  const ajv = await loadAjv();
+  return {
+    definition,
+    ...(argsSchema === undefined ? {} : { validateArgs: ajv.compile(argsSchema) }),
+    ...(definition.result === undefined ? {} : { validateResult: ajv.compile(definition.result) }),
+  };
 }
 
 async function readArguments(req: IncomingMessage, res: ServerResponse, limit: number): Promise<unknown[] | undefined> {

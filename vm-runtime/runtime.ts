@@ -32,9 +32,17 @@ export function createRuntimeServer(image: Image, options: RuntimeOptions = {}):
   const log = options.log ?? defaultLog;
   const rpc = createRpcHandler(image, { bodyLimitBytes: options.bodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT, log });
   const admitted = secretCheck(options.accessSecret);
+  // Validators are compiled once the host's readiness probe has been answered, while it
+  // records the instance as RUNNING: neither the boot nor (usually) the first call waits.
+  let prepared = false;
+  const prepareAfter = (res: ServerResponse) => {
+    if (prepared) return;
+    prepared = true;
+    res.once("finish", () => setImmediate(() => void rpc.prepare()));
+  };
   const server = createServer((req, res) => {
     if (!admitted(req)) return sendJson(res, 403, { _tag: "Forbidden", message: "requests must come through the proxy" });
-    route(req, res, image, rpc, log).catch((error: unknown) => {
+    route(req, res, image, rpc, log, prepareAfter).catch((error: unknown) => {
       log("request failed", error);
       sendJson(res, 500, { _tag: "InternalServerError" });
     });
@@ -56,10 +64,18 @@ function secretCheck(secret: string | undefined): (req: IncomingMessage) => bool
   };
 }
 
-async function route(req: IncomingMessage, res: ServerResponse, image: Image, rpc: RpcHandler, log: RuntimeLog) {
+async function route(
+  req: IncomingMessage,
+  res: ServerResponse,
+  image: Image,
+  rpc: RpcHandler,
+  log: RuntimeLog,
+  onHealthProbe: (res: ServerResponse) => void,
+) {
   const path = rawPath(req.url);
   if (path === undefined) return sendJson(res, 400, { _tag: "BadRequest", message: "unusable request target" });
   if (path === RPC_HEALTH_PATH && (req.method === "GET" || req.method === "HEAD")) {
+    onHealthProbe(res);
     return sendJson(res, 200, HEALTH_BODY, { "cache-control": "no-store" });
   }
   if (path.startsWith(RPC_PREFIX)) return rpc(req, res, path.slice(RPC_PREFIX.length));

@@ -12,7 +12,7 @@ import {
 } from "../../vm-runtime/index.ts";
 import { log } from "../../platform/index.ts";
 import { isTerminal, type MicrovmRecord, type MicrovmStore, type Policy, type State, type StoredHandle } from "./store.ts";
-import { RecordWriter } from "./writer.ts";
+import { RecordWriter, recordSignature } from "./writer.ts";
 
 export interface HostedOptions {
   readonly microvmId: string;
@@ -85,9 +85,14 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
       ...(terminalAt === undefined ? {} : { terminalAt }),
     };
   };
+  const currentSignature = () => {
+    const snapshot = instance.actor.getSnapshot();
+    return recordSignature(microvmState(snapshot), snapshot.context.stateReason, snapshot.context.handle?.pid);
+  };
   const writer = new RecordWriter({
     store: options.store,
     current,
+    currentSignature,
     onTakenOver: (stored) => {
       log.warn({ microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason }, "microvm record ended elsewhere; terminating");
       instance.send({ type: "TERMINATE", reason: stored.stateReason ?? "TerminatedElsewhere" });

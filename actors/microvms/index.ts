@@ -84,6 +84,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     workDir,
     onOutput: (microvmId, stream, line) => log.debug({ microvmId, stream, line }, "instance output"),
   });
+  // In the background: the first RunMicrovm of an image then finds its bundle ready.
+  provider.prepare(Object.values(options.images ?? builtinImages)).catch((err: unknown) => log.warn({ err }, "prebundling images failed"));
   const proxyHost = options.proxyHost ?? "127.0.0.1";
   const host: HostState = {
     nc,

@@ -9,6 +9,11 @@ export interface RecordWriterOptions {
   /** The record as the instance is now; compared with the last write to skip no-op writes. */
   readonly current: () => MicrovmRecord;
   /**
+   * What `signature(current())` would be, computed without building the record. Lets the
+   * writer skip a change event (timer anchors, in-flight counts) before paying for the record.
+   */
+  readonly currentSignature?: () => string;
+  /**
    * Someone else put the record into a terminal state (a host declared this one gone, an
    * operator): the owner must make the instance match. The stored record is kept.
    */
@@ -41,6 +46,7 @@ export class RecordWriter {
   /** The instance changed: write its record soon (after the create, one write at a time). */
   changed(): void {
     if (this.#revision === undefined || this.#closed) return;
+    if (!this.#running && this.#options.currentSignature?.() === this.#written) return;
     this.#running ??= this.#drain().finally(() => (this.#running = undefined));
   }
 
@@ -52,6 +58,7 @@ export class RecordWriter {
 
   async #drain(): Promise<void> {
     for (;;) {
+      if (this.#closed || this.#options.currentSignature?.() === this.#written) return;
       const record = this.#options.current();
       if (signature(record) === this.#written || this.#closed) return;
       try {
@@ -92,5 +99,10 @@ export class RecordWriter {
 
 /** What a write is about: state changes, not timer anchors or in-flight counts. */
 function signature(record: MicrovmRecord): string {
-  return JSON.stringify([record.state, record.stateReason ?? null, record.handle?.pid ?? null]);
+  return recordSignature(record.state, record.stateReason, record.handle?.pid);
+}
+
+/** The signature of a record with these fields (what `currentSignature` must return). */
+export function recordSignature(state: string, stateReason: string | undefined, pid: number | undefined): string {
+  return JSON.stringify([state, stateReason ?? null, pid ?? null]);
 }
