@@ -49,7 +49,7 @@ export async function measureHostProxy(vm: Connected, pids: Record<string, numbe
   const rawConcurrent = rawRpc(target, keepAliveAgent(settings.callers), "hello", ["x"]);
   const stub = stubCall(() => vm.stub.hello("x"));
   return [
-    await measurePath("stub.hello via host proxy (fetch)", { sequential: stub, concurrent: stub }, pids, settings),
+    await measurePath("stub.hello via host proxy (client stub)", { sequential: stub, concurrent: stub }, pids, settings),
     await measurePath("raw http via host proxy", { sequential: rawSequential, concurrent: rawConcurrent }, pids, settings),
   ];
 }
