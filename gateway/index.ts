@@ -19,6 +19,8 @@ export interface GatewayOptions {
   stores?: RecordStores;
   /** Most cached read answers (default 50,000; 0 turns the cache off). */
   readCacheEntries?: number;
+  /** Slow-client bounds (defaults: headers 10 s, whole request 30 s, keep-alive 5 s). */
+  timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
 }
 
 const info = (title: string) => ({ title, version: "1.0.0" });
@@ -30,6 +32,7 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
     prefix: options.prefix ?? "",
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
+    timeouts: options.timeouts,
     localReads: options.stores && localReads({ stores: options.stores, cacheEntries: options.readCacheEntries }),
   };
   return {

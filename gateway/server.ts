@@ -15,6 +15,8 @@ export interface ApiServerOptions extends RouteOptions {
   cors?: boolean;
   /** Title and version of the API's OpenAPI document. */
   info: OpenApiInfo;
+  /** Slow-client bounds: headers within, a whole request within, idle keep-alive for (ms). */
+  timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
 }
 
 export interface ApiServer {
@@ -33,7 +35,14 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
   const answerDocs = docsResponder(options.operations, options.info);
   let closing = false;
   const ready = () => !closing && options.nats.connected();
-  const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
+  const timeouts = { headersMs: 10_000, requestMs: 30_000, keepAliveMs: 5_000, ...options.timeouts };
+  const server = createServer({
+    keepAliveTimeout: timeouts.keepAliveMs,
+    headersTimeout: timeouts.headersMs,
+    requestTimeout: timeouts.requestMs,
+    // Node enforces the two timeouts above only this often (30 s by default).
+    connectionsCheckingInterval: Math.min(1_000, timeouts.headersMs / 2),
+  }, (req, res) => {
     res.setHeader("x-request-id", requestId(req));
     if (options.cors && applyCors(req, res)) return;
     if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
@@ -41,9 +50,6 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
     // polka makes its own `next` when given none.
     void router.handler(req as never, res, undefined as never);
   });
-  // Bound slow or idle clients: headers within 10 s, a whole request within 30 s.
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 30_000;
   server.maxHeadersCount = 100;
   return {
     server,

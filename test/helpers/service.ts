@@ -21,6 +21,8 @@ export interface ServiceOptions {
   prefix?: string;
   /** Serve reads in the gateway (default true, as `npm start` does). */
   localReads?: boolean;
+  /** Slow-client bounds of the HTTP servers. */
+  timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
 }
 
 export async function startService(defer: Defer, options: ServiceOptions = {}): Promise<TestService> {
