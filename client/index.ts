@@ -9,7 +9,7 @@ import {
   IDEMPOTENCY_KEY_HEADER,
   inputSchema,
   requestSubject,
-  subjectFields,
+  requestBody,
   type ErrorOf,
   type InputOf,
   type Operation,
@@ -113,13 +113,11 @@ export function natsClient<Api extends Record<string, Operation>>(
   { prefix = "", timeoutMs = 5_000 }: { prefix?: string; timeoutMs?: number } = {},
 ): Client<Api> {
   return makeClient(api, async (op, input, options) => {
-    const body = { ...input };
-    for (const field of subjectFields(op)) delete body[field];
     const h = natsHeaders();
     if (options?.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, options.idempotencyKey);
     let reply;
     try {
-      reply = await nc.request(requestSubject(op, input, prefix), JSON.stringify(body), {
+      reply = await nc.request(requestSubject(op, input, prefix), requestBody(op, input), {
         timeout: timeoutMs,
         headers: h,
       });

@@ -5,7 +5,6 @@ import { localReads } from "./local-reads.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
-export { isJsonContentType } from "./body.ts";
 export { opsListener } from "./health.ts";
 
 export interface GatewayOptions {

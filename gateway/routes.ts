@@ -11,7 +11,7 @@ import {
   inputSchema,
   requestSubject,
   RouteNotFound,
-  subjectFields,
+  requestBody,
   type Operation,
 } from "../schemas/index.ts";
 import { log, recordHttp, type NatsHandle } from "../platform/index.ts";
@@ -50,7 +50,6 @@ export function buildRouter(operations: readonly Operation[], options: RouteOpti
 
 function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
-  const fields = subjectFields(op);
   const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
   return async (req: Request, res: ServerResponse) => {
@@ -68,10 +67,9 @@ function operationRoute(op: Operation, options: RouteOptions) {
         }));
       } else {
         const subject = requestSubject(op, input, options.prefix);
-        const body = JSON.stringify(fields.length ? omit(input, fields) : input);
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
-        const reply = await forward(options.nats, subject, body, {
+        const reply = await forward(options.nats, subject, requestBody(op, input), {
           timeoutMs: options.requestTimeoutMs,
           attemptMs: repeatable ? (options.attemptTimeoutMs ?? 2_000) : undefined,
           headers,
@@ -103,12 +101,6 @@ function notAnObject(value: unknown) {
   const actual = Array.isArray(value) ? "an array" : value === null ? "null" : typeof value;
   const message = `Expected an object, actual ${actual}`;
   return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path: [], message }], message });
-}
-
-function omit(input: Record<string, unknown>, keys: string[]): Record<string, unknown> {
-  const rest = { ...input };
-  for (const key of keys) delete rest[key];
-  return rest;
 }
 
 function pathOf(req: IncomingMessage): string {

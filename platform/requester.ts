@@ -72,11 +72,6 @@ export class Requester {
     this.#pending.clear();
   }
 
-  /** Requests waiting for a reply. */
-  get size(): number {
-    return this.#pending.size;
-  }
-
   close(): void {
     clearInterval(this.#sweeper);
     this.failAll(new DisconnectedError("requester closed"));

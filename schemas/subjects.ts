@@ -16,6 +16,23 @@ export function requestSubject(op: Operation, input: Record<string, unknown>, pr
   return withPrefix(prefix, subject);
 }
 
+/** The JSON request body of `op` for `input`: the input less the fields its subject carries. */
+export function requestBody(op: Operation, input: Record<string, unknown>): string {
+  const fields = subjectFields(op);
+  if (fields.length === 0) return JSON.stringify(input);
+  const body = { ...input };
+  for (const field of fields) delete body[field];
+  return JSON.stringify(body);
+}
+
+const fieldCache = new WeakMap<Operation, string[]>();
+/** Names of the `{field}` tokens in an operation's subject. */
+export function subjectFields(op: Operation): string[] {
+  let fields = fieldCache.get(op);
+  if (!fields) fieldCache.set(op, (fields = [...op.subject.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!)));
+  return fields;
+}
+
 /** The subscription subject of `op`: `{field}` tokens become `*`. */
 export function subscriptionSubject(op: Operation, prefix = ""): string {
   return withPrefix(prefix, op.subject.replace(/\{\w+\}/g, "*"));

@@ -20,25 +20,15 @@ export const ajv = new Ajv({
 });
 addFormats(ajv);
 
-/** Names of `{field}` tokens in an operation's subject. */
-export function subjectFields(op: Operation): string[] {
-  return [...op.subject.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
-}
-
 /** The schema of an operation's whole input: params, query and payload merged. */
-export function inputSchema(op: Operation, omit: readonly string[] = []): TObject {
+export function inputSchema(op: Operation): TObject {
   const properties: TProperties = {};
   for (const part of [op.params, op.query, op.payload]) {
     for (const [key, schema] of Object.entries(part?.properties ?? {})) {
-      if (!omit.includes(key)) properties[key] = schema;
+      properties[key] = schema;
     }
   }
   return Type.Object(properties, { additionalProperties: false });
-}
-
-/** The schema of an operation's NATS request body: its input less the subject fields. */
-export function bodySchema(op: Operation): TObject {
-  return inputSchema(op, subjectFields(op));
 }
 
 /** A compiled check that throws `HttpApiDecodeError` and returns the input, defaults applied. */

@@ -3,6 +3,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { launchMicrovm } from "../../client/index.ts";
+import type { SandboxShape } from "../../vm-runtime/index.ts";
 import { lifo } from "../helpers/defer.ts";
 import { assertNoInstanceLeft, instanceChildren, startMicrovmService, type MicrovmService } from "../helpers/microvm.ts";
 
@@ -29,7 +30,7 @@ describe("faults: microVM launches", () => {
     const worker = async () => {
       while (next < LAUNCHES) {
         const i = next++;
-        const outcome = await launchMicrovm(svc.overNats, async (stub, vm) => {
+        const outcome = await launchMicrovm<SandboxShape, never>(svc.overNats, async (stub, vm) => {
           answered.push(await stub.hello(String(i)));
           assert.ok(vm.microvmId);
           throw new WorkFailed(`work ${i}`);
