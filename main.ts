@@ -39,6 +39,12 @@ const config = {
   readCacheEntries: int("READ_CACHE_ENTRIES", 50_000),
 };
 
+/** Task-object placement (role `actors`): lease TTL and idle release. */
+const placementConfig = {
+  ttlMs: int("TASK_OBJECT_LEASE_MS", 3_000) || fail("TASK_OBJECT_LEASE_MS must be positive"),
+  idleMs: int("TASK_OBJECT_IDLE_MS", 30_000),
+};
+
 /** The microVM host (role `microvms`). The token secret is never logged. */
 const microvmHost = {
   hostId: env.MICROVM_HOST_ID || undefined,
@@ -97,7 +103,7 @@ async function main() {
 
   if (active.has("actors")) {
     await openBuckets(nats.nc, { replicas: config.replicas });
-    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), { prefix: config.prefix, publisher: nats.publisher });
+    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), { prefix: config.prefix, publisher: nats.publisher, requester: nats.requester, placement: placementConfig });
     closers.push(() => actors.close());
     log.info({ prefix: config.prefix }, "actors serving");
   }

@@ -1,17 +1,38 @@
-// The task-object actor: a stateful object per name (Durable-Object style). Each name has
-// its own storage (keys `<name-token>.<id>` in the `taskobjects` bucket) and a mailbox, so
-// a name's requests run one at a time in this process.
-import type { RecordStore } from "../platform/index.ts";
+// The task-object actor: a stateful object per name (Durable-Object style). Each name has its
+// own storage (keys `<name-token>.<id>` in the `taskobjects` bucket) and at most one live
+// activation across all actor processes (placement.ts): a request that reaches a process not
+// holding the name is forwarded to the owner's own subject, and its answer relayed.
+import { performance } from "node:perf_hooks";
+import { headers, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { v4 as uuidv4 } from "uuid";
 import {
+  ApiError,
+  ERROR_CODE_HEADER,
+  GatewayTimeout,
+  IDEMPOTENCY_KEY_HEADER,
+  nameToken,
+  NotOwner,
+  REQUEST_ID_HEADER,
+  requestBody,
+  requestSubject,
+  ServiceUnavailable,
   TaskNotFound,
   taskObjectKey,
-  type createTaskDO,
-  type getTaskDO,
+  createTaskDO,
+  getTaskDO,
+  type Operation,
 } from "../schemas/index.ts";
-import { Mailboxes } from "./mailbox.ts";
+import {
+  NoRespondersError,
+  recordForward,
+  RequestTimeoutError,
+  type BatchPublisher,
+  type RecordStore,
+  type Requester,
+} from "../platform/index.ts";
+import { LeaseLost, type Activation, type Placement } from "./placement.ts";
 import { createRecord, readRecord } from "./records.ts";
-import type { Handler } from "./serve.ts";
+import { serveOperation, type Handler, type HandlerContext } from "./serve.ts";
 import type { TaskRecord } from "./tasks.ts";
 
 export interface TaskObjectHandlers {
@@ -19,20 +40,137 @@ export interface TaskObjectHandlers {
   createTaskDO: Handler<typeof createTaskDO>;
 }
 
-export function taskObjectHandlers(store: RecordStore, mailboxes = new Mailboxes()): TaskObjectHandlers {
-  // `name` is always present: the subject carries it and the schema defaults it.
-  return {
-    getTaskDO: ({ id, name = "default" }) =>
-      mailboxes.run(name, async () => {
-        const key = taskObjectKey(name, id);
-        const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
-        if (!task) throw TaskNotFound.make({ id });
-        return task;
-      }),
-    createTaskDO: ({ title, name = "default" }, { idempotencyKey }) =>
-      mailboxes.run(name, () => {
-        const task: TaskRecord = { id: idempotencyKey ?? uuidv4(), title, completed: false };
-        return createRecord(store, taskObjectKey(name, task.id)!, task, (s) => s.title === title);
-      }),
+export interface TaskObjectDeps {
+  store: RecordStore;
+  placement: Placement;
+  /** Carries forwards to the owning process. */
+  requester: Requester;
+  /** Subject prefix shared with the gateways. */
+  prefix: string;
+  /** Time a request may spend reaching its owner (default 1.5 s, under the gateway's 2 s attempt). */
+  routeBudgetMs?: number;
+}
+
+// One forward attempt: a live owner answers in milliseconds; a paused one never does.
+const FORWARD_ATTEMPT_MS = 750;
+const WAIT_RECHECK_MS = 200;
+
+/** `taskobjects.owner.<owner-token>.{name}.<verb>`: the copy of `op` one process serves alone. */
+export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
+  return { ...op, subject: op.subject.replace(/^taskobjects\./, `taskobjects.owner.${nameToken(ownerId)}.`) };
+}
+
+/**
+ * Handlers for the shared subjects (`entry`: route, forwarding to the owner) and for this
+ * process's own subjects (`owner`: serve a held name, or answer NotOwner).
+ */
+export function taskObjectHandlers(deps: TaskObjectDeps): { entry: TaskObjectHandlers; owner: TaskObjectHandlers } {
+  const { store, placement } = deps;
+  const budgetMs = deps.routeBudgetMs ?? 1_500;
+  const ownerOps = new Map<string, Operation>();
+
+  const read = (name: string, id: string) => async () => {
+    const key = taskObjectKey(name, id);
+    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
+    if (!task) throw TaskNotFound.make({ id });
+    return task;
   };
+  const create = (name: string, task: TaskRecord) => async (activation: Activation) => {
+    await placement.fence(activation);
+    return createRecord(store, taskObjectKey(name, task.id)!, task, (s) => s.title === task.title);
+  };
+
+  async function forward(owner: string, op: Operation, input: Record<string, unknown>, context: HandlerContext, timeoutMs: number) {
+    let opOnOwner = ownerOps.get(`${owner}\0${op.name}`);
+    if (!opOnOwner) ownerOps.set(`${owner}\0${op.name}`, (opOnOwner = onOwner(op, owner)));
+    const h = headers();
+    if (context.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, context.idempotencyKey);
+    if (context.requestId) h.set(REQUEST_ID_HEADER, context.requestId);
+    const reply = await deps.requester.request(requestSubject(opOnOwner, input, deps.prefix), requestBody(op, input), timeoutMs, h);
+    const code = reply.headers?.get(ERROR_CODE_HEADER);
+    if (!code) return { answer: reply.json<TaskRecord>() as TaskRecord };
+    const body = reply.json<{ _tag: string }>();
+    if (body._tag === NotOwner.tag) return { moved: true as const };
+    throw new ApiError(Number(code), body);
+  }
+
+  /** Runs `work` where `name` lives: here if this process holds it, else at its owner. */
+  async function routed(
+    op: Operation,
+    name: string,
+    input: Record<string, unknown>,
+    context: HandlerContext,
+    work: (activation: Activation) => Promise<TaskRecord>,
+    mayForward: boolean,
+  ): Promise<TaskRecord> {
+    const deadline = performance.now() + budgetMs;
+    let suspect: string | undefined;
+    let outcomeUnknown = false;
+    for (;;) {
+      const route = await placement.route(name, suspect);
+      if (route.kind === "local") {
+        try {
+          return await placement.run(route.activation, work);
+        } catch (err) {
+          if (!(err instanceof LeaseLost)) throw err;
+        }
+      } else if (!mayForward) {
+        throw NotOwner.make({});
+      } else if (route.kind === "remote") {
+        const timeout = Math.max(1, Math.min(FORWARD_ATTEMPT_MS, deadline - performance.now()));
+        try {
+          const outcome = await forward(route.owner, op, input, context, timeout);
+          if (!("moved" in outcome)) {
+            recordForward("answered");
+            return outcome.answer;
+          }
+          recordForward("moved");
+          placement.forget(name);
+          suspect = undefined;
+        } catch (err) {
+          if (err instanceof NoRespondersError) recordForward("no_responders");
+          else if (err instanceof RequestTimeoutError) recordForward("timeout");
+          else throw err;
+          outcomeUnknown ||= err instanceof RequestTimeoutError;
+          suspect = route.owner;
+        }
+      } else {
+        // Read the lease again now and then: a release lets the name be claimed at once.
+        const pause = Math.min(route.until, deadline, performance.now() + WAIT_RECHECK_MS) - performance.now();
+        if (pause > 0) await new Promise((r) => setTimeout(r, pause));
+      }
+      // A forward that timed out may still have run at the owner: its outcome is unknown.
+      if (performance.now() >= deadline) throw outcomeUnknown ? GatewayTimeout.make({}) : ServiceUnavailable.make({});
+    }
+  }
+
+  const handlers = (mayForward: boolean): TaskObjectHandlers => ({
+    // `name` is always present: the subject carries it and the schema defaults it.
+    getTaskDO: (input, context) => {
+      const name = input.name ?? "default";
+      return routed(getTaskDO, name, input, context, read(name, input.id), mayForward);
+    },
+    createTaskDO: (input, context) => {
+      const name = input.name ?? "default";
+      // The id is fixed before any forward, so a repeated forward creates one record.
+      const id = context.idempotencyKey ?? uuidv4();
+      const task: TaskRecord = { id, title: input.title, completed: false };
+      return routed(createTaskDO, name, input, { ...context, idempotencyKey: id }, create(name, task), mayForward);
+    },
+  });
+  return { entry: handlers(true), owner: handlers(false) };
+}
+
+/** Serves the task-object operations: the shared subjects in a queue group, and this process's own. */
+export function serveTaskObjects(nc: NatsConnection, deps: TaskObjectDeps, publisher?: BatchPublisher): Subscription[] {
+  const { entry, owner } = taskObjectHandlers(deps);
+  const ownerId = deps.placement.ownerId;
+  const serve = <Op extends Operation>(op: Op, handler: Handler<Op>, queue: string) =>
+    serveOperation(nc, op, handler, { prefix: deps.prefix, publisher, queue });
+  return [
+    serve(getTaskDO, entry.getTaskDO, "actors.getTaskDO"),
+    serve(createTaskDO, entry.createTaskDO, "actors.createTaskDO"),
+    serve(onOwner(getTaskDO, ownerId), owner.getTaskDO, `owner.${ownerId}`),
+    serve(onOwner(createTaskDO, ownerId), owner.createTaskDO, `owner.${ownerId}`),
+  ];
 }

@@ -3,6 +3,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
 import type { Requester } from "./requester.ts";
+import { versionedStore, type VersionedStore } from "./lease-store.ts";
 
 /** Bucket names; records never change after creation, so one revision of history is enough. */
 export const bucketNames = {
@@ -10,6 +11,8 @@ export const bucketNames = {
   taskObjects: "taskobjects",
   jobs: "jobs",
   microvms: "microvms",
+  /** One lease key per task-object name: which actor process holds its activation. */
+  taskObjectLeases: "taskobject-leases",
 } as const;
 
 export type Buckets = { readonly [K in keyof typeof bucketNames]: KV };
@@ -31,10 +34,21 @@ export async function openBuckets(nc: NatsConnection, options: BucketOptions = {
 }
 
 /** The record buckets served by the task, task-object and job actors. */
-export type RecordStores = { readonly tasks: RecordStore; readonly taskObjects: RecordStore; readonly jobs: RecordStore };
+export type RecordStores = {
+  readonly tasks: RecordStore;
+  readonly taskObjects: RecordStore;
+  readonly jobs: RecordStore;
+  /** Task-object leases (placement), read and written with revision checks. */
+  readonly taskObjectLeases: VersionedStore;
+};
 
 /** Lean stores over the record buckets (create them first with `openBuckets`). */
 export function recordStores(requester: Requester, options: BucketOptions = {}): RecordStores {
   const open = (name: string) => recordStore(requester, name, { replicas: options.replicas });
-  return { tasks: open(bucketNames.tasks), taskObjects: open(bucketNames.taskObjects), jobs: open(bucketNames.jobs) };
+  return {
+    tasks: open(bucketNames.tasks),
+    taskObjects: open(bucketNames.taskObjects),
+    jobs: open(bucketNames.jobs),
+    taskObjectLeases: versionedStore(requester, bucketNames.taskObjectLeases),
+  };
 }

@@ -5,5 +5,6 @@ export * from "./buckets.ts";
 export * from "./log.ts";
 export * from "./requester.ts";
 export * from "./record-store.ts";
+export * from "./lease-store.ts";
 export * from "./batch.ts";
 export * from "./metrics.ts";

@@ -45,6 +45,29 @@ export const microvmInstances = new Gauge({
   registers: [registry],
 });
 
+const taskObjectActivations = new Gauge({
+  name: "task_object_activations",
+  help: "Task-object names whose lease this process holds",
+  registers: [registry],
+});
+
+const taskObjectForwards = new Counter({
+  name: "task_object_forwards_total",
+  help: "Task-object requests passed to the owning process, by outcome",
+  labelNames: ["outcome"] as const,
+  registers: [registry],
+});
+
+/** Sets the number of task-object activations held here. */
+export function setActivations(count: number): void {
+  taskObjectActivations.set(count);
+}
+
+/** Counts one forward to an owner: answered, no_responders, timeout or moved. */
+export function recordForward(outcome: "answered" | "no_responders" | "timeout" | "moved"): void {
+  taskObjectForwards.inc({ outcome });
+}
+
 type Observe = (seconds: number) => void;
 
 /** Label children are looked up once per label set: observing stays a map hit. */

@@ -81,6 +81,11 @@ export const PayloadTooLarge = defineError("PayloadTooLarge", 413, {
   limit: Type.Integer(),
   message: Type.String(),
 });
+/**
+ * Between actor processes only, never answered to a client: the process asked on its own
+ * subject does not hold the task object's lease (any more), so the sender reads it again.
+ */
+export const NotOwner = defineError("NotOwner", 503, {});
 export const InternalServerError = defineError("InternalServerError", 500, {});
 export const ServiceUnavailable = defineError("ServiceUnavailable", 503, {});
 export const GatewayTimeout = defineError("GatewayTimeout", 504, {});

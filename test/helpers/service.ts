@@ -1,5 +1,5 @@
 // The whole service in the test process: private NATS, actors, and both HTTP APIs on port 0.
-import { startActors } from "../../actors/index.ts";
+import { startActors, type ActorOptions } from "../../actors/index.ts";
 import { createGateways } from "../../gateway/index.ts";
 import { connectNats, openBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
@@ -23,13 +23,15 @@ export interface ServiceOptions {
   localReads?: boolean;
   /** Slow-client bounds of the HTTP servers. */
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
+  /** Task-object placement settings of the actors. */
+  placement?: ActorOptions["placement"];
 }
 
 export async function startService(defer: Defer, options: ServiceOptions = {}): Promise<TestService> {
   const nats = await testNats(defer);
   const handle = await connectNats({ servers: nats.url, name: "test" });
   const buckets = await openBuckets(handle.nc);
-  const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix, publisher: handle.publisher });
+  const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix, publisher: handle.publisher, requester: handle.requester, placement: options.placement });
   const gateways = createGateways({ nats: handle, ...options, stores: options.localReads === false ? undefined : recordStores(handle.requester) });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");

@@ -1,0 +1,322 @@
+// Placement of task objects: each name has at most one live activation across all actor
+// processes. A process activates a name by claiming its lease key in the `taskobject-leases`
+// bucket with a compare-and-set on the key's revision; it renews the lease by heartbeat and by
+// every write (the fence), releases it when the name goes idle or the process stops, and
+// stops serving the name the moment its lease could have lapsed.
+import { performance } from "node:perf_hooks";
+import { nameToken } from "../schemas/index.ts";
+import { CONFLICT, log, setActivations, type VersionedStore } from "../platform/index.ts";
+import { Mailboxes } from "./mailbox.ts";
+
+/** The lease key's value: who holds the name, and for how long after each renewal. */
+interface LeaseValue {
+  owner: string;
+  ttlMs: number;
+}
+
+/** One activation's start or end, with the lease revision it claimed (its identity). */
+export interface ActivationEvent {
+  event: "start" | "end";
+  name: string;
+  owner: string;
+  revision: number;
+  /** Epoch ms: when it started, or the last moment it could serve. */
+  at: number;
+  reason?: "released" | "expired" | "lost" | "closed";
+}
+
+export interface PlacementOptions {
+  /** Unique per process start: the owner written in leases and used in owner subjects. */
+  ownerId: string;
+  leases: VersionedStore;
+  /** A lease lapses this long after the holder sent its last successful renewal (default 3 s). */
+  ttlMs?: number;
+  /** Renewal period of a held lease (default a third of the TTL). */
+  renewMs?: number;
+  /** A name with no request for this long is released (default 30 s). */
+  idleMs?: number;
+  /** Added to the holder's TTL before a silent lease is taken over (default 500 ms). */
+  marginMs?: number;
+  onActivation?: (event: ActivationEvent) => void;
+}
+
+/** Where a name's requests go now. */
+export type Route =
+  | { kind: "local"; activation: Activation }
+  | { kind: "remote"; owner: string }
+  | { kind: "wait"; until: number };
+
+/** The activation this request ran in ended first: route the request again. */
+export class LeaseLost extends Error {
+  override readonly name = "LeaseLost";
+}
+
+/** Epoch ms of a `performance.now()` instant, read off the shared system clock. */
+const epochOf = (mono: number) => Date.now() - (performance.now() - mono);
+
+/** A held lease: this process serves the name until `deadline` (monotonic ms). */
+export class Activation {
+  /** Current revision of the lease key (moves with every renewal and fence). */
+  revision: number;
+  deadline: number;
+  lastRenewal: number;
+  lastUsed = performance.now();
+  /** Requests routed here and not finished (queued in the mailbox or running). */
+  pending = 0;
+  ended = false;
+  renewing = false;
+  renewFailures = 0;
+  #casChain: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    readonly name: string,
+    readonly key: string,
+    /** The revision this activation's claim wrote: its identity in logs. */
+    readonly claimRevision: number,
+    sentAt: number,
+    readonly ttlMs: number,
+  ) {
+    this.revision = claimRevision;
+    this.lastRenewal = sentAt;
+    this.deadline = sentAt + ttlMs;
+  }
+
+  /** Serves only while the lease cannot have lapsed, with room for one write to leave. */
+  get live(): boolean {
+    return !this.ended && performance.now() < this.deadline - GUARD_MS;
+  }
+
+  /** Runs compare-and-set writes of this lease one after another (a renewal never races a fence). */
+  serialize<T>(write: () => Promise<T>): Promise<T> {
+    const next = this.#casChain.then(write, write);
+    this.#casChain = next.catch(() => undefined);
+    return next;
+  }
+}
+
+// Time kept between the last serving moment and the lease's end, for a write to leave.
+const GUARD_MS = 100;
+const MAX_REMEMBERED = 100_000;
+// Pause before a closing process reads a lease again.
+const RETRY_MS = 100;
+
+export class Placement {
+  readonly ownerId: string;
+  readonly #leases: VersionedStore;
+  readonly #ttlMs: number;
+  readonly #renewMs: number;
+  readonly #idleMs: number;
+  readonly #marginMs: number;
+  readonly #onActivation?: (event: ActivationEvent) => void;
+  readonly #value: string;
+  readonly #mailboxes = new Mailboxes();
+  readonly #active = new Map<string, Activation>();
+  /** Names held elsewhere, as last read: owner, revision, and when this process first saw it. */
+  readonly #elsewhere = new Map<string, { owner: string; revision: number; seenAt: number; ttlMs: number }>();
+  readonly #resolving = new Map<string, Promise<Route>>();
+  readonly #timer: NodeJS.Timeout;
+  #closed = false;
+
+  constructor(options: PlacementOptions) {
+    this.ownerId = options.ownerId;
+    this.#leases = options.leases;
+    this.#ttlMs = options.ttlMs ?? 3_000;
+    this.#renewMs = options.renewMs ?? Math.floor(this.#ttlMs / 3);
+    this.#idleMs = options.idleMs ?? 30_000;
+    this.#marginMs = options.marginMs ?? 500;
+    this.#onActivation = options.onActivation;
+    this.#value = JSON.stringify({ owner: this.ownerId, ttlMs: this.#ttlMs } satisfies LeaseValue);
+    this.#timer = setInterval(() => this.#tick(), Math.min(250, Math.floor(this.#renewMs / 2))).unref();
+  }
+
+  /** Names this process holds now. */
+  get activations(): number {
+    return this.#active.size;
+  }
+
+  /**
+   * Where `name`'s requests go. `suspect` names an owner a forward to just failed: the lease
+   * is read again, and taken over once it has not moved for the holder's TTL plus the margin.
+   */
+  route(name: string, suspect?: string): Route | Promise<Route> {
+    const activation = this.#active.get(name);
+    if (activation?.live) return { kind: "local", activation };
+    const known = this.#elsewhere.get(name);
+    if (known && known.owner !== suspect && !activation && !this.#resolving.has(name)) return { kind: "remote", owner: known.owner };
+    let resolving = this.#resolving.get(name);
+    if (!resolving) {
+      resolving = this.#resolve(name, suspect).finally(() => this.#resolving.delete(name));
+      this.#resolving.set(name, resolving);
+    }
+    return resolving;
+  }
+
+  /** Drops what this process believed about `name`'s owner (it said it is not). */
+  forget(name: string): void {
+    this.#elsewhere.delete(name);
+  }
+
+  /** Runs `work` in `activation`, after the name's earlier work; refuses once the lease may have lapsed. */
+  async run<T>(activation: Activation, work: (activation: Activation) => Promise<T>): Promise<T> {
+    activation.pending++;
+    try {
+      return await this.#mailboxes.run(activation.name, async () => {
+        if (!activation.live) throw new LeaseLost(activation.name);
+        activation.lastUsed = performance.now();
+        const result = await work(activation);
+        // An answer computed past the lease is not given: the next owner may have moved on.
+        if (!activation.live) throw new LeaseLost(activation.name);
+        return result;
+      });
+    } finally {
+      activation.pending--;
+      activation.lastUsed = performance.now();
+    }
+  }
+
+  /**
+   * The fence before a write: renews the lease at the revision this activation holds. A
+   * process whose lease was taken over (e.g. it was paused past it) fails here and writes nothing.
+   */
+  async fence(activation: Activation): Promise<void> {
+    await this.#renew(activation);
+    if (!activation.live) throw new LeaseLost(activation.name);
+  }
+
+  /**
+   * Claims nothing more, lets the requests routed here finish (up to `graceMs`), then releases
+   * every held name so other processes take them over at once.
+   */
+  async close(graceMs = 5_000): Promise<void> {
+    this.#closed = true;
+    const until = performance.now() + graceMs;
+    while ([...this.#active.values()].some((a) => a.pending > 0) && performance.now() < until) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    clearInterval(this.#timer);
+    await Promise.allSettled([...this.#active.values()].map((a) => this.#release(a, "closed")));
+  }
+
+  async #resolve(name: string, suspect: string | undefined): Promise<Route> {
+    const held = this.#active.get(name);
+    if (held?.live) return { kind: "local", activation: held };
+    if (held) this.#end(held, "expired");
+    const key = nameToken(name);
+    const entry = await this.#leases.get(key);
+    const seenAt = performance.now();
+    const lease = entry.value ? parseLease(entry.value) : undefined;
+    // Free, deleted, unreadable, or this process's own from an earlier activation: claim it
+    // (a closing process claims nothing; its callers retry until another process has).
+    if (!lease || lease.owner === this.ownerId) {
+      return this.#closed ? { kind: "wait", until: seenAt + RETRY_MS } : this.#claim(name, key, entry.revision);
+    }
+    let known = this.#elsewhere.get(name);
+    if (!known || known.revision !== entry.revision || known.owner !== lease.owner) {
+      known = { owner: lease.owner, revision: entry.revision, seenAt, ttlMs: lease.ttlMs };
+      this.#remember(name, known);
+    }
+    if (lease.owner !== suspect) return { kind: "remote", owner: lease.owner };
+    // The owner did not answer. The lease is only taken once it has not moved for longer than
+    // its holder's TTL: by then the holder has stopped serving, whatever happened to it.
+    const claimableAt = known.seenAt + known.ttlMs + this.#marginMs;
+    if (seenAt < claimableAt || this.#closed) return { kind: "wait", until: Math.max(claimableAt, seenAt + RETRY_MS) };
+    return this.#claim(name, key, entry.revision);
+  }
+
+  async #claim(name: string, key: string, revision: number): Promise<Route> {
+    const sentAt = performance.now();
+    const written = await this.#leases.put(key, this.#value, revision);
+    if (written === CONFLICT) {
+      this.#elsewhere.delete(name);
+      return { kind: "wait", until: performance.now() }; // someone else moved first: read again
+    }
+    const activation = new Activation(name, key, written, sentAt, this.#ttlMs);
+    this.#elsewhere.delete(name);
+    this.#active.set(name, activation);
+    setActivations(this.#active.size);
+    this.#emit({ event: "start", name, owner: this.ownerId, revision: written, at: Date.now() });
+    return { kind: "local", activation };
+  }
+
+  #renew(activation: Activation): Promise<void> {
+    return activation.serialize(async () => {
+      if (!activation.live) throw new LeaseLost(activation.name);
+      const sentAt = performance.now();
+      const written = await this.#leases.put(activation.key, this.#value, activation.revision);
+      if (written === CONFLICT) {
+        this.#end(activation, "lost");
+        throw new LeaseLost(activation.name);
+      }
+      activation.revision = written;
+      activation.lastRenewal = sentAt;
+      activation.deadline = sentAt + activation.ttlMs;
+    });
+  }
+
+  /** Ends the activation first (nothing more is served), then deletes the key at its revision. */
+  async #release(activation: Activation, reason: "released" | "closed"): Promise<void> {
+    this.#end(activation, reason);
+    await activation.serialize(async () => {
+      const deleted = await this.#leases.delete(activation.key, activation.revision);
+      if (deleted === CONFLICT) log.warn({ name: activation.name }, "task-object lease moved before its release");
+    });
+  }
+
+  #end(activation: Activation, reason: NonNullable<ActivationEvent["reason"]>): void {
+    if (activation.ended) return;
+    activation.ended = true;
+    if (this.#active.get(activation.name) === activation) this.#active.delete(activation.name);
+    setActivations(this.#active.size);
+    const lastServing = Math.min(performance.now(), activation.deadline);
+    this.#emit({ event: "end", name: activation.name, owner: this.ownerId, revision: activation.claimRevision, at: Math.floor(epochOf(lastServing)), reason });
+  }
+
+  #tick(): void {
+    const now = performance.now();
+    for (const activation of this.#active.values()) {
+      if (now >= activation.deadline - GUARD_MS) {
+        this.#end(activation, "expired");
+      } else if (activation.pending === 0 && now - activation.lastUsed >= this.#idleMs && !this.#resolving.has(activation.name)) {
+        const release = this.#release(activation, "released")
+          .catch((err: unknown) => log.warn({ name: activation.name, err: (err as Error).name }, "task-object lease release failed"))
+          .then((): Route => ({ kind: "wait", until: performance.now() }));
+        this.#resolving.set(activation.name, release.finally(() => this.#resolving.delete(activation.name)));
+      } else if (now - activation.lastRenewal >= this.#renewMs && !activation.renewing) {
+        activation.renewing = true;
+        this.#renew(activation)
+          .then(() => (activation.renewFailures = 0))
+          .catch((err: unknown) => {
+            // Once per outage: the lease lapses on its own if renewals keep failing.
+            if (!(err instanceof LeaseLost) && activation.renewFailures++ === 0) {
+              log.warn({ name: activation.name, err: (err as Error).name }, "task-object lease renewal failed");
+            }
+          })
+          .finally(() => (activation.renewing = false));
+      }
+    }
+  }
+
+  #remember(name: string, known: { owner: string; revision: number; seenAt: number; ttlMs: number }): void {
+    this.#elsewhere.delete(name);
+    this.#elsewhere.set(name, known);
+    if (this.#elsewhere.size > MAX_REMEMBERED) this.#elsewhere.delete(this.#elsewhere.keys().next().value!);
+  }
+
+  #emit(event: ActivationEvent): void {
+    try {
+      this.#onActivation?.(event);
+    } catch (err) {
+      log.error({ err }, "activation listener failed");
+    }
+  }
+}
+
+function parseLease(data: Uint8Array): LeaseValue | undefined {
+  try {
+    const value = JSON.parse(Buffer.from(data).toString("utf8")) as Partial<LeaseValue>;
+    if (typeof value.owner !== "string" || typeof value.ttlMs !== "number") return undefined;
+    return { owner: value.owner, ttlMs: value.ttlMs };
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,202 @@
+// Task-object placement on one real nats-server: several actor sets, each on its own
+// connection with its own owner id (as separate processes would be), short lease TTLs.
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Kvm } from "@nats-io/kv";
+import { startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
+import { natsClient } from "../client/index.ts";
+import { bucketNames, connectNats, openBuckets, recordStores, type NatsHandle } from "../platform/index.ts";
+import { nameToken, taskApi } from "../schemas/index.ts";
+import { activationIntervals, overlaps } from "./helpers/activations.ts";
+import { lifo } from "./helpers/defer.ts";
+import { testNats, type TestNats } from "./helpers/nats.ts";
+
+const TTL_MS = 600;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let nats: TestNats;
+let client: NatsHandle;
+const events: ActivationEvent[] = [];
+const defer = lifo(after);
+
+interface ActorProcess {
+  readonly ownerId: string;
+  readonly handle: NatsHandle;
+  readonly actors: ActorsHandle;
+}
+
+/** An actor set on its own connection, like one actor process. */
+async function actorProcess(ownerId: string, settings: { idleMs?: number } = {}): Promise<ActorProcess> {
+  const handle = await connectNats({ servers: nats.url, name: ownerId });
+  const actors = startActors(handle.nc, recordStores(handle.requester), {
+    publisher: handle.publisher,
+    requester: handle.requester,
+    placement: { ownerId, ttlMs: TTL_MS, idleMs: settings.idleMs ?? 60_000, onActivation: (e) => events.push(e) },
+  });
+  await handle.nc.flush(); // the subscriptions are known to the server before any request
+  let closed = false;
+  defer(async () => {
+    if (closed) return;
+    await actors.close();
+    await handle.close();
+  });
+  return {
+    ownerId,
+    handle,
+    actors: {
+      ...actors,
+      ownerId: actors.ownerId,
+      get activations() {
+        return actors.activations;
+      },
+      async close() {
+        closed = true;
+        await actors.close();
+      },
+    },
+  };
+}
+
+/** Ends a process without a goodbye: its connection drops, its leases are left to lapse. */
+async function crash(p: ActorProcess): Promise<number> {
+  await p.handle.close();
+  return Date.now();
+}
+
+const startsOf = (name: string) => events.filter((e) => e.name === name && e.event === "start");
+
+before(async () => {
+  nats = await testNats(defer, { private: true });
+  client = await connectNats({ servers: nats.url, name: "test:client" });
+  defer(() => client.close());
+  await openBuckets(client.nc);
+});
+
+describe("placement", () => {
+  it("placement - a name is activated once; requests entering at any process reach that activation", async () => {
+    const processes = await Promise.all(["p1", "p2", "p3"].map((id) => actorProcess(`one-${id}`)));
+    const api = natsClient(taskApi, client.nc);
+    const names = ["alpha", "beta", "gamma", "delta", "epsilon"].map((n) => `one-${n}`);
+    // Many requests per name at once, entering at random processes (queue groups).
+    const created = await Promise.all(names.flatMap((name) => Array.from({ length: 12 }, (_, i) => api.createTaskDO({ title: `${name} ${i}`, name }))));
+    assert.equal(created.length, 60);
+    for (const task of created) {
+      const name = names.find((n) => task.title.startsWith(`${n} `))!;
+      assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
+    }
+    for (const name of names) assert.equal(startsOf(name).length, 1, `${name}: one activation, got ${JSON.stringify(startsOf(name))}`);
+    const held = processes.map((p) => p.actors.activations);
+    assert.equal(held.reduce((a, b) => a + b, 0), names.length, `held per process: ${held}`);
+    // The lease key names the owner that logged the activation.
+    const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
+    for (const name of names) {
+      const entry = await kv.get(nameToken(name));
+      assert.equal(entry?.json<{ owner: string }>().owner, startsOf(name)[0]!.owner);
+    }
+    for (const p of processes) await p.actors.close();
+  });
+
+  it("placement - a crashed owner's name is taken over once its lease has lapsed, never before", async () => {
+    const [a, b] = [await actorProcess("crash-a"), await actorProcess("crash-b")];
+    const api = natsClient(taskApi, client.nc);
+    const name = "crash-name";
+    // Activate on `a`: with `b` not yet serving, only `a` answers.
+    await b.actors.close();
+    const first = await api.createTaskDO({ title: "before", name });
+    assert.equal(startsOf(name)[0]?.owner, "crash-a");
+    const b2 = await actorProcess("crash-b2");
+    const diedAt = await crash(a);
+    const later = await retryUntilOk(() => api.createTaskDO({ title: "after", name }), 10_000);
+    const takeover = startsOf(name).find((e) => e.owner === "crash-b2");
+    assert.ok(takeover, "crash-b2 activated the name");
+    assert.ok(takeover.at - diedAt >= TTL_MS, `taken over ${takeover.at - diedAt} ms after the crash, not before the ${TTL_MS} ms TTL`);
+    assert.deepEqual(await api.getTaskDO({ id: first.id, name }), first);
+    assert.deepEqual(await api.getTaskDO({ id: later.value.id, name }), later.value);
+    assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name)), { "crash-a": diedAt }), []);
+    assert.equal(b2.actors.activations, 1);
+    await b2.actors.close();
+    await a.actors.close(); // stops its timers; its connection is gone, so nothing is released
+  });
+
+  it("placement - a process whose lease moved ends its activation and writes nothing", async () => {
+    const a = await actorProcess("fence-a");
+    const api = natsClient(taskApi, client.nc);
+    const name = "fence-name";
+    await api.createTaskDO({ title: "first", name });
+    // Someone else takes the key (as a process would after `a` was paused past its lease).
+    const { taskObjectLeases } = recordStores(client.requester);
+    let moved;
+    for (let i = 0; i < 5 && typeof moved !== "number"; i++) {
+      const entry = await taskObjectLeases.get(nameToken(name)); // `a` renews it meanwhile: retry
+      moved = await taskObjectLeases.put(nameToken(name), JSON.stringify({ owner: "fence-thief", ttlMs: 60_000 }), entry.revision);
+    }
+    assert.equal(typeof moved, "number");
+    const id = crypto.randomUUID();
+    // `a`'s next fence or renewal fails: it ends its activation; the request goes to the new
+    // owner (no one serves its subject, and its lease is long), so nothing is written.
+    await assert.rejects(api.createTaskDO({ title: "stale", name }, { idempotencyKey: id }), (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable");
+    const lost = events.find((e) => e.name === name && e.event === "end");
+    assert.equal(lost?.reason, "lost");
+    const { taskObjects } = recordStores(client.requester);
+    assert.equal(await taskObjects.get(`${nameToken(name)}.${id}`), undefined, "no record written by the fenced process");
+    await a.actors.close();
+  });
+
+  it("placement - an idle name is released, and another process claims it without waiting", async () => {
+    const a = await actorProcess("idle-a", { idleMs: 200 });
+    const api = natsClient(taskApi, client.nc);
+    const name = "idle-name";
+    await api.createTaskDO({ title: "one", name });
+    await waitFor(() => events.some((e) => e.name === name && e.event === "end" && e.reason === "released"), 5_000);
+    assert.equal(a.actors.activations, 0);
+    await a.actors.close();
+    const b = await actorProcess("idle-b");
+    const started = Date.now();
+    await api.createTaskDO({ title: "two", name });
+    assert.ok(Date.now() - started < TTL_MS, `claimed in ${Date.now() - started} ms, without waiting out a lease`);
+    assert.equal(startsOf(name).at(-1)?.owner, "idle-b");
+    assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name))), []);
+    await b.actors.close();
+  });
+
+  it("placement - a closing process finishes its requests and hands its names over at once", async () => {
+    const a = await actorProcess("close-a");
+    const api = natsClient(taskApi, client.nc);
+    const names = ["close-1", "close-2", "close-3"];
+    for (const name of names) await api.createTaskDO({ title: "held", name });
+    const b = await actorProcess("close-b");
+    const inFlight = names.map((name) => api.createTaskDO({ title: "during close", name }));
+    await a.actors.close();
+    const results = await Promise.all(inFlight);
+    assert.equal(results.length, 3);
+    const started = Date.now();
+    for (const name of names) await api.createTaskDO({ title: "after close", name });
+    assert.ok(Date.now() - started < TTL_MS, "released names are claimed without waiting out a lease");
+    for (const name of names) {
+      assert.equal(events.find((e) => e.name === name && e.event === "end")?.reason, "closed");
+      assert.equal(startsOf(name).at(-1)?.owner, "close-b");
+    }
+    assert.deepEqual(overlaps(activationIntervals(events.filter((e) => names.includes(e.name)))), []);
+    await b.actors.close();
+  });
+});
+
+async function retryUntilOk<T>(call: () => Promise<T>, timeoutMs: number): Promise<{ value: T; failures: number }> {
+  const deadline = Date.now() + timeoutMs;
+  for (let failures = 0; ; failures++) {
+    try {
+      return { value: await call(), failures };
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(50);
+    }
+  }
+}
+
+async function waitFor(check: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await sleep(20);
+  }
+}
