@@ -41,8 +41,9 @@ const config = {
 
 /** Task-object placement (role `actors`): lease TTL and idle release. */
 const placementConfig = {
-  ttlMs: int("TASK_OBJECT_LEASE_MS", 3_000) || fail("TASK_OBJECT_LEASE_MS must be positive"),
+  ttlMs: int("TASK_OBJECT_LEASE_MS", 2_000) || fail("TASK_OBJECT_LEASE_MS must be positive"),
   idleMs: int("TASK_OBJECT_IDLE_MS", 30_000),
+  logWrites: env.TASK_OBJECT_LOG_WRITES === "1",
 };
 
 /** The microVM host (role `microvms`). The token secret is never logged. */

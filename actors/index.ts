@@ -31,6 +31,8 @@ export interface ActorOptions {
     routeBudgetMs?: number;
     /** Each activation's start and end (default: an info log line). */
     onActivation?: (event: ActivationEvent) => void;
+    /** Report each write too (TASK_OBJECT_LOG_WRITES=1: an audit trail, one line per write). */
+    logWrites?: boolean;
   };
 }
 
@@ -69,6 +71,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     leases: stores.taskObjectLeases,
     ttlMs: settings.ttlMs,
     idleMs: settings.idleMs,
+    logWrites: settings.logWrites,
     onActivation: settings.onActivation ?? ((event) => log.info({ activation: event }, `task-object activation ${event.event}`)),
   });
   const requester = options.requester ?? new Requester(nc, options.publisher);

@@ -14,13 +14,16 @@ interface LeaseValue {
   ttlMs: number;
 }
 
-/** One activation's start or end, with the lease revision it claimed (its identity). */
+/**
+ * One activation's start or end, with the lease revision it claimed (its identity); with
+ * `logWrites`, also each write it lets out (`write`: the moment after its fence).
+ */
 export interface ActivationEvent {
-  event: "start" | "end";
+  event: "start" | "end" | "write";
   name: string;
   owner: string;
   revision: number;
-  /** Epoch ms: when it started, or the last moment it could serve. */
+  /** Epoch ms: when it started, the last moment it could serve, or when a write left. */
   at: number;
   reason?: "released" | "expired" | "lost" | "closed";
 }
@@ -29,7 +32,7 @@ export interface PlacementOptions {
   /** Unique per process start: the owner written in leases and used in owner subjects. */
   ownerId: string;
   leases: VersionedStore;
-  /** A lease lapses this long after the holder sent its last successful renewal (default 3 s). */
+  /** A lease lapses this long after the holder sent its last successful renewal (default 2 s). */
   ttlMs?: number;
   /** Renewal period of a held lease (default a third of the TTL). */
   renewMs?: number;
@@ -38,6 +41,8 @@ export interface PlacementOptions {
   /** Added to the holder's TTL before a silent lease is taken over (default 500 ms). */
   marginMs?: number;
   onActivation?: (event: ActivationEvent) => void;
+  /** Also report every write as an event (an audit trail; off by default: one line per write). */
+  logWrites?: boolean;
 }
 
 /** Where a name's requests go now. */
@@ -108,23 +113,27 @@ export class Placement {
   readonly #idleMs: number;
   readonly #marginMs: number;
   readonly #onActivation?: (event: ActivationEvent) => void;
+  readonly #logWrites: boolean;
   readonly #value: string;
   readonly #mailboxes = new Mailboxes();
   readonly #active = new Map<string, Activation>();
   /** Names held elsewhere, as last read: owner, revision, and when this process first saw it. */
   readonly #elsewhere = new Map<string, { owner: string; revision: number; seenAt: number; ttlMs: number }>();
   readonly #resolving = new Map<string, Promise<Route>>();
+  /** Takeovers due when a silent owner's lease may be claimed, by name. */
+  readonly #takeovers = new Map<string, NodeJS.Timeout>();
   readonly #timer: NodeJS.Timeout;
   #closed = false;
 
   constructor(options: PlacementOptions) {
     this.ownerId = options.ownerId;
     this.#leases = options.leases;
-    this.#ttlMs = options.ttlMs ?? 3_000;
+    this.#ttlMs = options.ttlMs ?? 2_000;
     this.#renewMs = options.renewMs ?? Math.floor(this.#ttlMs / 3);
     this.#idleMs = options.idleMs ?? 30_000;
     this.#marginMs = options.marginMs ?? 500;
     this.#onActivation = options.onActivation;
+    this.#logWrites = options.logWrites ?? false;
     this.#value = JSON.stringify({ owner: this.ownerId, ttlMs: this.#ttlMs } satisfies LeaseValue);
     this.#timer = setInterval(() => this.#tick(), Math.min(250, Math.floor(this.#renewMs / 2))).unref();
   }
@@ -181,6 +190,9 @@ export class Placement {
   async fence(activation: Activation): Promise<void> {
     await this.#renew(activation);
     if (!activation.live) throw new LeaseLost(activation.name);
+    if (this.#logWrites) {
+      this.#emit({ event: "write", name: activation.name, owner: this.ownerId, revision: activation.claimRevision, at: Date.now() });
+    }
   }
 
   /**
@@ -194,6 +206,8 @@ export class Placement {
       await new Promise((r) => setTimeout(r, 20));
     }
     clearInterval(this.#timer);
+    for (const timer of this.#takeovers.values()) clearTimeout(timer);
+    this.#takeovers.clear();
     await Promise.allSettled([...this.#active.values()].map((a) => this.#release(a, "closed")));
   }
 
@@ -219,8 +233,26 @@ export class Placement {
     // The owner did not answer. The lease is only taken once it has not moved for longer than
     // its holder's TTL: by then the holder has stopped serving, whatever happened to it.
     const claimableAt = known.seenAt + known.ttlMs + this.#marginMs;
-    if (seenAt < claimableAt || this.#closed) return { kind: "wait", until: Math.max(claimableAt, seenAt + RETRY_MS) };
+    if (this.#closed) return { kind: "wait", until: Math.max(claimableAt, seenAt + RETRY_MS) };
+    if (seenAt < claimableAt) {
+      this.#scheduleTakeover(name, suspect, claimableAt);
+      return { kind: "wait", until: claimableAt };
+    }
     return this.#claim(name, key, entry.revision);
+  }
+
+  /**
+   * Claims a silent owner's name when its lease may be taken, even if the requests that found
+   * it silent have given up by then: the next request, wherever it enters, finds it placed.
+   */
+  #scheduleTakeover(name: string, suspect: string, at: number): void {
+    if (this.#takeovers.has(name)) return;
+    const timer = setTimeout(() => {
+      this.#takeovers.delete(name);
+      if (this.#closed) return;
+      Promise.resolve(this.route(name, suspect)).catch((err: unknown) => log.warn({ name, err: (err as Error).name }, "task-object takeover failed"));
+    }, Math.max(0, at - performance.now()) + 1);
+    this.#takeovers.set(name, timer);
   }
 
   async #claim(name: string, key: string, revision: number): Promise<Route> {

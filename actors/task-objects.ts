@@ -47,12 +47,12 @@ export interface TaskObjectDeps {
   requester: Requester;
   /** Subject prefix shared with the gateways. */
   prefix: string;
-  /** Time a request may spend reaching its owner (default 1.5 s, under the gateway's 2 s attempt). */
+  /** Time a request may spend reaching its owner (default 1.2 s, under the gateway's 1.5 s attempt). */
   routeBudgetMs?: number;
 }
 
 // One forward attempt: a live owner answers in milliseconds; a paused one never does.
-const FORWARD_ATTEMPT_MS = 750;
+const FORWARD_ATTEMPT_MS = 500;
 const WAIT_RECHECK_MS = 200;
 
 /** `taskobjects.owner.<owner-token>.{name}.<verb>`: the copy of `op` one process serves alone. */
@@ -66,7 +66,7 @@ export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
  */
 export function taskObjectHandlers(deps: TaskObjectDeps): { entry: TaskObjectHandlers; owner: TaskObjectHandlers } {
   const { store, placement } = deps;
-  const budgetMs = deps.routeBudgetMs ?? 1_500;
+  const budgetMs = deps.routeBudgetMs ?? 1_200;
   const ownerOps = new Map<string, Operation>();
 
   const read = (name: string, id: string) => async () => {

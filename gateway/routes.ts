@@ -71,7 +71,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
         const reply = await forward(options.nats, subject, requestBody(op, input), {
           timeoutMs: options.requestTimeoutMs,
-          attemptMs: repeatable ? (options.attemptTimeoutMs ?? 2_000) : undefined,
+          attemptMs: repeatable ? (options.attemptTimeoutMs ?? 1_500) : undefined,
           headers,
         });
         sendJson(res, reply.status, reply.data);

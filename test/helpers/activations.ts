@@ -19,6 +19,7 @@ export function activationIntervals(events: readonly ActivationEvent[]): Activat
   const all: ActivationInterval[] = [];
   for (const e of events) {
     const id = `${e.owner}\0${e.name}\0${e.revision}`;
+    if (e.event === "write") continue;
     if (e.event === "start") {
       const interval: ActivationInterval = { name: e.name, owner: e.owner, revision: e.revision, start: e.at };
       open.set(id, interval);
@@ -53,6 +54,24 @@ export function overlaps(intervals: readonly ActivationInterval[], diedAt: Reado
       else if (prevEnd > next.start) problems.push(`${name}: ${prev.owner}@${prev.revision} ran to ${prevEnd}, ${next.owner}@${next.revision} started at ${next.start} (${prevEnd - next.start} ms overlap)`);
       if (next.revision <= prev.revision) problems.push(`${name}: revision went back from ${prev.revision} to ${next.revision}`);
     }
+  }
+  return problems;
+}
+
+/** Writes that left outside the activation they name (by owner and claim revision). */
+export function writesOutside(
+  intervals: readonly ActivationInterval[],
+  events: readonly ActivationEvent[],
+  diedAt: Readonly<Record<string, number>> = {},
+): string[] {
+  const byId = new Map(intervals.map((i) => [`${i.owner}\0${i.name}\0${i.revision}`, i]));
+  const problems: string[] = [];
+  for (const w of events) {
+    if (w.event !== "write") continue;
+    const interval = byId.get(`${w.owner}\0${w.name}\0${w.revision}`);
+    const end = interval?.end ?? diedAt[w.owner] ?? Number.POSITIVE_INFINITY;
+    if (!interval) problems.push(`${w.name}: write by ${w.owner}@${w.revision} at ${w.at} without an activation`);
+    else if (w.at < interval.start || w.at > end) problems.push(`${w.name}: write by ${w.owner}@${w.revision} at ${w.at} outside [${interval.start}, ${end}]`);
   }
   return problems;
 }

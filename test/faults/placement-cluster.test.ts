@@ -1,0 +1,182 @@
+// Scale-out under faults: three clustered nats-server processes (R3), two gateways and three
+// actor processes, steady create/get load on 20 task objects. One actor process is SIGKILLed,
+// one NATS node is SIGKILLed, one owner is paused with SIGSTOP past its lease and resumed.
+// Checked: no write answered 200 is lost, activations of a name never overlap, every write
+// left inside its activation, and every name answers again within the bound.
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { it } from "node:test";
+import type { ActivationEvent } from "../../actors/index.ts";
+import { httpClient } from "../../client/index.ts";
+import { bucketLeader, defaultTopology, gatewayPorts, startCluster, startRole, type RoleProcess, type Topology } from "../../cluster/index.ts";
+import { bucketNames } from "../../platform/index.ts";
+import { taskApi } from "../../schemas/index.ts";
+import { activationIntervals, overlaps, writesOutside, type ActivationInterval } from "../helpers/activations.ts";
+import { lifo } from "../helpers/defer.ts";
+import { natsSource } from "../helpers/nats.ts";
+import { failureTally, longestOutage, startObjectLoad } from "../helpers/object-load.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const noLocalNats = await natsSource({ private: true }).then(
+  (source) => (source === "local" ? undefined : "needs nats-server on PATH to run a cluster"),
+  () => "needs nats-server on PATH to run a cluster",
+);
+
+const LEASE_MS = 2_000; // the default TASK_OBJECT_LEASE_MS
+/** Failover target: a lost attempt (1.5 s) + lease TTL + 0.5 s margin, rounded up. */
+const FAILOVER_BOUND_MS = 5_000;
+/** A killed NATS node also costs JetStream leader elections and client reconnects. */
+const NATS_NODE_BOUND_MS = 15_000;
+const STEADY_MS = 3_000;
+
+it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill, NATS node kill, SIGSTOP of an owner", { skip: noLocalNats, timeout: 240_000 }, async (t) => {
+  const defer = lifo((fn) => t.after(fn));
+  const baseDir = await mkdtemp(join(tmpdir(), "placement-cluster-"));
+  defer(() => rm(baseDir, { recursive: true, force: true }));
+  const topology: Topology = {
+    ...defaultTopology,
+    nats: defaultTopology.nats.map((n) => ({ ...n, port: 0, routePort: 0 })),
+    gateways: [
+      { name: "gateway-1", ports: gatewayPorts(0) },
+      { name: "gateway-2", ports: gatewayPorts(0) },
+    ],
+    actors: ["actors-1", "actors-2", "actors-3"],
+    microvmHosts: [],
+  };
+  const events: (ActivationEvent & { process: string })[] = [];
+  const ownerOf = new Map<string, string>(); // lease owner id → process name
+  const onLine = (process: string, line: string) => {
+    if (!line.includes('"activation"')) return;
+    const event = (JSON.parse(line) as { activation: ActivationEvent }).activation;
+    ownerOf.set(event.owner, process);
+    events.push({ ...event, process });
+  };
+  const env = { TASK_OBJECT_LOG_WRITES: "1", LOG_LEVEL: "info" };
+  const cluster = await startCluster(topology, { baseDir, onLine, env });
+  defer(() => cluster.stop());
+  const extra: RoleProcess[] = [];
+  defer(() => Promise.all(extra.map((p) => p.stop())));
+  const actors = new Map(cluster.services.filter((s) => s.role === "actors").map((s) => [s.name, s]));
+  const urls = cluster.gateways.map((g) => `http://127.0.0.1:${g.ports!.task}`);
+
+  const names = Array.from({ length: 20 }, (_, i) => `object-${i + 1}`);
+  const load = startObjectLoad(names, urls);
+  defer(() => load.stop());
+  const diedAt: Record<string, number> = {};
+  const report: string[] = [];
+
+  /** The live process holding the most names now (by its activation log). */
+  const busiestOwner = () => {
+    const open = activationIntervals(events).filter((i) => i.end === undefined && diedAt[i.owner] === undefined);
+    const counts = new Map<string, number>();
+    for (const i of open) counts.set(i.owner, (counts.get(i.owner) ?? 0) + 1);
+    const [owner, held] = [...counts].sort((a, b) => b[1] - a[1])[0] ?? [];
+    assert.ok(owner, "some process holds names");
+    return { owner, held: held!, process: actors.get(ownerOf.get(owner)!)! };
+  };
+  /**
+   * Gives the fault `boundMs`, then waits until every name answers again and checks that no
+   * name went longer than `boundMs` without a 200 across the fault.
+   */
+  const recovery = async (label: string, since: number, boundMs: number) => {
+    await sleep(boundMs);
+    const checkpoint = Date.now();
+    const answeringAgain = () => names.every((name) => load.attempts.some((a) => a.name === name && a.ok && a.at >= checkpoint));
+    for (const deadline = checkpoint + 30_000; !answeringAgain(); await sleep(200)) {
+      assert.ok(Date.now() < deadline, `${label}: names still failing 30 s after the bound: ${failureTally(load.attempts, since)}`);
+    }
+    const outage = longestOutage(load.attempts, names, since, Date.now())!;
+    const line = `${label}: longest time a name went without a 200: ${outage.ms} ms (${outage.name}); failed attempts: ${failureTally(load.attempts, since)}`;
+    report.push(line);
+    t.diagnostic(line);
+    assert.ok(outage.ms <= boundMs, `${label}: a name was unanswered for ${outage.ms} ms (bound ${boundMs} ms)`);
+  };
+
+  await sleep(STEADY_MS);
+  assert.ok(load.answered.length > 20, `steady load answered ${load.answered.length} creates`);
+
+  // 1. SIGKILL the actor process holding the most names; start a fresh one in its place.
+  const victim = busiestOwner();
+  const killedAt = Date.now();
+  victim.process.child.kill("SIGKILL");
+  diedAt[victim.owner] = killedAt;
+  t.diagnostic(`SIGKILL ${victim.process.name} holding ${victim.held} names`);
+  await recovery(`actor SIGKILL (${victim.held} names)`, killedAt, FAILOVER_BOUND_MS);
+  const replacement = await startRole({
+    name: `${victim.process.name}-replacement`,
+    role: "actors",
+    natsUrl: cluster.nats.url,
+    dataDir: join(baseDir, `${victim.process.name}-replacement`),
+    runDir: baseDir,
+    env: { ...env, KV_REPLICAS: String(topology.replicas) },
+    onLine,
+  });
+  extra.push(replacement);
+  actors.delete(victim.process.name);
+  actors.set(replacement.name, replacement);
+  await sleep(STEADY_MS);
+
+  // 2. SIGKILL the NATS node leading the lease bucket; start it again once all names answer.
+  const leader = await bucketLeader(cluster.nats.url, bucketNames.taskObjectLeases);
+  const node = cluster.nats.nodes.find((n) => n.name === leader);
+  assert.ok(node, `lease bucket leader ${leader} is a node of the cluster`);
+  const nodeKilledAt = Date.now();
+  await node.kill();
+  t.diagnostic(`SIGKILL NATS node ${node.name} (leader of ${bucketNames.taskObjectLeases})`);
+  await recovery(`NATS node SIGKILL (lease bucket leader)`, nodeKilledAt, NATS_NODE_BOUND_MS);
+  await node.start();
+  await sleep(STEADY_MS);
+
+  // 3. SIGSTOP the busiest owner until every name it held is activated elsewhere, then
+  // SIGCONT: it must notice its leases lapsed, and neither serve nor write on.
+  const paused = busiestOwner();
+  const pausedNames = activationIntervals(events).filter((i) => i.owner === paused.owner && i.end === undefined).map((i) => i.name);
+  const stoppedAt = Date.now();
+  process.kill(paused.process.pid, "SIGSTOP");
+  defer(() => {
+    try {
+      process.kill(paused.process.pid, "SIGCONT"); // in case the test failed while it was stopped
+    } catch {
+      /* already gone */
+    }
+  });
+  t.diagnostic(`SIGSTOP ${paused.process.name} holding ${paused.held} names`);
+  const takenOver = () => pausedNames.every((name) => events.some((e) => e.name === name && e.event === "start" && e.owner !== paused.owner && e.at > stoppedAt));
+  for (const deadline = Date.now() + 30_000; !takenOver(); await sleep(100)) {
+    assert.ok(Date.now() < deadline, "the paused owner's names were taken over within 30 s");
+  }
+  const takeoverMs = Date.now() - stoppedAt;
+  await sleep(500);
+  process.kill(paused.process.pid, "SIGCONT");
+  t.diagnostic(`SIGCONT after ${Date.now() - stoppedAt} ms; all ${pausedNames.length} names activated elsewhere after ${takeoverMs} ms`);
+  // The paused process still gets its share of queue-group requests (each costs the gateway a
+  // 1.5 s attempt before it tries another process), hence the extra allowance.
+  await recovery(`owner SIGSTOP (${paused.held} names)`, stoppedAt, FAILOVER_BOUND_MS + 2_000);
+  await sleep(STEADY_MS);
+  await load.stop();
+
+  // Every create answered 200 reads back, through both gateways.
+  const clients = urls.map((url) => httpClient(taskApi, url));
+  for (const [i, write] of load.answered.entries()) {
+    const task = await clients[i % 2]!.getTaskDO({ id: write.id, name: write.name });
+    assert.deepEqual(task, { id: write.id, title: write.title, completed: false });
+  }
+  // Activations never overlap; writes left only inside their activation. The paused process
+  // logged its ends after SIGCONT, at the last moment its leases allowed it to serve.
+  await sleep(500); // the last log lines
+  const intervals: ActivationInterval[] = activationIntervals(events);
+  assert.deepEqual(overlaps(intervals, diedAt), []);
+  assert.deepEqual(writesOutside(intervals, events, diedAt), []);
+  // Each name the paused process held: its activation there ended by expiry at the lease's
+  // end (logged after SIGCONT), before the next owner started.
+  for (const name of pausedNames) {
+    const ended = intervals.find((i) => i.name === name && i.owner === paused.owner && i.start < stoppedAt && i.end !== undefined && i.end >= stoppedAt);
+    assert.ok(ended, `${name}: the paused owner's activation ended`);
+    assert.ok(ended.reason === "expired" || ended.reason === "lost", `${name}: ended by ${ended.reason}`);
+  }
+  const summary = `${load.answered.length} creates answered 200, all read back; ${intervals.length} activations, ${events.filter((e) => e.event === "write").length} writes, no overlap`;
+  t.diagnostic(summary);
+  report.push(summary);
+});
