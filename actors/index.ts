@@ -13,7 +13,8 @@ import { taskHandlers } from "./tasks.ts";
 
 export { serveOperation, toApiError, type Handler, type HandlerContext } from "./serve.ts";
 export { Mailboxes } from "./mailbox.ts";
-export { Placement, LeaseLost, type ActivationEvent, type PlacementOptions } from "./placement.ts";
+export { Placement, LeaseLost, leaseOwner, type ActivationEvent, type PlacementOptions } from "./placement.ts";
+export { onOwner } from "./task-objects.ts";
 export { startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "./microvms/index.ts";
 
 export interface ActorOptions {

@@ -251,7 +251,7 @@ export class Placement {
       this.#takeovers.delete(name);
       if (this.#closed) return;
       Promise.resolve(this.route(name, suspect)).catch((err: unknown) => log.warn({ name, err: (err as Error).name }, "task-object takeover failed"));
-    }, Math.max(0, at - performance.now()) + 1);
+    }, Math.max(0, at - performance.now()) + 1).unref();
     this.#takeovers.set(name, timer);
   }
 
@@ -341,6 +341,11 @@ export class Placement {
       log.error({ err }, "activation listener failed");
     }
   }
+}
+
+/** The owner id a lease key's value names, if it is a lease. */
+export function leaseOwner(data: Uint8Array | undefined): string | undefined {
+  return data ? parseLease(data)?.owner : undefined;
 }
 
 function parseLease(data: Uint8Array): LeaseValue | undefined {

@@ -22,6 +22,12 @@ export interface BenchOptions {
   microvm: boolean;
   /** The node-flag experiment on hand-started instance runtimes (bench/microvm-flags.ts). */
   microvmFlags: boolean;
+  /** The task-object throughput bench on the 3-node cluster, 1 vs 2 actor processes (bench/placement.ts). */
+  placement: boolean;
+  /** Task-object names the placement bench spreads its load over. */
+  placementNames: number;
+  /** Send task-object requests through the shared subject only (no owner routing). */
+  placementShared: boolean;
 }
 
 export const helpText = `Usage: npm run bench -- [options]
@@ -50,6 +56,14 @@ Options:
                        --cpu-prof DIR profiles the service). Not part of the default run.
   --microvm-flags      node-flag experiment: RSS, start and RPC latency of the sandbox runtime
                        started by hand under each candidate set of node flags
+  --placement          task-object throughput on the 3-node cluster (R3) with 1 vs 2 actor
+                       processes, loaded over NATS (createTaskDO then getTaskDO per worker),
+                       sent straight to each name's owner as the gateway does;
+                       rounds alternate the two configurations, each on a fresh cluster
+                       (--quick: 1 round of 3 s). Not part of the default run.
+  --placement-names N  task-object names the load spreads over (default 200; implies --placement)
+  --placement-shared   send through the shared subjects only, so non-owners forward (implies
+                       --placement)
   --help               this text
 `;
 
@@ -88,14 +102,19 @@ export function parseOptions(args: string[]): BenchOptions {
       "growth-size": { type: "string" },
       microvm: { type: "boolean" },
       "microvm-flags": { type: "boolean" },
+      placement: { type: "boolean" },
+      "placement-names": { type: "string" },
+      "placement-shared": { type: "boolean" },
     },
   });
   const quick = values.quick ?? false;
+  const placement = (values.placement ?? false) || values["placement-names"] !== undefined || values["placement-shared"] === true;
   return {
     help: values.help ?? false,
     quick,
     rounds: Math.round(positive("rounds", values.rounds, quick ? 1 : 3)),
-    duration: positive("duration", values.duration, quick ? 2 : 5),
+    // A placement round pays a whole cluster start; 2 s of load would be mostly noise.
+    duration: positive("duration", values.duration, quick ? (placement ? 3 : 2) : 5),
     warmup: values.warmup === "0" ? 0 : positive("warmup", values.warmup, quick ? 0.5 : 1),
     connections: Math.round(positive("connections", values.connections, 50)),
     only: values.only?.split(",").map((s) => s.trim()).filter(Boolean),
@@ -106,5 +125,8 @@ export function parseOptions(args: string[]): BenchOptions {
     growthSize: Math.round(positive("growth-size", values["growth-size"], 100_000)),
     microvm: values.microvm ?? false,
     microvmFlags: values["microvm-flags"] ?? false,
+    placement,
+    placementNames: Math.round(positive("placement-names", values["placement-names"], 200)),
+    placementShared: values["placement-shared"] ?? false,
   };
 }

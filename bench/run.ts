@@ -1,12 +1,14 @@
 // `npm run bench`: the service against a bare node:http baseline in the same run, or with
-// --growth the RSS and read latency as records pile up, or with --microvm the microVM
-// facility. See bench/README-section.md.
+// --growth the RSS and read latency as records pile up, with --microvm the microVM
+// facility, or with --placement task objects on the cluster with 1 vs 2 actor processes.
+// See bench/README-section.md.
 import { startEnvironment, installShutdownHandlers, type Environment } from "./environment.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
 import { runMicrovmBench } from "./microvm.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
+import { runPlacementBench } from "./placement.ts";
 import { formatTable } from "./report.ts";
 import { writeResults } from "./results.ts";
 import { runRounds, selectWorkloads } from "./rounds.ts";
@@ -35,6 +37,10 @@ async function main() {
   if (options.microvm || options.microvmFlags) {
     const header = { startedAt: startedAt.toISOString(), command, machine, options };
     return options.microvmFlags ? runMicrovmFlags(options, header, startedAt) : runMicrovmBench(options, header, startedAt);
+  }
+  if (options.placement) {
+    const header = { startedAt: startedAt.toISOString(), command, machine, options };
+    return runPlacementBench(options, header, startedAt);
   }
 
   let env: Environment | undefined;

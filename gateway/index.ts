@@ -2,6 +2,7 @@
 import { jobApi, microvmApi, taskApi } from "../schemas/index.ts";
 import type { NatsHandle, RecordStores } from "../platform/index.ts";
 import { localReads } from "./local-reads.ts";
+import { ownerRouting } from "./owner-routing.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
@@ -14,7 +15,10 @@ export interface GatewayOptions {
   bodyLimit?: number;
   /** Time for an actor's answer (default 5 s). */
   requestTimeoutMs?: number;
-  /** When given, reads are served from these stores in the gateway (no actor hop). */
+  /**
+   * When given, reads are served from these stores in the gateway (no actor hop), and
+   * task-object requests go straight to their owner (read from the lease bucket).
+   */
   stores?: RecordStores;
   /** Most cached read answers (default 50,000; 0 turns the cache off). */
   readCacheEntries?: number;
@@ -33,6 +37,7 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
     timeouts: options.timeouts,
     localReads: options.stores && localReads({ stores: options.stores, cacheEntries: options.readCacheEntries }),
+    ownerRouting: options.stores && ownerRouting(options.nats, options.stores.taskObjectLeases, options.prefix ?? ""),
   };
   return {
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),

@@ -17,6 +17,7 @@ import {
 import { log, recordHttp, type NatsHandle } from "../platform/index.ts";
 import { toApiError } from "../actors/index.ts";
 import type { LocalReads } from "./local-reads.ts";
+import { isPlaced, type OwnerRouting } from "./owner-routing.ts";
 import { readJsonBody } from "./body.ts";
 import { requestId } from "./request-id.ts";
 import { sendError, sendJson } from "./respond.ts";
@@ -33,6 +34,8 @@ export interface RouteOptions {
   attemptTimeoutMs?: number;
   /** Reads the gateway serves itself from KV instead of asking an actor. */
   localReads?: LocalReads;
+  /** Sends task-object requests to the owning process directly when it is known. */
+  ownerRouting?: OwnerRouting;
 }
 
 /** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
@@ -52,6 +55,8 @@ function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
   const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
+  const ownerRouting = isPlaced(op) ? options.ownerRouting : undefined;
+  const attemptMs = repeatable ? (options.attemptTimeoutMs ?? 1_500) : undefined;
   return async (req: Request, res: ServerResponse) => {
     const started = performance.now();
     const id = requestId(req);
@@ -69,11 +74,12 @@ function operationRoute(op: Operation, options: RouteOptions) {
         const subject = requestSubject(op, input, options.prefix);
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
-        const reply = await forward(options.nats, subject, requestBody(op, input), {
-          timeoutMs: options.requestTimeoutMs,
-          attemptMs: repeatable ? (options.attemptTimeoutMs ?? 1_500) : undefined,
-          headers,
-        });
+        const body = requestBody(op, input);
+        // Straight to the owner when known (placed operations are all repeatable); else, or
+        // when it did not serve, through the shared subject, where any actor routes it.
+        const direct = ownerRouting && (await ownerRouting.tryOwner(op, input, body, headers, attemptMs ?? options.requestTimeoutMs));
+        const timeoutMs = Math.max(1, options.requestTimeoutMs - (performance.now() - started));
+        const reply = direct || (await forward(options.nats, subject, body, { timeoutMs, attemptMs, headers }));
         sendJson(res, reply.status, reply.data);
       }
     } catch (err) {

@@ -36,8 +36,7 @@ async function actorProcess(ownerId: string, settings: { idleMs?: number } = {})
   await handle.nc.flush(); // the subscriptions are known to the server before any request
   let closed = false;
   defer(async () => {
-    if (closed) return;
-    await actors.close();
+    if (!closed) await actors.close();
     await handle.close();
   });
   return {
