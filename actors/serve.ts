@@ -27,6 +27,8 @@ export interface HandlerContext {
   idempotencyKey?: string;
   /** The caller's `X-Request-Id`, for logs and onward requests. */
   requestId?: string;
+  /** The request's NATS headers, as received. */
+  headers?: MsgHdrs;
 }
 
 export type Handler<Op extends Operation> = (
@@ -61,7 +63,11 @@ export function serveOperation<Op extends Operation>(
     let status = 200;
     try {
       const input = decode(requestInput(op, msg, options.prefix));
-      const context = { idempotencyKey: idempotencyKey(op, msg.headers), requestId: msg.headers?.get(REQUEST_ID_HEADER) || undefined };
+      const context = {
+        idempotencyKey: idempotencyKey(op, msg.headers),
+        requestId: msg.headers?.get(REQUEST_ID_HEADER) || undefined,
+        headers: msg.headers,
+      };
       respond(msg, JSON.stringify(await handler(input, context)));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));

@@ -1,7 +1,7 @@
 // The task-object actor: a stateful object per name (Durable-Object style). Each name has its
 // own storage (keys `<name-token>.<id>` in the `taskobjects` bucket) and at most one live
 // activation across all actor processes (placement.ts): a request that reaches a process not
-// holding the name is forwarded to the owner's own subject, and its answer relayed.
+// holding the name is forwarded to the owner's own subject (once), and its answer relayed.
 import { performance } from "node:perf_hooks";
 import { headers, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { v4 as uuidv4 } from "uuid";
@@ -55,16 +55,19 @@ export interface TaskObjectDeps {
 const FORWARD_ATTEMPT_MS = 500;
 const WAIT_RECHECK_MS = 200;
 
+/** Marks a request an actor passed to the owner: the receiver serves it or answers NotOwner. */
+export const FORWARDED_HEADER = "Task-Object-Forwarded";
+
 /** `taskobjects.owner.<owner-token>.{name}.<verb>`: the copy of `op` one process serves alone. */
 export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
   return { ...op, subject: op.subject.replace(/^taskobjects\./, `taskobjects.owner.${nameToken(ownerId)}.`) };
 }
 
 /**
- * Handlers for the shared subjects (`entry`: route, forwarding to the owner) and for this
- * process's own subjects (`owner`: serve a held name, or answer NotOwner).
+ * Handlers for the shared subjects and this process's own: serve a held name, or forward the
+ * request to its owner, unless it was forwarded already (then answer NotOwner: no loops).
  */
-export function taskObjectHandlers(deps: TaskObjectDeps): { entry: TaskObjectHandlers; owner: TaskObjectHandlers } {
+export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   const { store, placement } = deps;
   const budgetMs = deps.routeBudgetMs ?? 1_200;
   const ownerOps = new Map<string, Operation>();
@@ -86,6 +89,7 @@ export function taskObjectHandlers(deps: TaskObjectDeps): { entry: TaskObjectHan
     const h = headers();
     if (context.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, context.idempotencyKey);
     if (context.requestId) h.set(REQUEST_ID_HEADER, context.requestId);
+    h.set(FORWARDED_HEADER, "1");
     const reply = await deps.requester.request(requestSubject(opOnOwner, input, deps.prefix), requestBody(op, input), timeoutMs, h);
     const code = reply.headers?.get(ERROR_CODE_HEADER);
     if (!code) return { answer: reply.json<TaskRecord>() as TaskRecord };
@@ -101,8 +105,8 @@ export function taskObjectHandlers(deps: TaskObjectDeps): { entry: TaskObjectHan
     input: Record<string, unknown>,
     context: HandlerContext,
     work: (activation: Activation) => Promise<TaskRecord>,
-    mayForward: boolean,
   ): Promise<TaskRecord> {
+    const mayForward = !context.headers?.has(FORWARDED_HEADER);
     const deadline = performance.now() + budgetMs;
     let suspect: string | undefined;
     let outcomeUnknown = false;
@@ -144,33 +148,32 @@ export function taskObjectHandlers(deps: TaskObjectDeps): { entry: TaskObjectHan
     }
   }
 
-  const handlers = (mayForward: boolean): TaskObjectHandlers => ({
+  return {
     // `name` is always present: the subject carries it and the schema defaults it.
     getTaskDO: (input, context) => {
       const name = input.name ?? "default";
-      return routed(getTaskDO, name, input, context, read(name, input.id), mayForward);
+      return routed(getTaskDO, name, input, context, read(name, input.id));
     },
     createTaskDO: (input, context) => {
       const name = input.name ?? "default";
       // The id is fixed before any forward, so a repeated forward creates one record.
       const id = context.idempotencyKey ?? uuidv4();
       const task: TaskRecord = { id, title: input.title, completed: false };
-      return routed(createTaskDO, name, input, { ...context, idempotencyKey: id }, create(name, task), mayForward);
+      return routed(createTaskDO, name, input, { ...context, idempotencyKey: id }, create(name, task));
     },
-  });
-  return { entry: handlers(true), owner: handlers(false) };
+  };
 }
 
 /** Serves the task-object operations: the shared subjects in a queue group, and this process's own. */
 export function serveTaskObjects(nc: NatsConnection, deps: TaskObjectDeps, publisher?: BatchPublisher): Subscription[] {
-  const { entry, owner } = taskObjectHandlers(deps);
+  const handlers = taskObjectHandlers(deps);
   const ownerId = deps.placement.ownerId;
   const serve = <Op extends Operation>(op: Op, handler: Handler<Op>, queue: string) =>
     serveOperation(nc, op, handler, { prefix: deps.prefix, publisher, queue });
   return [
-    serve(getTaskDO, entry.getTaskDO, "actors.getTaskDO"),
-    serve(createTaskDO, entry.createTaskDO, "actors.createTaskDO"),
-    serve(onOwner(getTaskDO, ownerId), owner.getTaskDO, `owner.${ownerId}`),
-    serve(onOwner(createTaskDO, ownerId), owner.createTaskDO, `owner.${ownerId}`),
+    serve(getTaskDO, handlers.getTaskDO, "actors.getTaskDO"),
+    serve(createTaskDO, handlers.createTaskDO, "actors.createTaskDO"),
+    serve(onOwner(getTaskDO, ownerId), handlers.getTaskDO, `owner.${ownerId}`),
+    serve(onOwner(createTaskDO, ownerId), handlers.createTaskDO, `owner.${ownerId}`),
   ];
 }
