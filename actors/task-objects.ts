@@ -4,6 +4,7 @@
 // holding the name is forwarded to the owner's own subject (once), and its answer relayed.
 import { performance } from "node:perf_hooks";
 import { headers, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { LRUCache } from "lru-cache";
 import { v4 as uuidv4 } from "uuid";
 import {
   ApiError,
@@ -47,6 +48,8 @@ export interface TaskObjectDeps {
   requester: Requester;
   /** Subject prefix shared with the gateways. */
   prefix: string;
+  /** Records kept in memory for reads (default 50,000; 0: none). Records never change. */
+  cacheEntries?: number;
   /** Time a request may spend reaching its owner (default 1.2 s, under the gateway's 1.5 s attempt). */
   routeBudgetMs?: number;
 }
@@ -72,15 +75,23 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   const budgetMs = deps.routeBudgetMs ?? 1_200;
   const ownerOps = new Map<string, Operation>();
 
+  // The owner reads its records from memory once seen: a record never changes after its
+  // create, so a kept one stays true whoever owns the name later. Absence is never kept.
+  const entries = deps.cacheEntries ?? 50_000;
+  const records = entries > 0 ? new LRUCache<string, TaskRecord>({ max: entries }) : undefined;
   const read = (name: string, id: string) => async () => {
     const key = taskObjectKey(name, id);
-    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
+    const task = key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key)));
     if (!task) throw TaskNotFound.make({ id });
+    records?.set(key!, task);
     return task;
   };
   const create = (name: string, task: TaskRecord) => async (activation: Activation) => {
     await placement.fence(activation);
-    return createRecord(store, taskObjectKey(name, task.id)!, task, (s) => s.title === task.title);
+    const key = taskObjectKey(name, task.id)!;
+    const stored = await createRecord(store, key, task, (s) => s.title === task.title);
+    records?.set(key, stored);
+    return stored;
   };
 
   async function forward(owner: string, op: Operation, input: Record<string, unknown>, context: HandlerContext, timeoutMs: number) {
