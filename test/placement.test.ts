@@ -4,8 +4,9 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Kvm } from "@nats-io/kv";
 import { startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
-import { natsClient } from "../client/index.ts";
-import { bucketNames, connectNats, openBuckets, recordStores, type NatsHandle } from "../platform/index.ts";
+import { httpClient, natsClient } from "../client/index.ts";
+import { createGateways } from "../gateway/index.ts";
+import { bucketNames, connectNats, openBuckets, recordStores, registry, type NatsHandle } from "../platform/index.ts";
 import { nameToken, taskApi } from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -178,7 +179,51 @@ describe("placement", () => {
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => names.includes(e.name)))), []);
     await b.actors.close();
   });
+
+  it("placement - a gateway sends a name's requests straight to its owner, and past a silent one", async () => {
+    const a = await actorProcess("gw-a");
+    const gateways = createGateways({ nats: client, stores: recordStores(client.requester) });
+    const port = await gateways.task.listen(0, "127.0.0.1");
+    defer(() => gateways.task.close());
+    const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
+    const names = Array.from({ length: 8 }, (_, i) => `gw-${i}`);
+    // The first four are placed on `a` (alone then); the rest wherever their first request lands.
+    const first = await Promise.all(names.slice(0, 4).map((name) => api.createTaskDO({ title: "first", name })));
+    const b = await actorProcess("gw-b");
+    first.push(...(await Promise.all(names.slice(4).map((name) => api.createTaskDO({ title: "first", name })))));
+    const before = await forwards();
+    // With every owner known (read from the lease bucket), no request needs a forward.
+    for (let round = 0; round < 5; round++) {
+      for (const [i, name] of names.entries()) {
+        const task = await api.createTaskDO({ title: `round ${round}`, name });
+        assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
+        assert.deepEqual(await api.getTaskDO({ id: first[i]!.id, name }), first[i]);
+      }
+    }
+    assert.equal(await forwards(), before, "no request was forwarded between actor processes");
+    assert.equal(a.actors.activations + b.actors.activations, names.length);
+    // `a` stops answering (its subscriptions drained, its leases left to lapse): requests for
+    // its names go through `b`, which takes them over once their leases lapse.
+    const aNames = names.filter((n) => startsOf(n).at(-1)?.owner === "gw-a");
+    assert.ok(aNames.length >= 4, `gw-a holds ${aNames.length} names`);
+    const silentAt = Date.now();
+    await a.handle.nc.drain().catch(() => undefined);
+    for (const name of aNames) {
+      const later = await retryUntilOk(() => api.createTaskDO({ title: "after a", name }), 10_000);
+      assert.equal(startsOf(name).at(-1)?.owner, "gw-b", `${name} moved to gw-b`);
+      assert.deepEqual(await api.getTaskDO({ id: later.value.id, name }), later.value);
+    }
+    assert.deepEqual(overlaps(activationIntervals(events.filter((e) => names.includes(e.name))), { "gw-a": silentAt }), []);
+    await a.actors.close();
+    await b.actors.close();
+  });
 });
+
+/** Requests actor processes passed on to an owner so far (all outcomes). */
+async function forwards(): Promise<number> {
+  const metric = await registry.getSingleMetric("task_object_forwards_total")?.get();
+  return (metric?.values ?? []).reduce((sum, v) => sum + v.value, 0);
+}
 
 async function retryUntilOk<T>(call: () => Promise<T>, timeoutMs: number): Promise<{ value: T; failures: number }> {
   const deadline = Date.now() + timeoutMs;
