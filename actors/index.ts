@@ -14,7 +14,7 @@ import { taskHandlers } from "./tasks.ts";
 export { serveOperation, toApiError, type Handler, type HandlerContext } from "./serve.ts";
 export { Mailboxes } from "./mailbox.ts";
 export { Placement, LeaseLost, leaseOwner, type ActivationEvent, type PlacementOptions } from "./placement.ts";
-export { onOwner } from "./task-objects.ts";
+export { ownerSubject } from "./task-objects.ts";
 export { startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "./microvms/index.ts";
 
 export interface ActorOptions {

@@ -45,6 +45,15 @@ export interface PlacementOptions {
   logWrites?: boolean;
 }
 
+/** A name held by another process, as last read here. */
+interface Sighting {
+  owner: string;
+  revision: number;
+  /** When this process first saw that revision (monotonic ms). */
+  seenAt: number;
+  ttlMs: number;
+}
+
 /** Where a name's requests go now. */
 export type Route =
   | { kind: "local"; activation: Activation }
@@ -63,7 +72,7 @@ const epochOf = (mono: number) => Date.now() - (performance.now() - mono);
 export class Activation {
   /** Current revision of the lease key (moves with every renewal and fence). */
   revision: number;
-  deadline: number;
+  /** When the last successful renewal (or the claim) was sent (monotonic ms). */
   lastRenewal: number;
   lastUsed = performance.now();
   /** Requests routed here and not finished (queued in the mailbox or running). */
@@ -83,7 +92,11 @@ export class Activation {
   ) {
     this.revision = claimRevision;
     this.lastRenewal = sentAt;
-    this.deadline = sentAt + ttlMs;
+  }
+
+  /** The lease may lapse from here on (monotonic ms). */
+  get deadline(): number {
+    return this.lastRenewal + this.ttlMs;
   }
 
   /** Serves only while the lease cannot have lapsed, with room for one write to leave. */
@@ -117,8 +130,7 @@ export class Placement {
   readonly #value: string;
   readonly #mailboxes = new Mailboxes();
   readonly #active = new Map<string, Activation>();
-  /** Names held elsewhere, as last read: owner, revision, and when this process first saw it. */
-  readonly #elsewhere = new Map<string, { owner: string; revision: number; seenAt: number; ttlMs: number }>();
+  readonly #elsewhere = new Map<string, Sighting>();
   readonly #resolving = new Map<string, Promise<Route>>();
   /** Takeovers due when a silent owner's lease may be claimed, by name. */
   readonly #takeovers = new Map<string, NodeJS.Timeout>();
@@ -281,7 +293,6 @@ export class Placement {
       }
       activation.revision = written;
       activation.lastRenewal = sentAt;
-      activation.deadline = sentAt + activation.ttlMs;
     });
   }
 
@@ -328,7 +339,7 @@ export class Placement {
     }
   }
 
-  #remember(name: string, known: { owner: string; revision: number; seenAt: number; ttlMs: number }): void {
+  #remember(name: string, known: Sighting): void {
     this.#elsewhere.delete(name);
     this.#elsewhere.set(name, known);
     if (this.#elsewhere.size > MAX_REMEMBERED) this.#elsewhere.delete(this.#elsewhere.keys().next().value!);

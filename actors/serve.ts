@@ -25,9 +25,7 @@ import { JetStreamRequestError, log, recordActor, type BatchPublisher } from "..
 export interface HandlerContext {
   /** A uuid v4 the caller chose for the record it creates (`Idempotency-Key` header). */
   idempotencyKey?: string;
-  /** The caller's `X-Request-Id`, for logs and onward requests. */
-  requestId?: string;
-  /** The request's NATS headers, as received. */
+  /** The request's NATS headers, as received (e.g. `X-Request-Id`, for onward requests). */
   headers?: MsgHdrs;
 }
 
@@ -63,11 +61,7 @@ export function serveOperation<Op extends Operation>(
     let status = 200;
     try {
       const input = decode(requestInput(op, msg, options.prefix));
-      const context = {
-        idempotencyKey: idempotencyKey(op, msg.headers),
-        requestId: msg.headers?.get(REQUEST_ID_HEADER) || undefined,
-        headers: msg.headers,
-      };
+      const context = { idempotencyKey: idempotencyKey(op, msg.headers), headers: msg.headers };
       respond(msg, JSON.stringify(await handler(input, context)));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));

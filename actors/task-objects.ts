@@ -66,6 +66,15 @@ export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
   return { ...op, subject: op.subject.replace(/^taskobjects\./, `taskobjects.owner.${nameToken(ownerId)}.`) };
 }
 
+const ownerOps = new Map<string, Operation>();
+/** The subject of `op` for `input` on process `ownerId`'s own subjects. */
+export function ownerSubject(op: Operation, ownerId: string, input: Record<string, unknown>, prefix: string): string {
+  const id = `${ownerId}\0${op.name}`;
+  let opOnOwner = ownerOps.get(id);
+  if (!opOnOwner) ownerOps.set(id, (opOnOwner = onOwner(op, ownerId)));
+  return requestSubject(opOnOwner, input, prefix);
+}
+
 /**
  * Handlers for the shared subjects and this process's own: serve a held name, or forward the
  * request to its owner, unless it was forwarded already (then answer NotOwner: no loops).
@@ -73,7 +82,6 @@ export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
 export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   const { store, placement } = deps;
   const budgetMs = deps.routeBudgetMs ?? 1_200;
-  const ownerOps = new Map<string, Operation>();
 
   // The owner reads its records from memory once seen: a record never changes after its
   // create, so a kept one stays true whoever owns the name later. Absence is never kept.
@@ -95,13 +103,12 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   };
 
   async function forward(owner: string, op: Operation, input: Record<string, unknown>, context: HandlerContext, timeoutMs: number) {
-    let opOnOwner = ownerOps.get(`${owner}\0${op.name}`);
-    if (!opOnOwner) ownerOps.set(`${owner}\0${op.name}`, (opOnOwner = onOwner(op, owner)));
     const h = headers();
     if (context.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, context.idempotencyKey);
-    if (context.requestId) h.set(REQUEST_ID_HEADER, context.requestId);
+    const requestId = context.headers?.get(REQUEST_ID_HEADER);
+    if (requestId) h.set(REQUEST_ID_HEADER, requestId);
     h.set(FORWARDED_HEADER, "1");
-    const reply = await deps.requester.request(requestSubject(opOnOwner, input, deps.prefix), requestBody(op, input), timeoutMs, h);
+    const reply = await deps.requester.request(ownerSubject(op, owner, input, deps.prefix), requestBody(op, input), timeoutMs, h);
     const code = reply.headers?.get(ERROR_CODE_HEADER);
     if (!code) return { answer: reply.json<TaskRecord>() as TaskRecord };
     const body = reply.json<{ _tag: string }>();

@@ -1,14 +1,14 @@
 // Task-object requests straight to the process holding the name's lease: one hop instead of
 // two (shared subject → any actor → owner). The owner is read from the lease bucket once per
-// name (again after 5 s) and forgotten as soon as it does not answer a request. While an owner is silent, its
-// names' requests go to another process known to answer (it routes them, and takes the names
+// name (again after 5 s) and forgotten as soon as it does not answer a request. While an
+// owner is silent, its names' requests go to another process known to answer (it routes them, and takes the names
 // over when their leases lapse), not to the shared subject, whose queue group still
 // includes the silent process; with no such process known, the shared subject.
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
-import { leaseOwner, onOwner } from "../actors/index.ts";
+import { leaseOwner, ownerSubject } from "../actors/index.ts";
 import type { NatsHandle, VersionedStore } from "../platform/index.ts";
-import { ERROR_CODE_HEADER, nameToken, requestSubject, type Operation } from "../schemas/index.ts";
+import { ERROR_CODE_HEADER, nameToken, type Operation } from "../schemas/index.ts";
 import type { ActorReply } from "./transport.ts";
 
 export interface OwnerRouting {
@@ -35,7 +35,6 @@ export function ownerRouting(nats: NatsHandle, leases: VersionedStore, prefix: s
   /** Processes that answered lately. */
   const answering = new LRUCache<string, true>({ max: 1_000, ttl: 10_000 });
   const lookups = new Map<string, Promise<string | undefined>>();
-  const ownerOps = new Map<string, Operation>();
 
   const ownerOf = (name: string): string | undefined | Promise<string | undefined> => {
     const known = owners.get(name);
@@ -58,12 +57,10 @@ export function ownerRouting(nats: NatsHandle, leases: VersionedStore, prefix: s
 
   /** One attempt at `owner`'s own subject; undefined when it did not answer. */
   async function attempt(owner: string, op: Operation, input: Record<string, unknown>, body: string, headers: Record<string, string>, timeoutMs: number) {
-    let opOnOwner = ownerOps.get(`${owner}\0${op.name}`);
-    if (!opOnOwner) ownerOps.set(`${owner}\0${op.name}`, (opOnOwner = onOwner(op, owner)));
     const h = natsHeaders();
     for (const [k, v] of Object.entries(headers)) h.set(k, v);
     try {
-      const msg = await nats.requester.request(requestSubject(opOnOwner, input, prefix), body, timeoutMs, h);
+      const msg = await nats.requester.request(ownerSubject(op, owner, input, prefix), body, timeoutMs, h);
       answering.set(owner, true);
       const code = msg.headers?.get(ERROR_CODE_HEADER);
       return { status: code ? Number(code) : 200, data: msg.data };

@@ -71,7 +71,6 @@ function operationRoute(op: Operation, options: RouteOptions) {
           throw toApiError(op, err, id);
         }));
       } else {
-        const subject = requestSubject(op, input, options.prefix);
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
         const body = requestBody(op, input);
@@ -79,7 +78,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
         // when it did not serve, through the shared subject, where any actor routes it.
         const direct = ownerRouting && (await ownerRouting.tryOwner(op, input, body, headers, attemptMs ?? options.requestTimeoutMs));
         const timeoutMs = Math.max(1, options.requestTimeoutMs - (performance.now() - started));
-        const reply = direct || (await forward(options.nats, subject, body, { timeoutMs, attemptMs, headers }));
+        const reply = direct || (await forward(options.nats, requestSubject(op, input, options.prefix), body, { timeoutMs, attemptMs, headers }));
         sendJson(res, reply.status, reply.data);
       }
     } catch (err) {

@@ -33,12 +33,34 @@ export class JetStreamRequestError extends Error {
   }
 }
 
-// JetStream's "wrong last sequence" error code: the key already has a value.
-const WRONG_LAST_SEQUENCE = 10071;
+// JetStream's "wrong last sequence" error code: the key is at another revision.
+export const WRONG_LAST_SEQUENCE = 10071;
 // JetStream's "no message found" error code of a stream message get.
 const NO_MESSAGE_FOUND = 10037;
 // JetStream's "stream not found": the bucket was never created, so it holds no record.
 const STREAM_NOT_FOUND = 10059;
+
+/** A key's last message as the stream leader holds it; `value` is absent for a delete or purge. */
+export interface LeaderEntry {
+  readonly revision: number;
+  readonly value?: Uint8Array;
+}
+
+/**
+ * A stream message get of `key`'s last message, answered by the leader: consistent after any
+ * acknowledged write. Undefined when the key (or the bucket) never held anything.
+ */
+export async function leaderEntry(requester: Requester, bucket: string, key: string, timeoutMs: number): Promise<LeaderEntry | undefined> {
+  const msg = await requester.request(`$JS.API.STREAM.MSG.GET.KV_${bucket}`, JSON.stringify({ last_by_subj: `$KV.${bucket}.${key}` }), timeoutMs);
+  const reply = msg.json<{ message?: { seq: number; data?: string; hdrs?: string }; error?: { code: number; err_code: number; description: string } }>();
+  if (reply.error?.err_code === NO_MESSAGE_FOUND || reply.error?.err_code === STREAM_NOT_FOUND) return undefined;
+  if (reply.error || !reply.message) {
+    throw new JetStreamRequestError(reply.error?.code ?? 500, reply.error?.err_code ?? 0, reply.error?.description ?? "no message in reply");
+  }
+  const hdrs = reply.message.hdrs ? Buffer.from(reply.message.hdrs, "base64").toString() : "";
+  if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return { revision: reply.message.seq };
+  return { revision: reply.message.seq, value: Buffer.from(reply.message.data ?? "", "base64") };
+}
 
 export function recordStore(requester: Requester, bucket: string, options: RecordStoreOptions = {}): RecordStore {
   const timeout = options.timeoutMs ?? 5_000;
@@ -47,16 +69,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   const createHeaders = headers();
   createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
 
-  /** A stream message get, answered by the leader: consistent after any acknowledged write. */
-  async function leaderGet(key: string): Promise<Uint8Array | undefined> {
-    const msg = await requester.request(`$JS.API.STREAM.MSG.GET.${stream}`, JSON.stringify({ last_by_subj: subjectOf(key) }), timeout);
-    const reply = msg.json<{ message?: { data?: string; hdrs?: string }; error?: { code: number; err_code: number; description: string } }>();
-    if (reply.error?.err_code === NO_MESSAGE_FOUND || reply.error?.err_code === STREAM_NOT_FOUND) return undefined;
-    if (reply.error) throw new JetStreamRequestError(reply.error.code, reply.error.err_code, reply.error.description);
-    const hdrs = reply.message?.hdrs ? Buffer.from(reply.message.hdrs, "base64").toString() : "";
-    if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return undefined;
-    return Buffer.from(reply.message?.data ?? "", "base64");
-  }
+  const leaderGet = async (key: string) => (await leaderEntry(requester, bucket, key, timeout))?.value;
 
   return {
     bucket,

@@ -35,26 +35,11 @@ async function actorProcess(ownerId: string, settings: { idleMs?: number } = {})
     placement: { ownerId, ttlMs: TTL_MS, idleMs: settings.idleMs ?? 60_000, onActivation: (e) => events.push(e) },
   });
   await handle.nc.flush(); // the subscriptions are known to the server before any request
-  let closed = false;
   defer(async () => {
-    if (!closed) await actors.close();
+    await actors.close(); // a second close (after the test's own) does nothing more
     await handle.close();
   });
-  return {
-    ownerId,
-    handle,
-    actors: {
-      ...actors,
-      ownerId: actors.ownerId,
-      get activations() {
-        return actors.activations;
-      },
-      async close() {
-        closed = true;
-        await actors.close();
-      },
-    },
-  };
+  return { ownerId, handle, actors };
 }
 
 /** Ends a process without a goodbye: its connection drops, its leases are left to lapse. */
