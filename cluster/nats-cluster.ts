@@ -56,7 +56,23 @@ export function clusterConfig(clusterName: string, routePort: number, peerRouteP
   ].join("\n");
 }
 
+/**
+ * Starts every node and waits until each listens for clients and routes. Ports picked here
+ * can be taken by another process before the server binds them: then the whole cluster is
+ * started again on fresh ports (up to three times).
+ */
 export async function startNatsCluster(options: NatsClusterOptions): Promise<NatsCluster> {
+  const picked = options.names.some((_, i) => !options.clientPorts?.[i] || !options.routePorts?.[i]);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startNatsClusterOnce(options);
+    } catch (err) {
+      if (!picked || attempt >= 3) throw err;
+    }
+  }
+}
+
+async function startNatsClusterOnce(options: NatsClusterOptions): Promise<NatsCluster> {
   const ports = await fixPorts(options.names.length, options.clientPorts);
   const routePorts = await fixPorts(options.names.length, options.routePorts);
   const nodes = options.names.map((name, i) =>
@@ -113,6 +129,7 @@ function natsNode(spec: NodeSpec): NatsNode {
         serverName: spec.name,
         extraConfig: spec.extraConfig,
         binary: spec.binary,
+        awaitRoutes: true,
       });
     },
     async kill() {

@@ -17,6 +17,11 @@ export interface NatsServerOptions {
   /** Server name; required to be unique in a cluster. */
   serverName?: string;
   binary?: string;
+  /**
+   * Ready only once the route listener is up too (a cluster node): the server reports ready
+   * before it binds its route port, and exits if that port is taken.
+   */
+  awaitRoutes?: boolean;
 }
 
 export interface NatsServer {
@@ -53,7 +58,7 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
   const child = spawn(options.binary ?? "nats-server", ["-c", configPath], {
     stdio: ["ignore", "ignore", "pipe"],
   });
-  await waitUntilReady(child);
+  await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
   const stop = async (graceMs = 5_000) => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, "exit");
@@ -65,13 +70,16 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
   return { url: `nats://127.0.0.1:${port}`, port, pid: child.pid!, process: child, stop };
 }
 
-function waitUntilReady(child: ChildProcess, timeoutMs = 15_000): Promise<void> {
+const READY = "Server is ready";
+const ROUTES_READY = "Listening for route connections";
+
+function waitUntilReady(child: ChildProcess, lines: readonly string[], timeoutMs = 15_000): Promise<void> {
   return new Promise((resolve, reject) => {
     let log = "";
     const timer = setTimeout(() => fail(new Error(`nats-server not ready after ${timeoutMs} ms`)), timeoutMs);
     const onData = (chunk: Buffer) => {
       log = (log + chunk.toString()).slice(-4000);
-      if (log.includes("Server is ready")) {
+      if (lines.every((line) => log.includes(line))) {
         cleanup();
         child.stderr!.resume(); // keep draining so the pipe never blocks the server
         resolve();
