@@ -2,7 +2,6 @@
 // readiness probe answering over HTTP, and its exit. Also drains and forwards its output.
 import type { ChildProcess } from "node:child_process";
 import { EventEmitter, once } from "node:events";
-import { createServer, type AddressInfo } from "node:net";
 import { createInterface } from "node:readline";
 import { parseReadyLine } from "./runtime-boot.ts";
 import { RPC_HEALTH_PATH } from "./rpc-wire.ts";
@@ -101,14 +100,4 @@ export async function waitForHealth(
 export async function waitForExit(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   await once(child, "exit");
-}
-
-/** A port that was free a moment ago on 127.0.0.1 (the instance binds it next). */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }

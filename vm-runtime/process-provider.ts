@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { bundleImage } from "./bundle.ts";
 import { INSTANCE_SECRET_HEADER } from "./rpc-wire.ts";
 import { isProcessAlive, readProcStat } from "./proc.ts";
-import { freePort, waitForExit, waitForHealth, waitForReadyLine, watchOutput, type OutputSink } from "./process-io.ts";
+import { waitForExit, waitForHealth, waitForReadyLine, watchOutput, type OutputSink } from "./process-io.ts";
 import {
   MicrovmProviderError,
   RUNTIME_PORT,
@@ -90,13 +90,11 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
     });
     const scratch = join(await ensureWorkDir(), "instances", `${safeName(spec.microvmId)}-${randomBytes(4).toString("hex")}`);
     await mkdir(scratch, { recursive: true, mode: 0o700 });
-    const port = await freePort();
     const memoryMiB = spec.memoryMiB ?? options.memoryMiB ?? 256;
     const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: randomBytes(24).toString("base64url") };
     const child = spawnInstance({
       bundle,
       scratch,
-      port,
       memoryMiB,
       microvmId: spec.microvmId,
       permissions: options.permissions ?? true,
@@ -115,10 +113,12 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
       return rm(scratch, { recursive: true, force: true });
     });
     const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
+    let port: number;
     try {
       const stderr = watchOutput(child, spec.microvmId, options.onOutput);
-      const announced = await waitForReadyLine(child, deadline, signal, stderr);
-      if (announced !== port) throw new Error(`runtime announced port ${announced}, expected ${port}`);
+      // The runtime binds a port of its own choosing and announces it: a port picked here and
+      // bound there later could be taken in between.
+      port = await waitForReadyLine(child, deadline, signal, stderr);
       await waitForHealth("127.0.0.1", port, deadline, upstreamHeaders, signal);
     } catch (cause) {
       signalGroup(pid, "SIGKILL");
@@ -212,7 +212,6 @@ interface InstanceLaunch {
   readonly bundle: string;
   /** The instance's private directory: HOME, TMPDIR, cwd, the only writable place. */
   readonly scratch: string;
-  readonly port: number;
   readonly memoryMiB: number;
   readonly microvmId: string;
   readonly permissions: boolean;
@@ -220,7 +219,7 @@ interface InstanceLaunch {
   readonly secret: string;
 }
 
-function spawnInstance({ bundle, scratch, port, memoryMiB, microvmId, permissions, secret }: InstanceLaunch): ChildProcess {
+function spawnInstance({ bundle, scratch, memoryMiB, microvmId, permissions, secret }: InstanceLaunch): ChildProcess {
   const nodeArgs = [
     "--no-warnings",
     `--max-old-space-size=${memoryMiB}`,
@@ -245,7 +244,7 @@ function spawnInstance({ bundle, scratch, port, memoryMiB, microvmId, permission
       LANG: "C.UTF-8",
       NODE_ENV: "production",
       MICROVM_ID: microvmId,
-      MICROVM_RUNTIME_PORT: String(port),
+      MICROVM_RUNTIME_PORT: "0",
       MICROVM_RUNTIME_SECRET: secret,
     },
   });
