@@ -11,6 +11,8 @@ export const bucketNames = {
   taskObjects: "taskobjects",
   jobs: "jobs",
   microvms: "microvms",
+  /** Image metadata (owner, name, digest, methods); the modules live in the object store `images`. */
+  images: "images",
   /** One lease key per task-object name: which actor process holds its activation. */
   taskObjectLeases: "taskobject-leases",
 } as const;
@@ -22,15 +24,32 @@ export interface BucketOptions {
   replicas?: number;
 }
 
-/** Creates (or binds to) every bucket. Direct get lets any replica answer reads. */
-export async function openBuckets(nc: NatsConnection, options: BucketOptions = {}): Promise<Buckets> {
+export type BucketName = keyof typeof bucketNames;
+
+/** The JetStream Object Store bucket of image modules, one object per digest. */
+export const imageObjectBucket = "images";
+
+/** The buckets the task, task-object and job actors own (the microVM host owns `microvms` and `images`). */
+export const actorBuckets = [
+  "tasks",
+  "taskObjects",
+  "jobs",
+  "taskObjectLeases",
+] as const satisfies readonly BucketName[];
+
+/**
+ * Creates (or binds to) the buckets named in `only` (default: every bucket). Direct get lets
+ * any replica answer reads. A role opens only its own: its NATS user may create no other.
+ */
+export async function openBuckets<K extends BucketName = BucketName>(
+  nc: NatsConnection,
+  options: BucketOptions & { only?: readonly K[] } = {},
+): Promise<Pick<Buckets, K>> {
   const kvm = new Kvm(nc);
-  const open = (name: string) =>
-    kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true });
-  const entries = await Promise.all(
-    Object.entries(bucketNames).map(async ([key, name]) => [key, await open(name)] as const),
-  );
-  return Object.fromEntries(entries) as unknown as Buckets;
+  const open = (name: string) => kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true });
+  const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
+  const entries = await Promise.all(wanted.map(async (key) => [key, await open(bucketNames[key])] as const));
+  return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
 }
 
 /** The record buckets served by the task, task-object and job actors. */

@@ -1,6 +1,14 @@
 // NATS connections for gateways and actors: tuned options and a live view of connectivity.
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import {
+  connect,
+  credsAuthenticator,
+  nkeyAuthenticator,
+  type ConnectionOptions,
+  type NatsConnection,
+} from "@nats-io/transport-node";
 import { BatchPublisher } from "./batch.ts";
+import { log } from "./log.ts";
+import type { NatsCredentials } from "./nats-auth.ts";
 import { natsConnected, natsReconnects } from "./metrics.ts";
 import { DisconnectedError, Requester } from "./requester.ts";
 
@@ -9,6 +17,8 @@ export interface ConnectOptions {
   servers: string;
   /** Connection name shown by the server (monitoring). */
   name: string;
+  /** How to authenticate (none: anonymous). */
+  credentials?: NatsCredentials;
 }
 
 /** A connection plus whether it is connected right now (requests while not are dropped). */
@@ -24,8 +34,12 @@ export interface NatsHandle {
 
 export async function connectNats(options: ConnectOptions): Promise<NatsHandle> {
   const nc = await connect({
-    servers: options.servers.split(",").map((s) => s.trim()).filter(Boolean),
+    servers: options.servers
+      .split(",")
+      .map((s) => s.trim())
+      .filter(Boolean),
     name: options.name,
+    ...authOptions(options.credentials),
     // An Error with a stack per request costs about a quarter of the CPU on hot paths.
     noAsyncTraces: true,
     maxReconnectAttempts: -1,
@@ -38,18 +52,26 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
   const publisher = new BatchPublisher(nc);
   const requester = new Requester(nc, publisher);
   natsConnected.set(1);
-  const lost = () => {
+  const lost = (reason: "disconnect" | "close") => {
+    requester.failAll(new DisconnectedError("NATS connection lost"));
+    if (!connected) return void (reason === "close" && connectionBack());
     connected = false;
     natsConnected.set(0);
-    requester.failAll(new DisconnectedError("NATS connection lost"));
+    // An own close (shutdown) is not a loss worth a warning.
+    if (reason === "disconnect") connectionLost(options.servers);
   };
   void (async () => {
     for await (const status of nc.status()) {
-      if (status.type === "disconnect" || status.type === "reconnecting" || status.type === "close") lost();
-      else if (status.type === "reconnect") {
+      // A permission violation is the server refusing one publish or subscribe: say which.
+      if (status.type === "error")
+        log.warn({ name: options.name, err: status.error.message }, "NATS refused an operation");
+      else if (status.type === "disconnect" || status.type === "reconnecting") lost("disconnect");
+      else if (status.type === "close") lost("close");
+      else if (status.type === "reconnect" && !connected) {
         connected = true;
         natsConnected.set(1);
         natsReconnects.inc();
+        connectionBack(nc.getServer());
       }
     }
   })();
@@ -63,5 +85,34 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
       requester.close();
       await nc.drain().catch(() => nc.close());
     },
+  };
+}
+
+/**
+ * Connections of this process that are down. A process has one per role: the first one lost
+ * and the last one back are logged, so an outage is one warning and one recovery line.
+ */
+let connectionsDown = 0;
+
+function connectionLost(servers: string): void {
+  if (connectionsDown++ === 0)
+    log.warn({ nats: servers }, "lost the NATS connection: requests answer 503 until it is back; reconnecting");
+}
+
+/** A lost connection is back (`server` set) or was closed for good (no line then). */
+function connectionBack(server?: string): void {
+  if (connectionsDown === 0) return;
+  if (--connectionsDown === 0 && server) log.info({ nats: server }, "NATS connection back");
+}
+
+/** The nats.js options of `credentials`: an authenticator, user and password, the inbox prefix. */
+export function authOptions(credentials: NatsCredentials | undefined): Partial<ConnectionOptions> {
+  if (!credentials) return {};
+  const encode = (text: string) => new TextEncoder().encode(text);
+  return {
+    ...(credentials.nkeySeed ? { authenticator: nkeyAuthenticator(encode(credentials.nkeySeed)) } : {}),
+    ...(credentials.creds ? { authenticator: credsAuthenticator(encode(credentials.creds)) } : {}),
+    ...(credentials.user === undefined ? {} : { user: credentials.user, pass: credentials.pass ?? "" }),
+    ...(credentials.inboxPrefix ? { inboxPrefix: credentials.inboxPrefix } : {}),
   };
 }

@@ -32,7 +32,11 @@ export function versionedStore(requester: Requester, bucket: string, timeoutMs =
     const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
     if (ack.error?.err_code === WRONG_LAST_SEQUENCE) return CONFLICT;
     if (ack.error || ack.seq === undefined) {
-      throw new JetStreamRequestError(ack.error?.code ?? 500, ack.error?.err_code ?? 0, ack.error?.description ?? "no sequence in ack");
+      throw new JetStreamRequestError(
+        ack.error?.code ?? 500,
+        ack.error?.err_code ?? 0,
+        ack.error?.description ?? "no sequence in ack",
+      );
     }
     return ack.seq;
   }

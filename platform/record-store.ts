@@ -28,7 +28,11 @@ export interface RecordStoreOptions {
 /** A JetStream API failure (e.g. JetStream unavailable) with its code. */
 export class JetStreamRequestError extends Error {
   override readonly name = "JetStreamRequestError";
-  constructor(readonly code: number, readonly errCode: number, description: string) {
+  constructor(
+    readonly code: number,
+    readonly errCode: number,
+    description: string,
+  ) {
     super(description);
   }
 }
@@ -50,12 +54,28 @@ export interface LeaderEntry {
  * A stream message get of `key`'s last message, answered by the leader: consistent after any
  * acknowledged write. Undefined when the key (or the bucket) never held anything.
  */
-export async function leaderEntry(requester: Requester, bucket: string, key: string, timeoutMs: number): Promise<LeaderEntry | undefined> {
-  const msg = await requester.request(`$JS.API.STREAM.MSG.GET.KV_${bucket}`, JSON.stringify({ last_by_subj: `$KV.${bucket}.${key}` }), timeoutMs);
-  const reply = msg.json<{ message?: { seq: number; data?: string; hdrs?: string }; error?: { code: number; err_code: number; description: string } }>();
+export async function leaderEntry(
+  requester: Requester,
+  bucket: string,
+  key: string,
+  timeoutMs: number,
+): Promise<LeaderEntry | undefined> {
+  const msg = await requester.request(
+    `$JS.API.STREAM.MSG.GET.KV_${bucket}`,
+    JSON.stringify({ last_by_subj: `$KV.${bucket}.${key}` }),
+    timeoutMs,
+  );
+  const reply = msg.json<{
+    message?: { seq: number; data?: string; hdrs?: string };
+    error?: { code: number; err_code: number; description: string };
+  }>();
   if (reply.error?.err_code === NO_MESSAGE_FOUND || reply.error?.err_code === STREAM_NOT_FOUND) return undefined;
   if (reply.error || !reply.message) {
-    throw new JetStreamRequestError(reply.error?.code ?? 500, reply.error?.err_code ?? 0, reply.error?.description ?? "no message in reply");
+    throw new JetStreamRequestError(
+      reply.error?.code ?? 500,
+      reply.error?.err_code ?? 0,
+      reply.error?.description ?? "no message in reply",
+    );
   }
   const hdrs = reply.message.hdrs ? Buffer.from(reply.message.hdrs, "base64").toString() : "";
   if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return { revision: reply.message.seq };

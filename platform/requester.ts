@@ -27,7 +27,7 @@ const SWEEP_MS = 25;
 
 export class Requester {
   readonly #publisher: BatchPublisher;
-  readonly #prefix = `${createInbox()}.`;
+  readonly #prefix: string;
   readonly #pending = new Map<string, Pending>();
   readonly #sub: Subscription;
   #next = 0;
@@ -35,6 +35,8 @@ export class Requester {
 
   constructor(nc: NatsConnection, publisher = new BatchPublisher(nc)) {
     this.#publisher = publisher;
+    // The connection's inbox prefix: a user may subscribe only its own inboxes.
+    this.#prefix = `${createInbox((nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix)}.`;
     this.#sub = nc.subscribe(`${this.#prefix}*`, {
       callback: (_err, msg) => {
         const token = msg.subject.slice(this.#prefix.length);

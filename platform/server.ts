@@ -2,9 +2,12 @@
 // Data lives in `storeDir`, so a restart on the same directory keeps every bucket.
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
+import { accessSync, constants } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
+import { natsServerPath } from "./nats-binary.ts";
+import { parseNatsSync, syncIntervalConfig } from "./nats-sync.ts";
 
 export interface NatsServerOptions {
   storeDir: string;
@@ -14,14 +17,26 @@ export interface NatsServerOptions {
   maxPayload?: number;
   /** Extra lines for the config file (e.g. cluster routes). */
   extraConfig?: string;
+  /** The `authorization {}` block (`authorizationConfig`); none: anonymous access. */
+  authorization?: string;
   /** Server name; required to be unique in a cluster. */
   serverName?: string;
+  /** Default: `natsServerPath()` (NATS_SERVER_BIN, `.tools/`, PATH, /usr/sbin; >= 2.10). */
   binary?: string;
+  /** JetStream's `sync_interval`: a Go duration or `always`. Default: `NATS_SYNC`, else `1s`. */
+  sync?: string;
   /**
    * Ready only once the route listener is up too (a cluster node): the server reports ready
    * before it binds its route port, and exits if that port is taken.
    */
   awaitRoutes?: boolean;
+  /**
+   * Tie the server to this process (`npm start`'s private server): it runs in a session of its
+   * own, so a terminal's SIGHUP (which nats-server takes as "reload") or Ctrl-C reaches only
+   * the service, which stops it after closing its connections; and where util-linux `setpriv`
+   * exists, the kernel sends it SIGTERM when this process dies, even by SIGKILL.
+   */
+  dieWithParent?: boolean;
 }
 
 export interface NatsServer {
@@ -44,6 +59,8 @@ export async function freePort(): Promise<number> {
 }
 
 export async function startNatsServer(options: NatsServerOptions): Promise<NatsServer> {
+  const binary = options.binary ?? natsServerPath();
+  const sync = parseNatsSync(options.sync ?? process.env.NATS_SYNC);
   const port = options.port || (await freePort());
   await mkdir(options.storeDir, { recursive: true });
   const configPath = join(options.storeDir, "nats-server.conf");
@@ -51,12 +68,17 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     `listen: "127.0.0.1:${port}"`,
     `server_name: ${JSON.stringify(options.serverName ?? `local-${port}`)}`,
     `max_payload: ${options.maxPayload ?? 8 * 1024 * 1024}`,
-    `jetstream { store_dir: ${JSON.stringify(join(options.storeDir, "jetstream"))} }`,
+    `jetstream { store_dir: ${JSON.stringify(join(options.storeDir, "jetstream"))}, ${syncIntervalConfig(sync)} }`,
     options.extraConfig ?? "",
+    options.authorization ?? "",
   ].join("\n");
-  await writeFile(configPath, config);
-  const child = spawn(options.binary ?? "nats-server", ["-c", configPath], {
+  // 0600: the config may name credentials.
+  await writeFile(configPath, config, { mode: 0o600 });
+  const setpriv = options.dieWithParent ? findSetpriv() : undefined;
+  const command = setpriv ? [setpriv, "--pdeathsig", "SIGTERM", "--", binary] : [binary];
+  const child = spawn(command[0]!, [...command.slice(1), "-c", configPath], {
     stdio: ["ignore", "ignore", "pipe"],
+    detached: options.dieWithParent === true,
   });
   await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
   const stop = async (graceMs = 5_000) => {
@@ -68,6 +90,18 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     clearTimeout(timer);
   };
   return { url: `nats://127.0.0.1:${port}`, port, pid: child.pid!, process: child, stop };
+}
+
+/** util-linux `setpriv` (it sets the parent-death signal, then execs: the pid stays the server's). */
+function findSetpriv(): string | undefined {
+  return ["/usr/bin/setpriv", "/bin/setpriv"].find((path) => {
+    try {
+      accessSync(path, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  });
 }
 
 const READY = "Server is ready";
@@ -107,13 +141,14 @@ function waitUntilReady(child: ChildProcess, lines: readonly string[], timeoutMs
 
 /**
  * Stops a server left behind by an earlier run on the same store (its pid in `pidFile`).
- * Only a process whose command line is nats-server is touched.
+ * Only a nats-server running this store's config is touched. Call it only when no live service
+ * owns the store (`acquireInstanceLock`): a running service's server looks exactly the same.
  */
-export async function stopStaleServer(pidFile: string): Promise<void> {
+export async function stopStaleServer(pidFile: string, storeDir: string): Promise<void> {
   const old = Number((await readFile(pidFile, "utf8").catch(() => "")).trim());
   if (!Number.isInteger(old) || old <= 0) return;
   const cmdline = await readFile(`/proc/${old}/cmdline`, "utf8").catch(() => "");
-  if (!cmdline.includes("nats-server")) return;
+  if (!cmdline.includes("nats-server") || !cmdline.includes(join(storeDir, "nats-server.conf"))) return;
   process.kill(old, "SIGTERM");
   for (let i = 0; i < 50 && (await readFile(`/proc/${old}/cmdline`, "utf8").catch(() => "")); i++) {
     await new Promise((r) => setTimeout(r, 100));

@@ -29,11 +29,7 @@ export class ApiError extends Error {
   }
 }
 
-function defineError<Tag extends string, P extends Record<string, TSchema>>(
-  tag: Tag,
-  status: number,
-  fields: P,
-) {
+function defineError<Tag extends string, P extends Record<string, TSchema>>(tag: Tag, status: number, fields: P) {
   const schema = Type.Object({ _tag: Type.Literal(tag), ...fields });
   const def: ErrorDef<Tag, typeof schema> = { tag, status, schema };
   return Object.assign(def, {
@@ -46,7 +42,10 @@ function defineError<Tag extends string, P extends Record<string, TSchema>>(
 
 /** One issue of a decode failure, in the Effect `ArrayFormatter` shape. */
 export const DecodeIssue = Type.Object({
-  _tag: Type.String({ description: "Missing | Type | Unexpected | Forbidden" }),
+  _tag: Type.String({
+    description:
+      "Missing (a required field is absent) or Type (a value fails its schema); unknown fields are dropped, never an issue",
+  }),
   path: Type.Array(Type.Union([Type.String(), Type.Number()])),
   message: Type.String(),
 });
@@ -63,16 +62,29 @@ export const IdempotencyKeyReused = defineError("IdempotencyKeyReused", 409, {
 });
 export const MicrovmNotFound = defineError("MicrovmNotFound", 404, { microvmIdentifier: Type.String() });
 export const ImageNotFound = defineError("ImageNotFound", 404, { imageIdentifier: Type.String() });
+/** A module that cannot be registered as an image: does not build, load or define an image, or is too large. */
+export const InvalidImage = defineError("InvalidImage", 400, { message: Type.String() });
+/** The image cannot be deleted: a live instance runs it, or it is built in. */
+export const ImageInUse = defineError("ImageInUse", 409, { name: Type.String(), message: Type.String() });
 export const InvalidStateTransition = defineError("InvalidStateTransition", 409, {
   microvmId: Type.String(),
   state: Type.String(),
   message: Type.String(),
 });
-/** RunMicrovm on a host already running its maximum of live instances. */
+/** RunMicrovm (or the instance checking a pushed image) on a host already running its maximum of live instances. */
 export const MicrovmLimitExceeded = defineError("MicrovmLimitExceeded", 429, {
   limit: Type.Integer(),
   message: Type.String(),
 });
+/** RunMicrovm (or the instance checking a pushed image) by a principal already running its quota of live instances. */
+export const MicrovmQuotaExceeded = defineError("MicrovmQuotaExceeded", 429, {
+  quota: Type.Integer(),
+  message: Type.String(),
+});
+/** No `Authorization: Bearer <key>` naming a known API key (when API keys are on). */
+export const Unauthorized = defineError("Unauthorized", 401, {});
+/** The `Host` header names none of the API's configured host names. */
+export const MisdirectedRequest = defineError("MisdirectedRequest", 421, { message: Type.String() });
 export const RouteNotFound = defineError("RouteNotFound", 404, { message: Type.String() });
 export const UnsupportedMediaType = defineError("UnsupportedMediaType", 415, {
   message: Type.String(),
@@ -81,19 +93,23 @@ export const PayloadTooLarge = defineError("PayloadTooLarge", 413, {
   limit: Type.Integer(),
   message: Type.String(),
 });
+/** The request's headers exceeded the server's limit (Node's parser rejected them). */
+export const RequestHeaderFieldsTooLarge = defineError("RequestHeaderFieldsTooLarge", 431, { message: Type.String() });
+/** The request's headers or body did not arrive within the server's time bounds. */
+export const RequestTimeout = defineError("RequestTimeout", 408, { message: Type.String() });
 /**
  * Between actor processes only, never answered to a client: the process asked on its own
  * subject does not hold the task object's lease (any more), so the sender reads it again.
  */
 export const NotOwner = defineError("NotOwner", 503, {});
+/**
+ * Between a gateway and an actor process only: the name's owner is silent and `process` will
+ * claim the name when its lease may be taken (after the caller's time), so send it there to wait.
+ */
+export const TakeoverPending = defineError("TakeoverPending", 503, { process: Type.String() });
 export const InternalServerError = defineError("InternalServerError", 500, {});
 export const ServiceUnavailable = defineError("ServiceUnavailable", 503, {});
 export const GatewayTimeout = defineError("GatewayTimeout", 504, {});
 
 /** Errors any operation may answer besides its declared ones. */
-export const commonErrors = [
-  HttpApiDecodeError,
-  InternalServerError,
-  ServiceUnavailable,
-  GatewayTimeout,
-] as const;
+export const commonErrors = [HttpApiDecodeError, InternalServerError, ServiceUnavailable, GatewayTimeout] as const;

@@ -1,6 +1,7 @@
 // Job API contracts.
 import { Type } from "@sinclair/typebox";
 import { JobNotFound } from "./errors.ts";
+import { stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
 /** A job as answered; a stored item lacking `id` or `content` answers the requested id / "". */
@@ -11,6 +12,9 @@ export const getJob = {
   api: "job",
   http: { method: "GET", path: "/" },
   subject: "jobs.get",
+  placement: stateless,
+  /** Other services may write the jobs bucket too (the job actor reads what they stored). */
+  reads: "mutable",
   query: Type.Object({ jobId: Type.String() }, { additionalProperties: false }),
   success: Job,
   errors: [JobNotFound],
@@ -22,6 +26,7 @@ export const createJob = {
   api: "job",
   http: { method: "POST", path: "/" },
   subject: "jobs.create",
+  placement: stateless,
   payload: Type.Object({ content: Type.String() }, { additionalProperties: false }),
   success: Type.String({ description: "the new job id" }),
   errors: [],

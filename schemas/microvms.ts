@@ -1,15 +1,31 @@
 // MicroVM instance operation contracts: served over NATS (`microvms.<op>`) and as REST
 // under `/2025-09-09/microvms` on the microVM API.
-import { Type } from "@sinclair/typebox";
-import { ImageNotFound, InvalidStateTransition, MicrovmLimitExceeded, MicrovmNotFound } from "./errors.ts";
+import { Type, type Static } from "@sinclair/typebox";
+import {
+  ImageNotFound,
+  InvalidStateTransition,
+  MicrovmLimitExceeded,
+  MicrovmNotFound,
+  MicrovmQuotaExceeded,
+} from "./errors.ts";
+import { imageApi } from "./images.ts";
+import { ownedByHost, stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
-/** Instance states (contract). */
-export const MicrovmState = Type.Union(
-  ["PENDING", "RUNNING", "SUSPENDING", "SUSPENDED", "TERMINATING", "TERMINATED", "FAILED"].map((s) =>
-    Type.Literal(s),
-  ),
-);
+/** Instance states (contract), the one list: the lifecycle machine's top-level states must match it. */
+const MICROVM_STATES = [
+  "PENDING",
+  "RUNNING",
+  "SUSPENDING",
+  "SUSPENDED",
+  "TERMINATING",
+  "TERMINATED",
+  "FAILED",
+] as const;
+
+export const MicrovmState = Type.Union(MICROVM_STATES.map((state) => Type.Literal(state)));
+/** An instance's state as GetMicrovm reports it. */
+export type MicrovmState = Static<typeof MicrovmState>;
 
 /** When an idle instance is suspended, and a suspended one terminated. */
 export const IdlePolicy = Type.Object(
@@ -20,11 +36,13 @@ export const IdlePolicy = Type.Object(
   },
   { additionalProperties: false },
 );
+export type IdlePolicy = Static<typeof IdlePolicy>;
 
 /** An instance as GetMicrovm answers it. */
 export const Microvm = Type.Object({
   microvmId: Type.String(),
   imageIdentifier: Type.String(),
+  imageDigest: Type.Optional(Type.String({ description: "sha256:<hex> of the module the instance runs" })),
   state: MicrovmState,
   stateReason: Type.Optional(Type.String()),
   endpoint: Type.String({ description: "host:port of the instance proxy" }),
@@ -53,6 +71,7 @@ export const AllowedPort = Type.Union([
   ),
   Type.Object({ allPorts: Type.Object({}, { additionalProperties: false }) }, { maxProperties: 1 }),
 ]);
+export type AllowedPort = Static<typeof AllowedPort>;
 
 const InstanceParams = Type.Object(
   { microvmIdentifier: Type.String({ minLength: 1, maxLength: 256 }) },
@@ -68,15 +87,23 @@ export const runMicrovm = {
   api: "microvm",
   http: { method: "POST", path: base },
   subject: "microvms.run",
+  placement: stateless,
   payload: Type.Object(
     {
-      imageIdentifier: Type.Optional(Type.String({ minLength: 1, maxLength: 128, default: "sandbox" })),
+      imageIdentifier: Type.Optional(
+        Type.String({
+          minLength: 1,
+          maxLength: 140,
+          default: "sandbox",
+          description: "`name` (its latest digest) or `name@sha256:<hex>`",
+        }),
+      ),
       idlePolicy: IdlePolicy,
     },
     { additionalProperties: false },
   ),
   success: Type.Object({ microvmId: Type.String(), endpoint: Type.String(), state: MicrovmState }),
-  errors: [ImageNotFound, MicrovmLimitExceeded],
+  errors: [ImageNotFound, MicrovmLimitExceeded, MicrovmQuotaExceeded],
   /** An `Idempotency-Key` becomes the microvmId: a retried run answers the same instance. */
   idempotent: true,
   summary: "Launch an instance of an image",
@@ -87,6 +114,7 @@ export const getMicrovm = {
   api: "microvm",
   http: { method: "GET", path: `${base}/:microvmIdentifier` },
   subject: "microvms.get",
+  placement: stateless,
   params: InstanceParams,
   success: Microvm,
   errors: [MicrovmNotFound],
@@ -98,6 +126,7 @@ export const listMicrovms = {
   api: "microvm",
   http: { method: "GET", path: base },
   subject: "microvms.list",
+  placement: stateless,
   success: Type.Object({ items: Type.Array(Microvm) }),
   errors: [],
   summary: "List instances",
@@ -108,6 +137,7 @@ export const createAuthToken = {
   api: "microvm",
   http: { method: "POST", path: `${base}/:microvmIdentifier/auth-token` },
   subject: "microvms.token",
+  placement: ownedByHost("microvmIdentifier"),
   params: InstanceParams,
   payload: Type.Object(
     {
@@ -129,15 +159,34 @@ const transition = (name: string, verb: string, method: "POST" | "DELETE", path:
     api: "microvm",
     http: { method, path },
     subject,
+    placement: ownedByHost("microvmIdentifier"),
     params: InstanceParams,
     success: InstanceState,
     errors: [MicrovmNotFound, InvalidStateTransition],
     summary: `${verb} an instance`,
   }) as const satisfies Operation;
 
-export const suspendMicrovm = transition("suspendMicrovm", "Suspend", "POST", `${base}/:microvmIdentifier/suspend`, "microvms.suspend");
-export const resumeMicrovm = transition("resumeMicrovm", "Resume", "POST", `${base}/:microvmIdentifier/resume`, "microvms.resume");
-export const terminateMicrovm = transition("terminateMicrovm", "Terminate", "DELETE", `${base}/:microvmIdentifier`, "microvms.terminate");
+export const suspendMicrovm = transition(
+  "suspendMicrovm",
+  "Suspend",
+  "POST",
+  `${base}/:microvmIdentifier/suspend`,
+  "microvms.suspend",
+);
+export const resumeMicrovm = transition(
+  "resumeMicrovm",
+  "Resume",
+  "POST",
+  `${base}/:microvmIdentifier/resume`,
+  "microvms.resume",
+);
+export const terminateMicrovm = transition(
+  "terminateMicrovm",
+  "Terminate",
+  "DELETE",
+  `${base}/:microvmIdentifier`,
+  "microvms.terminate",
+);
 
 export const microvmApi = {
   runMicrovm,
@@ -147,4 +196,5 @@ export const microvmApi = {
   suspendMicrovm,
   resumeMicrovm,
   terminateMicrovm,
+  ...imageApi,
 } as const;

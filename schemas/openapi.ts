@@ -1,11 +1,6 @@
 // OpenAPI 3.1 documents derived from the operation contracts (never written by hand).
 import type { TObject, TSchema } from "@sinclair/typebox";
-import {
-  commonErrors,
-  PayloadTooLarge,
-  UnsupportedMediaType,
-  type ErrorDef,
-} from "./errors.ts";
+import { commonErrors, PayloadTooLarge, Unauthorized, UnsupportedMediaType, type ErrorDef } from "./errors.ts";
 import type { Operation } from "./types.ts";
 
 type Json = Record<string, unknown>;
@@ -58,6 +53,10 @@ function errorResponses(op: Operation): Json {
   return responses;
 }
 
+const unauthorizedResponse = {
+  "401": { description: Unauthorized.tag, content: { "application/json": { schema: plain(Unauthorized.schema) } } },
+};
+
 /** The OpenAPI path of a route: `/:id` → `/{id}`. */
 export function openApiPath(path: string): string {
   return path.replace(/:(\w+)/g, "{$1}");
@@ -69,8 +68,11 @@ export interface OpenApiInfo {
   description?: string;
 }
 
-/** An OpenAPI 3.1 document for one HTTP API. */
-export function openApiDocument(operations: readonly Operation[], info: OpenApiInfo): Json {
+/**
+ * An OpenAPI 3.1 document for one HTTP API. It declares the bearer scheme of API keys;
+ * `apiKeys` (keys on) makes it required and adds the 401 answer.
+ */
+export function openApiDocument(operations: readonly Operation[], info: OpenApiInfo, { apiKeys = false } = {}): Json {
   const paths: Record<string, Json> = {};
   for (const op of operations) {
     const item = (paths[openApiPath(op.http.path)] ??= {});
@@ -85,8 +87,14 @@ export function openApiDocument(operations: readonly Operation[], info: OpenApiI
       responses: {
         "200": { description: "Success", content: { "application/json": { schema: plain(op.success) } } },
         ...errorResponses(op),
+        ...(apiKeys ? unauthorizedResponse : {}),
       },
     };
   }
-  return { openapi: "3.1.0", info, paths };
+  const securitySchemes = {
+    bearerAuth: { type: "http", scheme: "bearer", description: "An API key: `taskctl apikey create <principal>`" },
+  };
+  // `{}`: no key needed (API keys off); Swagger UI still offers to send one.
+  const security = apiKeys ? [{ bearerAuth: [] }] : [{}, { bearerAuth: [] }];
+  return { openapi: "3.1.0", info, security, components: { securitySchemes }, paths };
 }

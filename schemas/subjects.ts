@@ -1,7 +1,8 @@
 // NATS subjects derived from operation contracts: request subjects filled from an input,
-// subscription subjects with wildcards, and reading `{field}` values back from a subject.
+// subscription subjects with wildcards, owners' own subjects, and reading `{field}` values back.
+import { LRUCache } from "lru-cache";
 import { nameFromToken, nameToken } from "./escape.ts";
-import type { Operation } from "./types.ts";
+import type { OwnedPlacement, Operation } from "./types.ts";
 
 /** `prefix` + subject; an empty prefix means none. A prefix must not end with `.`. */
 export function withPrefix(prefix: string, subject: string): string {
@@ -10,9 +11,7 @@ export function withPrefix(prefix: string, subject: string): string {
 
 /** The request subject of `op` for `input`; `{field}` tokens become base64url tokens. */
 export function requestSubject(op: Operation, input: Record<string, unknown>, prefix = ""): string {
-  const subject = op.subject.replace(/\{(\w+)\}/g, (_, field: string) =>
-    nameToken(String(input[field])),
-  );
+  const subject = op.subject.replace(/\{(\w+)\}/g, (_, field: string) => nameToken(String(input[field])));
   return withPrefix(prefix, subject);
 }
 
@@ -38,15 +37,60 @@ export function subscriptionSubject(op: Operation, prefix = ""): string {
   return withPrefix(prefix, op.subject.replace(/\{\w+\}/g, "*"));
 }
 
+/** A copy of `op` whose subject has `tokens` after its first token (`microvms.run` → `microvms.gateway.run`). */
+function insertTokens<Op extends Operation>(op: Op, tokens: string): Op {
+  const dot = op.subject.indexOf(".");
+  return { ...op, subject: `${op.subject.slice(0, dot)}.${tokens}${op.subject.slice(dot)}` };
+}
+
+/** The token that marks an owner's own subjects, per placement (`taskobjects.owner.…`, `microvms.host.…`). */
+const OWNER_MARK: Record<OwnedPlacement["kind"], string> = { byName: "owner", byHost: "host" };
+
+/**
+ * The root of owner `ownerId`'s own subjects for operations under `root` placed `kind`:
+ * `taskobjects.owner.<owner-token>`, `microvms.host.<host-token>` (below the prefix).
+ */
+export function ownerSubjectRoot(root: string, kind: OwnedPlacement["kind"], ownerId: string): string {
+  return `${root}.${OWNER_MARK[kind]}.${nameToken(ownerId)}`;
+}
+
+/**
+ * The copy of an owned `op` that process `ownerId` alone serves: its subject with the owner's
+ * mark after the first token (`taskobjects.owner.<token>.{name}.get`, `microvms.host.<token>.token`).
+ */
+export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
+  const placement = op.placement;
+  if (placement.kind === "stateless") throw new TypeError(`${op.name} has no owner: it is stateless`);
+  return insertTokens(op, `${OWNER_MARK[placement.kind]}.${nameToken(ownerId)}`);
+}
+
+/**
+ * The owner copies already made, per owner and operation. Bounded: every process start is a
+ * new owner id, so over a long life a gateway sees owners without end.
+ */
+const ownerOps = new LRUCache<string, Operation>({ max: 4_096 });
+
+/** The request subject of owned `op` for `input` on process `ownerId`'s own subjects. */
+export function ownerSubject(op: Operation, ownerId: string, input: Record<string, unknown>, prefix = ""): string {
+  const id = `${ownerId}\0${op.name}`;
+  let opOnOwner = ownerOps.get(id);
+  if (!opOnOwner) ownerOps.set(id, (opOnOwner = onOwner(op, ownerId)));
+  return requestSubject(opOnOwner, input, prefix);
+}
+
+/**
+ * The copy of an operation the gateway requests: `microvms.gateway.<op>`, which only the
+ * gateway's NATS user may publish, so the principal header it carries can be believed.
+ */
+export function viaGateway<Op extends Operation>(op: Op): Op {
+  return insertTokens(op, "gateway");
+}
+
 /**
  * Reads the `{field}` values of `op` from a received subject. `undefined` when a token is
  * not canonical base64url (a direct caller built it by hand).
  */
-export function subjectValues(
-  op: Operation,
-  subject: string,
-  prefix = "",
-): Record<string, string> | undefined {
+export function subjectValues(op: Operation, subject: string, prefix = ""): Record<string, string> | undefined {
   const pattern = withPrefix(prefix, op.subject).split(".");
   const tokens = subject.split(".");
   const values: Record<string, string> = {};
@@ -68,3 +112,33 @@ export const ERROR_TAG_HEADER = "Nats-Service-Error";
 export const IDEMPOTENCY_KEY_HEADER = "Idempotency-Key";
 /** Request header carrying the caller's request id, so one request can be followed in logs. */
 export const REQUEST_ID_HEADER = "X-Request-Id";
+/**
+ * Request header naming the caller's principal, believed only on subjects its sender alone may
+ * publish (`microvms.gateway.*` from the gateway, `microvms.host.*` between hosts).
+ */
+export const PRINCIPAL_HEADER = "Microvm-Principal";
+
+/** Marks a request an actor passed to the owner: the receiver serves it or answers NotOwner (no loops). */
+export const FORWARDED_HEADER = "Task-Object-Forwarded";
+/**
+ * Set by a gateway whose request the owner did not answer: the owner id. The receiver does not
+ * try that owner again; it waits for the name's takeover within the budget, or says who will take it.
+ */
+export const SUSPECT_HEADER = "Task-Object-Suspect";
+/** How long (ms) the sender waits for this request: the receiver may hold it that long, less a reserve. */
+export const BUDGET_HEADER = "Task-Object-Budget-Ms";
+
+/** Root of the NATS micro control subjects; not below the operations' prefix: the protocol fixes it. */
+export const SERVICE_API_PREFIX = "$SRV";
+
+/**
+ * The NATS micro services, one per role that serves operations; each process is an instance.
+ * One service per connection: a `$SRV.PING` then reaches it once, and its one reply is what
+ * `allow_responses` lets it send.
+ */
+export const serviceNames = { actors: "actors", microvms: "microvms" } as const;
+
+/** The control subjects service `name` answers: `$SRV.<verb>`, `$SRV.<verb>.<name>`, `$SRV.<verb>.<name>.<id>`. */
+export function serviceControlSubjects(name: string): string[] {
+  return [`${SERVICE_API_PREFIX}.*`, `${SERVICE_API_PREFIX}.*.${name}`, `${SERVICE_API_PREFIX}.*.${name}.*`];
+}

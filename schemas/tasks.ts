@@ -1,16 +1,15 @@
 // Task API contracts: the object-store operations and the task-object (`/do`) operations.
 import { Type } from "@sinclair/typebox";
 import { TaskNotFound } from "./errors.ts";
+import { ownedByName, stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
 /** A task as stored and answered. */
-export const Task = Type.Object(
-  {
-    id: Type.String({ description: "uuid v4 assigned at creation" }),
-    title: Type.String(),
-    completed: Type.Boolean(),
-  },
-);
+export const Task = Type.Object({
+  id: Type.String({ description: "uuid v4 assigned at creation" }),
+  title: Type.String(),
+  completed: Type.Boolean(),
+});
 
 const TaskIdParams = Type.Object({ id: Type.String() }, { additionalProperties: false });
 const CreateTaskPayload = Type.Object({ title: Type.String() }, { additionalProperties: false });
@@ -25,6 +24,9 @@ export const getTask = {
   api: "task",
   http: { method: "GET", path: "/:id" },
   subject: "tasks.get",
+  placement: stateless,
+  /** Tasks never change once created. */
+  reads: "immutable",
   params: TaskIdParams,
   success: Task,
   errors: [TaskNotFound],
@@ -36,6 +38,7 @@ export const createTask = {
   api: "task",
   http: { method: "POST", path: "/" },
   subject: "tasks.create",
+  placement: stateless,
   payload: CreateTaskPayload,
   success: Task,
   errors: [],
@@ -48,6 +51,9 @@ export const getTaskDO = {
   api: "task",
   http: { method: "GET", path: "/do/:id" },
   subject: "taskobjects.{name}.get",
+  placement: ownedByName("name"),
+  /** Records never change once created, and a create is answered after it is stored. */
+  reads: "immutable",
   params: TaskIdParams,
   query: TaskObjectQuery,
   success: Task,
@@ -60,6 +66,7 @@ export const createTaskDO = {
   api: "task",
   http: { method: "POST", path: "/do" },
   subject: "taskobjects.{name}.create",
+  placement: ownedByName("name"),
   query: TaskObjectQuery,
   payload: CreateTaskPayload,
   success: Task,

@@ -8,6 +8,28 @@ export type HttpMethod = "GET" | "POST" | "PUT" | "DELETE" | "PATCH";
 /** Which HTTP API (listener) serves an operation. */
 export type ApiName = "task" | "job" | "microvm";
 
+/**
+ * Which process answers an operation. `stateless`: any actor of the queue group (storage is
+ * the only state). `byName`: the process holding the lease of the object that input field
+ * `key` names (task objects). `byHost`: the host that launched the record that input field
+ * `key` names (microVM instances). An owned operation is also served on each owner's own
+ * subjects (`ownerSubject`), where a request that reached another process is forwarded.
+ */
+export type Placement =
+  | { readonly kind: "stateless" }
+  | { readonly kind: "byName"; readonly key: string }
+  | { readonly kind: "byHost"; readonly key: string };
+
+/** The placements whose operations have owners. */
+export type OwnedPlacement = Exclude<Placement, { kind: "stateless" }>;
+
+/**
+ * A read that storage alone answers, in any process, without the owner. `immutable`: what it
+ * reads never changes once created, so a found answer may be kept forever; `mutable`: it may
+ * change (e.g. written by other services), so storage is asked every time.
+ */
+export type Reads = "immutable" | "mutable";
+
 /** A declared operation. Input is the union of path params, query and payload fields. */
 export interface Operation {
   readonly name: string;
@@ -18,6 +40,10 @@ export interface Operation {
    * field of that name (base64url, no padding) and that field leaves the request body.
    */
   readonly subject: string;
+  /** Which process answers it. */
+  readonly placement: Placement;
+  /** Set on reads that storage alone answers (see `Reads`); absent: only an actor answers. */
+  readonly reads?: Reads;
   readonly params?: TObject;
   readonly query?: TObject;
   readonly payload?: TObject;
@@ -26,17 +52,40 @@ export interface Operation {
   /** The write creates a record whose id an `Idempotency-Key` header may fix. */
   readonly idempotent?: boolean;
   readonly summary?: string;
+  /** Largest request body over HTTP, above the gateway's default (still below NATS max_payload). */
+  readonly maxBodyBytes?: number;
+  /** Time for the actor's answer when it needs longer than the gateway's default. */
+  readonly timeoutMs?: number;
 }
 
 type PartOf<S> = S extends TObject ? Static<S> : {};
 
 /** The input of an operation as a caller passes it (all parts merged). */
-export type InputOf<Op extends Operation> = PartOf<Op["params"]> &
-  PartOf<Op["query"]> &
-  PartOf<Op["payload"]>;
+export type InputOf<Op extends Operation> = PartOf<Op["params"]> & PartOf<Op["query"]> & PartOf<Op["payload"]>;
 
 /** The success value of an operation. */
 export type SuccessOf<Op extends Operation> = Static<Op["success"]>;
 
 /** The body of a declared error of an operation. */
 export type ErrorOf<Op extends Operation> = Static<Op["errors"][number]["schema"]>;
+
+/** Operations of `Api` that have owners (placed `byName` or `byHost`). */
+export type OwnedOperations<Api extends Record<string, Operation>> = {
+  [K in keyof Api as Api[K] extends { readonly placement: OwnedPlacement } ? K : never]: Api[K];
+};
+
+/**
+ * What answers the reads of `Api` from storage alone, by operation key: each one the actor's
+ * own read, run where storage is (e.g. in a gateway) without a request context.
+ */
+export type StorageReads<Api extends Record<string, Operation>> = {
+  readonly [K in keyof ReadOperations<Api>]?: (
+    input: InputOf<ReadOperations<Api>[K]>,
+    context: {},
+  ) => Promise<SuccessOf<ReadOperations<Api>[K]>>;
+};
+
+/** Operations of `Api` that declare `reads`: the only ones a process may answer from storage alone. */
+export type ReadOperations<Api extends Record<string, Operation>> = {
+  [K in keyof Api as Api[K] extends { readonly reads: Reads } ? K : never]: Api[K];
+};

@@ -3,12 +3,13 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import addFormatsModule from "ajv-formats";
 import { Type, type TObject, type TProperties } from "@sinclair/typebox";
-import { ApiError, HttpApiDecodeError } from "./errors.ts";
+import { type ApiError, HttpApiDecodeError } from "./errors.ts";
 import type { Operation } from "./types.ts";
 
 // ajv-formats ships CommonJS; under ESM its default export is the module object.
-const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ??
-  addFormatsModule) as unknown as (ajv: Ajv) => Ajv;
+const addFormats = ((addFormatsModule as unknown as { default?: unknown }).default ?? addFormatsModule) as unknown as (
+  ajv: Ajv,
+) => Ajv;
 
 /** One Ajv instance for the process: validators are compiled once and reused. */
 export const ajv = new Ajv({
@@ -42,6 +43,11 @@ export function compileDecoder<T = Record<string, unknown>>(schema: TObject): De
   };
 }
 
+/** A 400 `HttpApiDecodeError` with one `Type` issue at `path` (what a schema cannot say). */
+export function decodeFailure(path: (string | number)[], message: string): ApiError {
+  return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path, message }], message });
+}
+
 function decodeError(validate: ValidateFunction, value: unknown): ApiError {
   const issues = (validate.errors ?? []).map(toIssue);
   const message = issues.length
@@ -61,12 +67,6 @@ function toIssue(error: ErrorObject): Issue {
   switch (error.keyword) {
     case "required":
       return { _tag: "Missing", path: [...path, error.params.missingProperty], message: "is missing" };
-    case "additionalProperties":
-      return {
-        _tag: "Unexpected",
-        path: [...path, error.params.additionalProperty],
-        message: "is unexpected",
-      };
     case "type":
       return { _tag: "Type", path, message: `Expected ${error.params.type}, actual ${describe(error.data)}` };
     default:

@@ -1,0 +1,244 @@
+// NATS credentials and least-privilege permissions: one nkey user per role (gateway, actors,
+// microVM host, internal), seeds generated once into a 0700 directory as 0600 files, and the
+// `authorization {}` block of the private server's config (public keys only, no secret).
+import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import * as nkeys from "@nats-io/nkeys";
+import { SERVICE_API_PREFIX, serviceControlSubjects, serviceNames } from "../schemas/index.ts";
+import { actorBuckets, bucketNames, imageObjectBucket } from "./buckets.ts";
+
+/** The NATS users of the service; `internal` is for other services. */
+export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
+export type NatsRole = (typeof natsRoles)[number];
+
+/** How one connection authenticates; nothing here is ever logged. */
+export interface NatsCredentials {
+  /** Seed of an nkey user (the generated credentials). */
+  readonly nkeySeed?: string;
+  /** Contents of a `.creds` file (user JWT and seed) for an operator-mode NATS. */
+  readonly creds?: string;
+  readonly user?: string;
+  readonly pass?: string;
+  /** Reply subjects go below `<inboxPrefix>.`: the only inboxes this user may subscribe. */
+  readonly inboxPrefix?: string;
+}
+
+/** `_INBOX_<role>`: replies to one role never reach another's subscriptions. */
+export const inboxPrefixOf = (role: NatsRole) => `_INBOX_${role}`;
+
+/** The seed file of `role` in an auth directory. */
+export const seedFile = (dir: string, role: NatsRole) => join(dir, `${role}.nk`);
+
+/** Reads the role seeds in `dir`, generating the missing ones (0600 files in a 0700 directory). */
+export async function ensureNatsCredentials(dir: string): Promise<Record<NatsRole, NatsCredentials>> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
+  const entries = await Promise.all(
+    natsRoles.map(async (role) => {
+      const path = seedFile(dir, role);
+      let seed = (await readFile(path, "utf8").catch(() => "")).trim();
+      if (!seed) {
+        seed = new TextDecoder().decode(nkeys.createUser().getSeed());
+        await writeFile(path, `${seed}\n`, { mode: 0o600, flag: "w" });
+      }
+      await chmod(path, 0o600);
+      return [role, { nkeySeed: seed, inboxPrefix: inboxPrefixOf(role) }] as const;
+    }),
+  );
+  return Object.fromEntries(entries) as Record<NatsRole, NatsCredentials>;
+}
+
+/** The credentials of `role` from an auth directory written by `ensureNatsCredentials`. */
+export async function readNatsCredentials(dir: string, role: NatsRole): Promise<NatsCredentials | undefined> {
+  const seed = (await readFile(seedFile(dir, role), "utf8").catch(() => "")).trim();
+  return seed ? { nkeySeed: seed, inboxPrefix: inboxPrefixOf(role) } : undefined;
+}
+
+/** The public key of an nkey seed (what the server config names). */
+export function publicKeyOf(seed: string): string {
+  return nkeys.fromSeed(new TextEncoder().encode(seed)).getPublicKey();
+}
+
+export interface Permissions {
+  readonly publish: { readonly allow: readonly string[] };
+  readonly subscribe: { readonly allow: readonly string[] };
+  /** Answer the requests received (publish to their reply subject once). */
+  readonly allow_responses?: boolean;
+}
+
+/** The buckets each role writes (and creates at start). */
+const ACTOR_BUCKETS = actorBuckets.map((key) => bucketNames[key]);
+const HOST_BUCKETS = [bucketNames.microvms, bucketNames.images];
+
+/** Reading a bucket: direct gets, the last-message fallback, and its stream info (`kvm.open`). */
+function kvRead(bucket: string): string[] {
+  const stream = `KV_${bucket}`;
+  return [
+    `$JS.API.DIRECT.GET.${stream}`,
+    `$JS.API.DIRECT.GET.${stream}.>`,
+    `$JS.API.STREAM.MSG.GET.${stream}`,
+    `$JS.API.STREAM.INFO.${stream}`,
+  ];
+}
+
+/** Owning a bucket: read, write its keys, create it at start. */
+function kvOwn(bucket: string): string[] {
+  const stream = `KV_${bucket}`;
+  return [...kvRead(bucket), `$KV.${bucket}.>`, `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`];
+}
+
+/** Watching a bucket: an ordered consumer on its stream (created, renewed, deleted) and its flow control. */
+function kvWatch(bucket: string): string[] {
+  const stream = `KV_${bucket}`;
+  return [
+    ...kvRead(bucket),
+    `$JS.API.CONSUMER.CREATE.${stream}`,
+    `$JS.API.CONSUMER.CREATE.${stream}.>`,
+    `$JS.API.CONSUMER.DELETE.${stream}.>`,
+    `$JS.API.CONSUMER.INFO.${stream}.>`,
+    `$JS.FC.${stream}.>`,
+  ];
+}
+
+/**
+ * Owning an object store bucket: create it, put (chunks and meta), read (a push consumer per
+ * get, delivered to the role's inbox, with flow control), and purge (delete).
+ */
+function objOwn(bucket: string): string[] {
+  const stream = `OBJ_${bucket}`;
+  return [
+    `$O.${bucket}.>`,
+    ...[`INFO`, `CREATE`, `UPDATE`, `PURGE`, `MSG.GET`].map((api) => `$JS.API.STREAM.${api}.${stream}`),
+    `$JS.API.DIRECT.GET.${stream}`,
+    `$JS.API.DIRECT.GET.${stream}.>`,
+    `$JS.API.CONSUMER.CREATE.${stream}`,
+    `$JS.API.CONSUMER.CREATE.${stream}.>`,
+    `$JS.API.CONSUMER.DELETE.${stream}.>`,
+    `$JS.API.CONSUMER.INFO.${stream}.>`,
+    `$JS.FC.${stream}.>`,
+  ];
+}
+
+/** The operation subjects anyone with access may request (the NATS contract). */
+function publicOperations(p: (s: string) => string): string[] {
+  return [
+    p("tasks.get"),
+    p("tasks.create"),
+    p("taskobjects.*.get"),
+    p("taskobjects.*.create"),
+    p("jobs.get"),
+    p("jobs.create"),
+    p("microvms.*"),
+    p("microvms.images.*"),
+  ];
+}
+
+/** Least-privilege permissions of every role; `prefix` is the subject prefix of the operations. */
+export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
+  const p = (subject: string) => (prefix ? `${prefix}.${subject}` : subject);
+  const inbox = (role: NatsRole) => `${inboxPrefixOf(role)}.>`;
+  const taskOps = [p("tasks.get"), p("tasks.create"), p("taskobjects.>"), p("jobs.get"), p("jobs.create")];
+  return {
+    gateway: {
+      // The task operations (owners' own subjects included), the microVM operations on the
+      // gateway's subjects (which carry the HTTP principal), and the reads it serves itself.
+      publish: {
+        allow: [...taskOps, p("microvms.gateway.*"), p("microvms.gateway.images.*"), ...ACTOR_BUCKETS.flatMap(kvRead)],
+      },
+      subscribe: { allow: [inbox("gateway")] },
+    },
+    // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
+    actors: {
+      publish: { allow: [p("taskobjects.owner.>"), ...ACTOR_BUCKETS.flatMap(kvOwn), "$JS.API.INFO"] },
+      subscribe: { allow: [...taskOps, ...serviceControlSubjects(serviceNames.actors), inbox("actors")] },
+      allow_responses: true,
+    },
+    microvms: {
+      // Purge: the retention sweep removes ended records for good.
+      publish: {
+        allow: [
+          p("microvms.host.>"),
+          ...HOST_BUCKETS.flatMap(kvOwn),
+          ...HOST_BUCKETS.map((b) => `$JS.API.STREAM.PURGE.KV_${b}`),
+          ...objOwn(imageObjectBucket),
+          "$JS.API.INFO",
+        ],
+      },
+      subscribe: {
+        allow: [
+          p("microvms.*"),
+          p("microvms.gateway.*"),
+          p("microvms.images.*"),
+          p("microvms.gateway.images.*"),
+          p("microvms.host.>"),
+          ...serviceControlSubjects(serviceNames.microvms),
+          inbox("microvms"),
+        ],
+      },
+      allow_responses: true,
+    },
+    internal: {
+      // `$SRV.>`: discovery (`nats micro ls|info|stats`) of the services' instances.
+      publish: { allow: [...publicOperations(p), ...kvWatch(bucketNames.jobs), `${SERVICE_API_PREFIX}.>`] },
+      subscribe: { allow: [inbox("internal")] },
+    },
+  };
+}
+
+/** A user entry of the `authorization {}` block. */
+export interface NkeyUser {
+  readonly nkey: string;
+  readonly permissions: Permissions;
+}
+
+/** The `authorization {}` block naming each role's public key with its permissions. */
+export function authorizationConfig(
+  credentials: Record<NatsRole, NatsCredentials>,
+  prefix = "",
+  extraUsers: readonly NkeyUser[] = [],
+): string {
+  const permissions = rolePermissions(prefix);
+  const roles = natsRoles.map((role) => ({
+    nkey: publicKeyOf(credentials[role].nkeySeed!),
+    permissions: permissions[role],
+  }));
+  const users = [...roles, ...extraUsers];
+  return `authorization: ${JSON.stringify({ users }, null, 2)}`;
+}
+
+/** Where `npm start` keeps the credentials of its private server. */
+export const authDirOf = (dataDir: string) => join(dataDir, "nats-auth");
+
+/**
+ * The credentials a process uses as `role`, from its environment: `NATS_CREDS` (a `.creds`
+ * file), `NATS_USER`/`NATS_PASSWORD`, `NATS_NKEY` (a seed file), else the role's generated
+ * seed in `NATS_AUTH_DIR` (or `fallbackDir`). Undefined: connect without credentials.
+ */
+export async function credentialsFromEnv(
+  env: NodeJS.ProcessEnv,
+  role: NatsRole,
+  fallbackDir?: string,
+): Promise<NatsCredentials | undefined> {
+  const inbox = env.NATS_INBOX_PREFIX ? { inboxPrefix: env.NATS_INBOX_PREFIX } : {};
+  if (env.NATS_CREDS) return { creds: await readFile(env.NATS_CREDS, "utf8"), ...inbox };
+  if (env.NATS_USER) return { user: env.NATS_USER, pass: env.NATS_PASSWORD ?? "", ...inbox };
+  if (env.NATS_NKEY) return { nkeySeed: (await readFile(env.NATS_NKEY, "utf8")).trim(), ...inbox };
+  const dir = env.NATS_AUTH_DIR || fallbackDir;
+  return dir ? readNatsCredentials(dir, role) : undefined;
+}
+
+/**
+ * Credentials of a client tool (taskctl --nats, watch-jobs, other services) joining `servers`:
+ * from the environment, else, when `servers` is the NATS of a local `npm start` (its
+ * DATA_DIR/nats-url, DATA_DIR default `.data`), that server's `internal` user.
+ */
+export async function clientCredentials(
+  servers: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<NatsCredentials | undefined> {
+  const fromEnv = await credentialsFromEnv(env, "internal");
+  if (fromEnv) return fromEnv;
+  const dataDir = env.DATA_DIR || ".data";
+  const local = (await readFile(join(dataDir, "nats-url"), "utf8").catch(() => "")).trim();
+  return servers === local ? readNatsCredentials(authDirOf(dataDir), "internal") : undefined;
+}

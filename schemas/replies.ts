@@ -1,0 +1,31 @@
+// Decoding operation replies (the NATS micro convention: an error carries its status in the
+// `Nats-Service-Error-Code` header and its declared body). The one decoder for every caller;
+// structural, so it needs no NATS library here.
+import { ApiError } from "./errors.ts";
+import { ERROR_CODE_HEADER } from "./subjects.ts";
+
+/** What a decoder reads of a NATS reply message. */
+export interface ReplyMessage {
+  readonly data: Uint8Array;
+  readonly headers?: { get(name: string): string };
+  json<T = unknown>(): T;
+}
+
+/** An operation's reply: its HTTP status and its JSON bytes, to pass on as they are. */
+export interface OperationReply {
+  status: number;
+  data: Uint8Array;
+}
+
+/** Status and bytes of a reply: 200 unless it carries the error code header. */
+export function replyOf(msg: ReplyMessage): OperationReply {
+  const code = msg.headers?.get(ERROR_CODE_HEADER);
+  return { status: code ? Number(code) : 200, data: msg.data };
+}
+
+/** The success value of a reply; an error reply is thrown as the `ApiError` it carries. */
+export function replyValue<T = unknown>(msg: ReplyMessage): T {
+  const code = msg.headers?.get(ERROR_CODE_HEADER);
+  if (code) throw new ApiError(Number(code), msg.json());
+  return msg.json<T>();
+}
