@@ -2,19 +2,41 @@
 // and runs the roles asked for: gateway, actors, microvms (default: all in one process).
 import { parseArgs } from "node:util";
 import { resolve, join } from "node:path";
-import { writeFile } from "node:fs/promises";
-import { execFileSync } from "node:child_process";
-import { startActors, startMicrovmHost } from "./actors/index.ts";
+import { mkdir, writeFile } from "node:fs/promises";
+import { lookup } from "node:dns/promises";
+import {
+  gatewayDispatch,
+  ProviderUnavailable,
+  startActors,
+  startMicrovmHost,
+  type ProviderName,
+} from "./actors/index.ts";
 import { createServer } from "node:http";
 import { once } from "node:events";
-import { createGateways, opsListener } from "./gateway/index.ts";
+import { createGateways, isLoopback, loadApiKeys, opsListener, type ApiKeys } from "./gateway/index.ts";
 import {
+  actorBuckets,
+  authDirOf,
+  authorizationConfig,
   connectNats,
+  credentialsFromEnv,
+  readNatsCredentials,
+  ensureNatsCredentials,
   log,
+  natsServerPath,
   openBuckets,
+  parseNatsSync,
   recordStores,
   startNatsServer,
   stopStaleServer,
+  acquireInstanceLock,
+  AlreadyRunning,
+  logLevelProblem,
+  logFormatProblem,
+  prettyLogs,
+  packageVersion,
+  type InstanceLock,
+  type NatsHandle,
   type NatsServer,
 } from "./platform/index.ts";
 
@@ -22,21 +44,39 @@ const roles = ["gateway", "actors", "microvms"] as const;
 type Role = (typeof roles)[number];
 
 const env = process.env;
+/** What is running, so a signal at any stage of start-up stops exactly that. */
+const lifecycle = {
+  started: false,
+  stopping: false,
+  lock: undefined as InstanceLock | undefined,
+  server: undefined as Promise<NatsServer> | undefined,
+  connections: [] as NatsHandle[],
+  closers: [] as (() => Promise<void>)[],
+};
+
 const config = {
-  natsUrl: env.NATS_URL,
+  natsUrl: env.NATS_URL || undefined,
   dataDir: resolve(env.DATA_DIR ?? ".data"),
-  natsPort: int("NATS_PORT", 0),
+  natsPort: port("NATS_PORT", 0),
   host: env.HOST ?? "127.0.0.1",
-  taskPort: int("TASK_API_PORT", 8787),
-  jobPort: int("JOB_API_PORT", 8788),
-  microvmPort: int("MICROVM_API_PORT", 8789),
+  taskPort: port("TASK_API_PORT", 8787),
+  jobPort: port("JOB_API_PORT", 8788),
+  microvmPort: port("MICROVM_API_PORT", 8789),
   prefix: env.NATS_SUBJECT_PREFIX ?? "",
   bodyLimit: int("BODY_LIMIT_BYTES", 1024 * 1024),
   requestTimeoutMs: int("REQUEST_TIMEOUT_MS", 5_000),
   replicas: int("KV_REPLICAS", 1),
   localReads: env.GATEWAY_LOCAL_READS !== "0",
-  metricsPort: env.METRICS_PORT ? int("METRICS_PORT", 0) : undefined,
+  metricsPort: env.METRICS_PORT ? port("METRICS_PORT", 0) : undefined,
   readCacheEntries: int("READ_CACHE_ENTRIES", 50_000),
+  /** The private server's JetStream sync_interval (ignored with NATS_URL: that server has its own). */
+  natsSync: attempt(() => parseNatsSync(env.NATS_SYNC)),
+  /** `<principal> <sha256 hex of key>` lines; when set, every API needs a bearer key. */
+  apiKeysFile: env.API_KEYS_FILE || undefined,
+  /** Host names the microVM API answers to when it listens beyond loopback (comma-separated). */
+  microvmHostNames: env.MICROVM_API_HOSTNAMES?.split(",")
+    .map((h) => h.trim().toLowerCase())
+    .filter(Boolean),
 };
 
 /** Task-object placement (role `actors`): lease TTL and idle release. */
@@ -50,11 +90,51 @@ const placementConfig = {
 const microvmHost = {
   hostId: env.MICROVM_HOST_ID || undefined,
   tokenSecret: env.MICROVM_TOKEN_SECRET || undefined,
+  tokenSecretPrevious: env.MICROVM_TOKEN_SECRET_PREVIOUS || undefined,
   maxInstances: int("MICROVM_MAX_INSTANCES", 50),
+  quotaPerPrincipal: int("MICROVM_QUOTA_PER_PRINCIPAL", 10),
+  imageCacheMiB: int("MICROVM_IMAGE_CACHE_MIB", 256) || fail("MICROVM_IMAGE_CACHE_MIB must be positive"),
+  /** The principal of callers on the public `microvms.<op>` subjects (the NATS user allowed there). */
+  natsPrincipal: env.MICROVM_NATS_PRINCIPAL || undefined,
   retentionSeconds: int("MICROVM_RETENTION_SECONDS", 600),
   proxyHost: env.MICROVM_PROXY_HOST || "127.0.0.1",
   proxyBindHost: env.MICROVM_PROXY_BIND || undefined,
+  provider: providerName(env.MICROVM_PROVIDER),
+  limits: {
+    memoryMiB: env.MICROVM_MEMORY_MIB
+      ? int("MICROVM_MEMORY_MIB", 256) || fail("MICROVM_MEMORY_MIB must be positive")
+      : undefined,
+    cpus: cores("MICROVM_CPUS"),
+    totalCpus: cores("MICROVM_TOTAL_CPUS"),
+    pids: env.MICROVM_PIDS ? int("MICROVM_PIDS", 64) || fail("MICROVM_PIDS must be positive") : undefined,
+    scratchMiB: env.MICROVM_SCRATCH_MIB
+      ? int("MICROVM_SCRATCH_MIB", 64) || fail("MICROVM_SCRATCH_MIB must be positive")
+      : undefined,
+  },
 };
+
+function providerName(raw: string | undefined): ProviderName {
+  if (raw === undefined || raw === "" || raw === "sandbox") return "sandbox";
+  if (raw === "process") return "process";
+  fail(`MICROVM_PROVIDER must be "sandbox" (default) or "process", got "${raw}"`);
+}
+
+/** A CPU quota in cores: a positive number such as 0.5 or 2; undefined when unset. */
+function cores(name: string): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return undefined;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0.01 || value > 1024)
+    fail(`${name} must be a number of cores such as 0.5, got "${raw}"`);
+  return value;
+}
+
+/** A TCP port: 0 (any free one) to 65535. */
+function port(name: string, fallback: number): number {
+  const value = int(name, fallback);
+  if (value > 65535) fail(`${name} must be a port from 0 to 65535 (0 picks a free one), got "${env[name]}"`);
+  return value;
+}
 
 function int(name: string, fallback: number): number {
   const raw = env[name];
@@ -64,98 +144,298 @@ function int(name: string, fallback: number): number {
   return value;
 }
 
-function fail(message: string): never {
-  console.error(`error: ${message}`);
-  process.exit(1);
+function attempt<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    fail((err as Error).message);
+  }
 }
 
+/** A start-up failure with its fix, printed as one line. */
+class StartupError extends Error {
+  override name = "StartupError";
+}
+
+/** Before anything started: print and exit. During start-up: unwind (stop what started), then exit. */
+function fail(message: string): never {
+  if (!lifecycle.started) {
+    console.error(`error: ${message}`);
+    process.exit(1);
+  }
+  throw new StartupError(message);
+}
+
+const usage = `usage: npm start [-- --role gateway|actors|microvms|all ...]
+
+Runs the Task API, the Job API, the microVM API and their actors on NATS. Without NATS_URL it
+starts a private nats-server with its data in DATA_DIR (.data); one such service per DATA_DIR.
+
+  --role <r>   run only these roles (repeat or comma-separate); default all
+  --help       this text
+  --version    the version
+
+env (see README): NATS_URL, DATA_DIR, HOST, TASK_API_PORT, JOB_API_PORT, MICROVM_API_PORT,
+LOG_LEVEL (fatal..trace), LOG_FORMAT (json|pretty; default pretty on a terminal), NATS_SYNC,
+API_KEYS_FILE, MICROVM_PROVIDER.`;
+
+/** True when `--role` named the roles (then each must start, or the process fails). */
+let explicitRoles = false;
+
 function selectedRoles(): Set<Role> {
-  const { values } = parseArgs({ options: { role: { type: "string", multiple: true } } });
+  let values: { role?: string[]; help?: boolean; version?: boolean };
+  try {
+    ({ values } = parseArgs({
+      options: {
+        role: { type: "string", multiple: true },
+        help: { type: "boolean", short: "h" },
+        version: { type: "boolean", short: "v" },
+      },
+    }));
+  } catch (err) {
+    console.error(`error: ${(err as Error).message} (npm start -- --help)`);
+    process.exit(2);
+  }
+  if (values.help) {
+    console.log(usage);
+    process.exit(0);
+  }
+  if (values.version) {
+    console.log(packageVersion());
+    process.exit(0);
+  }
   const asked = (values.role ?? []).flatMap((r) => r.split(","));
-  if (asked.length === 0 || asked.includes("all")) return new Set(roles);
+  explicitRoles = asked.length > 0 && !asked.includes("all");
+  if (!explicitRoles) return new Set(roles);
   for (const r of asked) if (!roles.includes(r as Role)) fail(`unknown role "${r}" (use ${roles.join(", ")} or all)`);
   return new Set(asked as Role[]);
 }
 
+async function shutdown(reason: string, code = 0): Promise<void> {
+  if (lifecycle.stopping) return;
+  lifecycle.stopping = true;
+  if (code === 0) log.info({ signal: reason }, "shutting down");
+  for (const close of lifecycle.closers) await close().catch((err) => log.warn({ err }, "close failed"));
+  for (const handle of lifecycle.connections) await handle.close().catch(() => undefined);
+  const server = await lifecycle.server?.catch(() => undefined);
+  await server?.stop();
+  await lifecycle.lock?.release().catch(() => undefined);
+  process.exit(code);
+}
+
 async function privateNatsServer(): Promise<NatsServer> {
+  let binary: string;
   try {
-    execFileSync("nats-server", ["--version"], { stdio: "ignore" });
-  } catch {
-    fail("NATS_URL is not set and nats-server is not on PATH: install it (Debian/Ubuntu: apt-get install nats-server) or set NATS_URL");
+    binary = natsServerPath();
+  } catch (err) {
+    fail(`${(err as Error).message} (or set NATS_URL to join a running NATS)`);
   }
+  await mkdir(config.dataDir, { recursive: true });
+  // Before touching anything: a live service on this data directory keeps it, and its server.
+  lifecycle.lock = await acquireInstanceLock(join(config.dataDir, "service.lock")).catch((err) =>
+    err instanceof AlreadyRunning ? fail(err.message) : Promise.reject(err),
+  );
   const dir = join(config.dataDir, "nats");
   const pidFile = join(config.dataDir, "nats-server.pid");
-  await stopStaleServer(pidFile);
-  const server = await startNatsServer({ storeDir: dir, port: config.natsPort });
+  await stopStaleServer(pidFile, dir);
+  // No anonymous access: one generated nkey user per role (seeds in DATA_DIR/nats-auth, 0600).
+  const credentials = await ensureNatsCredentials(authDirOf(config.dataDir));
+  const authorization = authorizationConfig(credentials, config.prefix);
+  lifecycle.server = startNatsServer({
+    storeDir: dir,
+    port: config.natsPort,
+    binary,
+    sync: config.natsSync,
+    authorization,
+    dieWithParent: true,
+  });
+  const server = await lifecycle.server;
   await writeFile(pidFile, String(server.pid));
   await writeFile(join(config.dataDir, "nats-url"), server.url);
-  log.info({ url: server.url, storeDir: dir }, "started private nats-server");
+  log.info({ url: server.url, storeDir: dir, binary, sync: config.natsSync }, "started private nats-server");
   return server;
+}
+
+/** The API keys, if any; the microVM API beyond loopback refuses to start without them. */
+async function apiKeys(active: Set<Role>): Promise<ApiKeys | undefined> {
+  if (!active.has("gateway")) return undefined;
+  const resolves = await lookup(config.host).then(
+    () => true,
+    () => false,
+  );
+  if (!resolves)
+    fail(
+      `HOST=${config.host} is not an address of this machine (it does not resolve): use 127.0.0.1 (default), 0.0.0.0 or ::`,
+    );
+  if (!config.apiKeysFile && !isLoopback(config.host)) {
+    fail(
+      `the microVM API listens on ${config.host} and needs API keys: make one with \`npx taskctl apikey create <principal>\`, add its line to a file and set API_KEYS_FILE to it`,
+    );
+  }
+  if (!config.apiKeysFile) return undefined;
+  return loadApiKeys(config.apiKeysFile).catch((err) => fail(`cannot read API_KEYS_FILE: ${(err as Error).message}`));
+}
+
+/** Listens on `port`, or fails with the variable to change. */
+async function listenOn(
+  server: { listen(port: number, host?: string): Promise<number> },
+  port: number,
+  variable: string,
+): Promise<number> {
+  try {
+    return await server.listen(port, config.host);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EADDRINUSE")
+      fail(
+        `port ${port} (${variable}) is in use, maybe by another npm start: stop that, or set ${variable} to a free port (0 picks one)`,
+      );
+    if (code === "EADDRNOTAVAIL")
+      fail(`HOST=${config.host} is not an address of this machine: use 127.0.0.1 (default), 0.0.0.0 or ::`);
+    if (code === "EACCES") fail(`port ${port} (${variable}) needs privileges: use a port above 1023`);
+    throw err;
+  }
+}
+
+/** Opens the buckets, or fails with what the NATS lacks. */
+async function openBucketsOrFail<T>(open: () => Promise<T>, servers: string): Promise<T> {
+  try {
+    return await open();
+  } catch (err) {
+    if ((err as Error).name === "JetStreamNotEnabled" || /jetstream is not enabled/i.test((err as Error).message)) {
+      fail(
+        `the NATS at ${servers} has no JetStream: run it with \`nats-server -js\` (or a jetstream {} block in its config)`,
+      );
+    }
+    throw err;
+  }
 }
 
 async function main() {
   const active = selectedRoles();
+  if (logLevelProblem) fail(logLevelProblem);
+  if (logFormatProblem) fail(logFormatProblem);
+  lifecycle.started = true;
+  const keys = await apiKeys(active);
   const server = config.natsUrl ? undefined : await privateNatsServer();
   const servers = config.natsUrl ?? server!.url;
-  const nats = await connectNats({ servers, name: `service:${[...active].join("+")}` }).catch((err) =>
-    fail(`cannot connect to NATS at ${servers}: ${(err as Error).message}`),
-  );
-  const closers: (() => Promise<void>)[] = [];
+  // One connection per role, each as its own NATS user: least privilege holds in one process too.
+  const connections = lifecycle.connections;
+  const connectAs = async (role: Role) => {
+    // The private server's own users; NATS_CREDS / NATS_USER / NATS_NKEY are for another NATS.
+    const credentials = server
+      ? await readNatsCredentials(authDirOf(config.dataDir), role)
+      : await credentialsFromEnv(env, role);
+    const handle = await connectNats({ servers, name: `service:${role}`, credentials }).catch((err) =>
+      fail(
+        `cannot connect to NATS at ${servers} as ${role}: ${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
+      ),
+    );
+    connections.push(handle);
+    return handle;
+  };
+  const closers = lifecycle.closers;
+  const urls: string[] = [];
 
   if (active.has("actors")) {
-    await openBuckets(nats.nc, { replicas: config.replicas });
-    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), { prefix: config.prefix, publisher: nats.publisher, requester: nats.requester, placement: placementConfig });
+    const nats = await connectAs("actors");
+    await openBucketsOrFail(() => openBuckets(nats.nc, { replicas: config.replicas, only: actorBuckets }), servers);
+    const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
+      prefix: config.prefix,
+      publisher: nats.publisher,
+      requester: nats.requester,
+      placement: placementConfig,
+    });
     closers.push(() => actors.close());
     log.info({ prefix: config.prefix }, "actors serving");
   }
   if (active.has("microvms")) {
-    const { microvms } = await openBuckets(nats.nc, { replicas: config.replicas });
+    const nats = await connectAs("microvms");
+    const { microvms } = await openBucketsOrFail(
+      () => openBuckets(nats.nc, { replicas: config.replicas, only: ["microvms"] }),
+      servers,
+    );
+    const { limits, ...hostConfig } = microvmHost;
     const host = await startMicrovmHost(nats.nc, {
       kv: microvms,
       dataDir: config.dataDir,
       prefix: config.prefix,
-      ...withoutUndefined(microvmHost),
-    }).catch((err) => fail(`cannot start the microVM host: ${(err as Error).message}`));
+      replicas: config.replicas,
+      limits: withoutUndefined(limits),
+      ...withoutUndefined(hostConfig),
+    }).catch((err: Error) => {
+      // Without a sandbox the rest of the service still runs when the role was not asked for by name.
+      if (err instanceof ProviderUnavailable && !explicitRoles) {
+        log.error(`microVM host not started: ${err.message}`);
+        return undefined;
+      }
+      return fail(`cannot start the microVM host: ${err.message}`);
+    });
     // Closed last: it terminates its instances once the gateway no longer routes requests.
-    closers.push(() => host.close());
+    if (host) closers.push(() => host.close());
   }
   if (active.has("gateway")) {
-    const stores = config.localReads ? recordStores(nats.requester, { replicas: config.replicas }) : undefined;
-    const gateways = createGateways({ nats, ...config, stores });
-    const taskPort = await gateways.task.listen(config.taskPort, config.host);
-    const jobPort = await gateways.job.listen(config.jobPort, config.host);
-    const microvmPort = await gateways.microvm.listen(config.microvmPort, config.host);
-    closers.unshift(() => gateways.task.close(), () => gateways.job.close(), () => gateways.microvm.close());
+    const nats = await connectAs("gateway");
+    // With local reads: reads answered from storage here, task objects reached at their owner.
+    const dispatch = config.localReads
+      ? gatewayDispatch(recordStores(nats.requester, { replicas: config.replicas }))
+      : {};
+    // Beyond loopback the microVM API checks the Host header: localhost plus MICROVM_API_HOSTNAMES.
+    const microvmHostNames = isLoopback(config.host)
+      ? undefined
+      : ["localhost", "127.0.0.1", "::1", config.host, ...(config.microvmHostNames ?? [])];
+    const gateways = createGateways({ nats, ...config, ...dispatch, apiKeys: keys, microvmHostNames });
+    closers.unshift(
+      () => gateways.task.close(),
+      () => gateways.job.close(),
+      () => gateways.microvm.close(),
+    );
+    const taskPort = await listenOn(gateways.task, config.taskPort, "TASK_API_PORT");
+    const jobPort = await listenOn(gateways.job, config.jobPort, "JOB_API_PORT");
+    const microvmPort = await listenOn(gateways.microvm, config.microvmPort, "MICROVM_API_PORT");
+    const base = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}`;
+    urls.push(`${base}:${taskPort}`, `${base}:${jobPort}`, `${base}:${microvmPort}`);
     log.info({ taskPort, jobPort, microvmPort, host: config.host }, "gateway listening");
   } else if (config.metricsPort !== undefined) {
     // Processes without an API still expose /metrics, /livez and /readyz.
-    const ops = createServer(opsListener(() => nats.connected()));
-    ops.listen(config.metricsPort, config.host);
-    await once(ops, "listening");
+    const ops = createServer(opsListener(() => connections.every((c) => c.connected())));
     closers.push(() => new Promise((done) => ops.close(() => done())));
-    log.info({ metricsPort: (ops.address() as { port: number }).port }, "metrics listening");
+    const metricsPort = await listenOn(
+      {
+        listen: async (port, host) => (
+          ops.listen(port, host), await once(ops, "listening"), (ops.address() as { port: number }).port
+        ),
+      },
+      config.metricsPort,
+      "METRICS_PORT",
+    );
+    urls.push(`http://${config.host}:${metricsPort}`);
+    log.info({ metricsPort }, "metrics listening");
   }
-
-  let stopping = false;
-  const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, "shutting down");
-    for (const close of closers) await close().catch((err) => log.warn({ err }, "close failed"));
-    await nats.close();
-    await server?.stop();
-    process.exit(0);
-  };
-  process.on("SIGINT", () => void shutdown("SIGINT"));
-  process.on("SIGTERM", () => void shutdown("SIGTERM"));
+  await lifecycle.lock?.setUrls(urls);
   log.info({ nats: servers, roles: [...active] }, "ready");
+  if (prettyLogs) printWelcome(urls, servers);
 }
+
+/** On a terminal: where to go, and how to stop. */
+function printWelcome(urls: string[], servers: string): void {
+  const [task, job, microvm] = urls;
+  const lines = task
+    ? [`Task API     ${task}   (docs: ${task}/docs)`, `Job API      ${job}`, `microVM API  ${microvm}`]
+    : urls.map((u) => `metrics      ${u}/metrics`);
+  console.log(["", ...lines, `NATS         ${servers}`, "", "Ctrl-C to stop", ""].join("\n"));
+}
+
+// First thing once the modules are loaded: a signal at any stage of start-up stops what started.
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, () => void shutdown(signal));
 
 function withoutUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as never;
 }
 
-main().catch((err) => {
-  log.fatal({ err }, "failed to start");
-  process.exit(1);
+main().catch((err: Error) => {
+  if (lifecycle.stopping) return; // a signal stopped the start-up: its shutdown exits
+  if (err instanceof StartupError) console.error(`error: ${err.message}`);
+  else log.fatal({ err }, "failed to start");
+  void shutdown("start-up failed", 1);
 });

@@ -3,19 +3,32 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { jobApi, taskApi, type Operation } from "../schemas/index.ts";
-import { log, Requester, type BatchPublisher, type RecordStores } from "../platform/index.ts";
+import { jobApi, nameToken, onOwner, serviceNames, taskApi, type ReadOperations } from "../schemas/index.ts";
+import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
+import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
-import { Placement, type ActivationEvent } from "./placement.ts";
-import { serveOperation, type Handler } from "./serve.ts";
-import { serveTaskObjects } from "./task-objects.ts";
+import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
+import { serveApi, type ApiHandlers } from "./serve.ts";
+import { taskObjectApi, taskObjectHandlers, taskObjectReader } from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
 
-export { serveOperation, toApiError, type Handler, type HandlerContext } from "./serve.ts";
+export {
+  serveApi,
+  serveOperation,
+  type ApiHandlers,
+  type ApiServeOptions,
+  type Handler,
+  type HandlerContext,
+} from "./serve.ts";
 export { Mailboxes } from "./mailbox.ts";
 export { Placement, LeaseLost, leaseOwner, type ActivationEvent, type PlacementOptions } from "./placement.ts";
-export { ownerSubject } from "./task-objects.ts";
-export { startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "./microvms/index.ts";
+export {
+  startMicrovmHost,
+  ProviderUnavailable,
+  type MicrovmHost,
+  type MicrovmHostOptions,
+  type ProviderName,
+} from "./microvms/index.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */
@@ -46,9 +59,34 @@ export interface ActorsHandle {
   close(): Promise<void>;
 }
 
-/** The stateless read and create handlers of tasks and jobs, by operation name. */
-export function operationHandlers(stores: Pick<RecordStores, "tasks" | "jobs">) {
-  return { ...taskHandlers(stores.tasks), ...jobHandlers(stores.jobs) };
+/** The operations the actors serve: the Task API (task objects included) and the Job API. */
+export const actorApi = { ...taskApi, ...jobApi } as const;
+
+/**
+ * The reads of the actors' operations that storage alone answers (those whose contract
+ * declares `reads`), for any process to run: one missing fails to compile.
+ */
+export function storageReads(
+  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects">,
+): ApiHandlers<ReadOperations<typeof actorApi>> {
+  return {
+    getTask: taskHandlers(stores.tasks).getTask,
+    getJob: jobHandlers(stores.jobs).getJob,
+    getTaskDO: taskObjectReader(stores.taskObjects),
+  };
+}
+
+/** The owner of a task object's name, as its lease says (undefined: nobody holds it). */
+export function leaseOwners(leases: VersionedStore): (name: string) => Promise<string | undefined> {
+  return async (name) => leaseOwner((await leases.get(nameToken(name))).value);
+}
+
+/**
+ * What a gateway may do without an actor hop: answer the reads storage alone answers, and
+ * send task-object requests straight to the name's owner (read from the lease bucket).
+ */
+export function gatewayDispatch(stores: RecordStores) {
+  return { storageReads: storageReads(stores), routing: { byName: leaseOwners(stores.taskObjectLeases) } };
 }
 
 /** A readable, unique owner id: host, pid and a random suffix (a restarted pid is a new owner). */
@@ -59,26 +97,47 @@ function newOwnerId(): string {
 /** Serves every task, task-object and job operation; replicas share each subject. */
 export function startActors(nc: NatsConnection, stores: RecordStores, options: ActorOptions = {}): ActorsHandle {
   const prefix = options.prefix ?? "";
-  const handlers = operationHandlers(stores) as unknown as Record<string, Handler<Operation>>;
-  const subscriptions: Subscription[] = [];
-  for (const op of [...Object.values(taskApi), ...Object.values(jobApi)] as Operation[]) {
-    const handler = handlers[op.name];
-    if (!handler) continue; // the task-object operations, below
-    subscriptions.push(serveOperation(nc, op, handler, { prefix, queue: `actors.${op.name}`, publisher: options.publisher }));
-  }
   const settings = options.placement ?? {};
+  const ownerId = settings.ownerId ?? newOwnerId();
+  const service = new MicroService(nc, {
+    name: serviceNames.actors,
+    description: "Tasks, jobs and named task objects",
+    metadata: processMetadata(prefix, { owner: ownerId }),
+  });
   const placement = new Placement({
-    ownerId: settings.ownerId ?? newOwnerId(),
+    ownerId,
     leases: stores.taskObjectLeases,
     ttlMs: settings.ttlMs,
     idleMs: settings.idleMs,
     logWrites: settings.logWrites,
-    onActivation: settings.onActivation ?? ((event) => log.info({ activation: event }, `task-object activation ${event.event}`)),
+    onActivation:
+      settings.onActivation ?? ((event) => log.debug({ activation: event }, `task-object activation ${event.event}`)),
   });
   const requester = options.requester ?? new Requester(nc, options.publisher);
-  subscriptions.push(
-    ...serveTaskObjects(nc, { store: stores.taskObjects, placement, requester, prefix, routeBudgetMs: settings.routeBudgetMs }, options.publisher),
-  );
+  const objects = taskObjectHandlers({
+    store: stores.taskObjects,
+    placement,
+    requester,
+    prefix,
+    routeBudgetMs: settings.routeBudgetMs,
+  });
+  const handlers: ApiHandlers<typeof actorApi> = {
+    ...taskHandlers(stores.tasks),
+    ...jobHandlers(stores.jobs),
+    ...objects,
+  };
+  const common = { prefix, publisher: options.publisher };
+  const subscriptions: Subscription[] = [
+    // Every operation on its shared subject, in a queue group of all actor processes.
+    ...serveApi(nc, actorApi, handlers, { ...common, queue: (op) => `actors.${op.name}`, discovery: { service } }),
+    // The owned ones on this process's own subjects too, where other processes send them.
+    ...serveApi(nc, taskObjectApi, objects, {
+      ...common,
+      queue: () => `owner.${ownerId}`,
+      serveAs: (op) => onOwner(op, ownerId),
+      discovery: { service, name: (op) => `${op.name}-owner` },
+    }),
+  ];
   return {
     ownerId: placement.ownerId,
     get activations() {
@@ -86,7 +145,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     },
     async close() {
       // A dropped connection cannot drain; the leases are then left to lapse.
-      await Promise.allSettled(subscriptions.map((s) => s.drain()));
+      await Promise.allSettled([...subscriptions.map((s) => s.drain()), service.close()]);
       await placement.close();
       if (!options.requester) requester.close();
     },

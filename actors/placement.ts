@@ -80,6 +80,8 @@ export class Activation {
   ended = false;
   renewing = false;
   renewFailures = 0;
+  /** The next fence's compare-and-set while it is not yet sent: fences asked for meanwhile join it. */
+  nextFence: Promise<void> | undefined;
   #casChain: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -163,7 +165,8 @@ export class Placement {
     const activation = this.#active.get(name);
     if (activation?.live) return { kind: "local", activation };
     const known = this.#elsewhere.get(name);
-    if (known && known.owner !== suspect && !activation && !this.#resolving.has(name)) return { kind: "remote", owner: known.owner };
+    if (known && known.owner !== suspect && !activation && !this.#resolving.has(name))
+      return { kind: "remote", owner: known.owner };
     let resolving = this.#resolving.get(name);
     if (!resolving) {
       resolving = this.#resolve(name, suspect).finally(() => this.#resolving.delete(name));
@@ -177,18 +180,27 @@ export class Placement {
     this.#elsewhere.delete(name);
   }
 
-  /** Runs `work` in `activation`, after the name's earlier work; refuses once the lease may have lapsed. */
-  async run<T>(activation: Activation, work: (activation: Activation) => Promise<T>): Promise<T> {
+  /**
+   * Runs `work` in `activation`; refuses once the lease may have lapsed. Exclusive work (the
+   * default) runs after the name's earlier exclusive work; work that commutes with the rest
+   * (`exclusive: false`) starts at once, so its fences can share one compare-and-set.
+   */
+  async run<T>(
+    activation: Activation,
+    work: (activation: Activation) => Promise<T>,
+    { exclusive = true } = {},
+  ): Promise<T> {
     activation.pending++;
+    const guarded = async () => {
+      if (!activation.live) throw new LeaseLost(activation.name);
+      activation.lastUsed = performance.now();
+      const result = await work(activation);
+      // An answer computed past the lease is not given: the next owner may have moved on.
+      if (!activation.live) throw new LeaseLost(activation.name);
+      return result;
+    };
     try {
-      return await this.#mailboxes.run(activation.name, async () => {
-        if (!activation.live) throw new LeaseLost(activation.name);
-        activation.lastUsed = performance.now();
-        const result = await work(activation);
-        // An answer computed past the lease is not given: the next owner may have moved on.
-        if (!activation.live) throw new LeaseLost(activation.name);
-        return result;
-      });
+      return await (exclusive ? this.#mailboxes.run(activation.name, guarded) : guarded());
     } finally {
       activation.pending--;
       activation.lastUsed = performance.now();
@@ -198,12 +210,21 @@ export class Placement {
   /**
    * The fence before a write: renews the lease at the revision this activation holds. A
    * process whose lease was taken over (e.g. it was paused past it) fails here and writes nothing.
+   * Group commit: one compare-and-set serves every fence asked for before it was sent, so
+   * each write still leaves after a renewal that began after the write was asked for.
    */
   async fence(activation: Activation): Promise<void> {
-    await this.#renew(activation);
+    activation.nextFence ??= this.#renew(activation, () => (activation.nextFence = undefined));
+    await activation.nextFence;
     if (!activation.live) throw new LeaseLost(activation.name);
     if (this.#logWrites) {
-      this.#emit({ event: "write", name: activation.name, owner: this.ownerId, revision: activation.claimRevision, at: Date.now() });
+      this.#emit({
+        event: "write",
+        name: activation.name,
+        owner: this.ownerId,
+        revision: activation.claimRevision,
+        at: Date.now(),
+      });
     }
   }
 
@@ -237,11 +258,14 @@ export class Placement {
       return this.#closed ? { kind: "wait", until: seenAt + RETRY_MS } : this.#claim(name, key, entry.revision);
     }
     let known = this.#elsewhere.get(name);
+    // The suspect renewed since a sighting less than a TTL old: slow, not silent; try it again.
+    const renewedLately =
+      known?.owner === lease.owner && known.revision !== entry.revision && seenAt - known.seenAt < known.ttlMs;
     if (!known || known.revision !== entry.revision || known.owner !== lease.owner) {
       known = { owner: lease.owner, revision: entry.revision, seenAt, ttlMs: lease.ttlMs };
       this.#remember(name, known);
     }
-    if (lease.owner !== suspect) return { kind: "remote", owner: lease.owner };
+    if (lease.owner !== suspect || renewedLately) return { kind: "remote", owner: lease.owner };
     // The owner did not answer. The lease is only taken once it has not moved for longer than
     // its holder's TTL: by then the holder has stopped serving, whatever happened to it.
     const claimableAt = known.seenAt + known.ttlMs + this.#marginMs;
@@ -259,11 +283,16 @@ export class Placement {
    */
   #scheduleTakeover(name: string, suspect: string, at: number): void {
     if (this.#takeovers.has(name)) return;
-    const timer = setTimeout(() => {
-      this.#takeovers.delete(name);
-      if (this.#closed) return;
-      Promise.resolve(this.route(name, suspect)).catch((err: unknown) => log.warn({ name, err: (err as Error).name }, "task-object takeover failed"));
-    }, Math.max(0, at - performance.now()) + 1).unref();
+    const timer = setTimeout(
+      () => {
+        this.#takeovers.delete(name);
+        if (this.#closed) return;
+        Promise.resolve(this.route(name, suspect)).catch((err: unknown) =>
+          log.warn({ name, err: (err as Error).name }, "task-object takeover failed"),
+        );
+      },
+      Math.max(0, at - performance.now()) + 1,
+    ).unref();
     this.#takeovers.set(name, timer);
   }
 
@@ -282,8 +311,10 @@ export class Placement {
     return { kind: "local", activation };
   }
 
-  #renew(activation: Activation): Promise<void> {
+  /** `onSend`: called when this renewal's turn comes, just before it checks and writes. */
+  #renew(activation: Activation, onSend?: () => void): Promise<void> {
     return activation.serialize(async () => {
+      onSend?.();
       if (!activation.live) throw new LeaseLost(activation.name);
       const sentAt = performance.now();
       const written = await this.#leases.put(activation.key, this.#value, activation.revision);
@@ -311,7 +342,14 @@ export class Placement {
     if (this.#active.get(activation.name) === activation) this.#active.delete(activation.name);
     setActivations(this.#active.size);
     const lastServing = Math.min(performance.now(), activation.deadline);
-    this.#emit({ event: "end", name: activation.name, owner: this.ownerId, revision: activation.claimRevision, at: Math.floor(epochOf(lastServing)), reason });
+    this.#emit({
+      event: "end",
+      name: activation.name,
+      owner: this.ownerId,
+      revision: activation.claimRevision,
+      at: Math.floor(epochOf(lastServing)),
+      reason,
+    });
   }
 
   #tick(): void {
@@ -319,11 +357,20 @@ export class Placement {
     for (const activation of this.#active.values()) {
       if (now >= activation.deadline - GUARD_MS) {
         this.#end(activation, "expired");
-      } else if (activation.pending === 0 && now - activation.lastUsed >= this.#idleMs && !this.#resolving.has(activation.name)) {
+      } else if (
+        activation.pending === 0 &&
+        now - activation.lastUsed >= this.#idleMs &&
+        !this.#resolving.has(activation.name)
+      ) {
         const release = this.#release(activation, "released")
-          .catch((err: unknown) => log.warn({ name: activation.name, err: (err as Error).name }, "task-object lease release failed"))
+          .catch((err: unknown) =>
+            log.warn({ name: activation.name, err: (err as Error).name }, "task-object lease release failed"),
+          )
           .then((): Route => ({ kind: "wait", until: performance.now() }));
-        this.#resolving.set(activation.name, release.finally(() => this.#resolving.delete(activation.name)));
+        this.#resolving.set(
+          activation.name,
+          release.finally(() => this.#resolving.delete(activation.name)),
+        );
       } else if (now - activation.lastRenewal >= this.#renewMs && !activation.renewing) {
         activation.renewing = true;
         this.#renew(activation)

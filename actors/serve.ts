@@ -1,25 +1,23 @@
-// The NATS adapter of an operation: decode → validate → call the handler → encode the reply.
-// Subscribes in a queue group, so every replica of an actor process shares the subject.
-import { headers, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+// The NATS adapter of an operation: decode → validate → call the handler → encode the reply;
+// `serveApi` serves a whole API from a handler map that must name every operation. Subscribes
+// in a queue group, so every replica of an actor process shares the subject.
+import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { validate as isUuid, version as uuidVersion } from "uuid";
 import {
-  ApiError,
   compileDecoder,
-  ERROR_CODE_HEADER,
-  ERROR_TAG_HEADER,
-  HttpApiDecodeError,
+  decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
   REQUEST_ID_HEADER,
   inputSchema,
-  InternalServerError,
-  ServiceUnavailable,
   subjectValues,
   subscriptionSubject,
   type InputOf,
   type Operation,
   type SuccessOf,
+  Unauthorized,
 } from "../schemas/index.ts";
-import { JetStreamRequestError, log, recordActor, type BatchPublisher } from "../platform/index.ts";
+import { errorHeaders, log, recordActor, toApiError, type BatchPublisher } from "../platform/index.ts";
+import type { MicroService } from "./discovery.ts";
 
 /** What a handler knows besides its input. */
 export interface HandlerContext {
@@ -27,12 +25,14 @@ export interface HandlerContext {
   idempotencyKey?: string;
   /** The request's NATS headers, as received (e.g. `X-Request-Id`, for onward requests). */
   headers?: MsgHdrs;
+  /** Who asks (microVM operations): from `ServeOptions.principal`. */
+  principal?: string;
 }
 
-export type Handler<Op extends Operation> = (
-  input: InputOf<Op>,
-  context: HandlerContext,
-) => Promise<SuccessOf<Op>>;
+export type Handler<Op extends Operation> = (input: InputOf<Op>, context: HandlerContext) => Promise<SuccessOf<Op>>;
+
+/** A handler for every operation of `Api`: one missing, or of another operation's shape, fails to compile. */
+export type ApiHandlers<Api extends Record<string, Operation>> = { readonly [K in keyof Api]: Handler<Api[K]> };
 
 export interface ServeOptions {
   /** Subject prefix (empty for none). */
@@ -41,6 +41,42 @@ export interface ServeOptions {
   queue: string;
   /** Sends replies gathered per event-loop turn; without it each reply is its own write. */
   publisher?: BatchPublisher;
+  /**
+   * The caller's principal for a request on this subject; undefined refuses it (401). Only
+   * what the subject's permissions guarantee may decide it (NATS does not say who published).
+   */
+  principal?: (msg: Msg) => string | undefined;
+  /** Lists the operation in a NATS micro service (`name`: its endpoint name, default the op's). */
+  discovery?: { service: MicroService; name?: string };
+}
+
+export interface ApiServeOptions extends Omit<ServeOptions, "queue" | "discovery"> {
+  /** The queue group of each operation; `""` subscribes without one (a subject this process serves alone). */
+  queue: (op: Operation) => string;
+  /** The copy of each operation to serve (`onOwner`, `viaGateway`); default: the contract as it is. */
+  serveAs?: (op: Operation) => Operation;
+  /** Lists every operation in a NATS micro service, as endpoint `name(op)` (default the op's name). */
+  discovery?: { service: MicroService; name?: (op: Operation) => string };
+}
+
+/** Serves every operation of `api` with its handler from `handlers`; one subscription each. */
+export function serveApi<Api extends Record<string, Operation>>(
+  nc: NatsConnection,
+  api: Api,
+  handlers: ApiHandlers<Api>,
+  options: ApiServeOptions,
+): Subscription[] {
+  const { queue, serveAs, discovery, ...serve } = options;
+  // `ApiHandlers` pairs each key's handler with its operation; looked up by key, TypeScript
+  // sees only the union of them, so this one widening stands for that pairing.
+  const byKey = handlers as unknown as Record<string, Handler<Operation>>;
+  return Object.entries(api).map(([key, op]) =>
+    serveOperation(nc, serveAs ? serveAs(op) : op, byKey[key]!, {
+      ...serve,
+      queue: queue(op),
+      discovery: discovery && { service: discovery.service, name: discovery.name?.(op) },
+    }),
+  );
 }
 
 export function serveOperation<Op extends Operation>(
@@ -51,6 +87,11 @@ export function serveOperation<Op extends Operation>(
 ): Subscription {
   const decode = compileDecoder<InputOf<Op>>(inputSchema(op));
   const publisher = options.publisher;
+  const stats = options.discovery?.service.addEndpoint(op, {
+    name: options.discovery.name,
+    prefix: options.prefix,
+    queue: options.queue,
+  });
   const respond = (msg: Msg, data: string, hdrs?: MsgHdrs) => {
     if (!msg.reply) return;
     if (publisher) publisher.publish({ subject: msg.reply, data, headers: hdrs });
@@ -59,16 +100,24 @@ export function serveOperation<Op extends Operation>(
   const handle = async (msg: Msg) => {
     const started = performance.now();
     let status = 200;
+    let error: string | undefined;
     try {
       const input = decode(requestInput(op, msg, options.prefix));
-      const context = { idempotencyKey: idempotencyKey(op, msg.headers), headers: msg.headers };
+      const context: HandlerContext = { idempotencyKey: idempotencyKey(op, msg.headers), headers: msg.headers };
+      if (options.principal) {
+        context.principal = options.principal(msg);
+        if (context.principal === undefined) throw Unauthorized.make({});
+      }
       respond(msg, JSON.stringify(await handler(input, context)));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
       status = failure.status;
+      error = `${failure.status}:${failure._tag}`;
       respond(msg, JSON.stringify(failure.body), errorHeaders(failure));
     }
-    recordActor(op.name, status, (performance.now() - started) / 1000);
+    const seconds = (performance.now() - started) / 1000;
+    recordActor(op.name, status, seconds);
+    stats?.record(seconds, error);
   };
   return nc.subscribe(subscriptionSubject(op, options.prefix), {
     queue: options.queue,
@@ -102,29 +151,4 @@ function idempotencyKey(op: Operation, hdrs: MsgHdrs | undefined): string | unde
     throw decodeFailure([IDEMPOTENCY_KEY_HEADER], "Idempotency-Key must be a uuid v4");
   }
   return key.toLowerCase();
-}
-
-export function decodeFailure(path: string[], message: string): ApiError {
-  return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path, message }], message });
-}
-
-/** The NATS micro error headers of a failure. */
-function errorHeaders(failure: ApiError): MsgHdrs {
-  const h = headers();
-  h.set(ERROR_CODE_HEADER, String(failure.status));
-  h.set(ERROR_TAG_HEADER, failure._tag);
-  return h;
-}
-
-/** A declared error as it is; storage trouble as 503; anything else logged and a bare 500. */
-export function toApiError(op: Operation, err: unknown, requestId?: string): ApiError {
-  if (err instanceof ApiError) return err;
-  const name = (err as Error | undefined)?.name ?? "";
-  const storageDown = err instanceof JetStreamRequestError ? err.code >= 500 : /Timeout|NoResponders|Disconnected|Connection|Closed|Draining/.test(name);
-  if (storageDown) {
-    log.warn({ op: op.name, requestId, err: name }, "storage unavailable");
-    return ServiceUnavailable.make({}, { cause: err });
-  }
-  log.error({ op: op.name, requestId, err }, "undeclared failure");
-  return InternalServerError.make({}, { cause: err });
 }

@@ -3,43 +3,37 @@
 // activation across all actor processes (placement.ts): a request that reaches a process not
 // holding the name is forwarded to the owner's own subject (once), and its answer relayed.
 import { performance } from "node:perf_hooks";
-import { headers, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
 import { v4 as uuidv4 } from "uuid";
 import {
   ApiError,
-  ERROR_CODE_HEADER,
+  BUDGET_HEADER,
+  FORWARDED_HEADER,
   GatewayTimeout,
   IDEMPOTENCY_KEY_HEADER,
-  nameToken,
   NotOwner,
+  ownedOperations,
   REQUEST_ID_HEADER,
-  requestBody,
-  requestSubject,
   ServiceUnavailable,
+  SUSPECT_HEADER,
+  TakeoverPending,
   TaskNotFound,
+  taskApi,
   taskObjectKey,
   createTaskDO,
   getTaskDO,
   type Operation,
 } from "../schemas/index.ts";
-import {
-  NoRespondersError,
-  recordForward,
-  RequestTimeoutError,
-  type BatchPublisher,
-  type RecordStore,
-  type Requester,
-} from "../platform/index.ts";
+import { isNoResponders, isTimeout, recordForward, type RecordStore, type Requester } from "../platform/index.ts";
+import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
 import { createRecord, readRecord } from "./records.ts";
-import { serveOperation, type Handler, type HandlerContext } from "./serve.ts";
+import type { ApiHandlers, Handler, HandlerContext } from "./serve.ts";
 import type { TaskRecord } from "./tasks.ts";
 
-export interface TaskObjectHandlers {
-  getTaskDO: Handler<typeof getTaskDO>;
-  createTaskDO: Handler<typeof createTaskDO>;
-}
+/** The task-object operations: the Task API's operations placed by name. */
+export const taskObjectApi = ownedOperations(taskApi);
+export type TaskObjectHandlers = ApiHandlers<typeof taskObjectApi>;
 
 export interface TaskObjectDeps {
   store: RecordStore;
@@ -57,22 +51,31 @@ export interface TaskObjectDeps {
 // One forward attempt: a live owner answers in milliseconds; a paused one never does.
 const FORWARD_ATTEMPT_MS = 500;
 const WAIT_RECHECK_MS = 200;
+// The longest a caller's budget may hold a request here: a takeover (lease TTL + margin) fits.
+const MAX_HOLD_MS = 10_000;
 
-/** Marks a request an actor passed to the owner: the receiver serves it or answers NotOwner. */
-export const FORWARDED_HEADER = "Task-Object-Forwarded";
+const BUDGET_RESERVE_MS = 150;
 
-/** `taskobjects.owner.<owner-token>.{name}.<verb>`: the copy of `op` one process serves alone. */
-export function onOwner<Op extends Operation>(op: Op, ownerId: string): Op {
-  return { ...op, subject: op.subject.replace(/^taskobjects\./, `taskobjects.owner.${nameToken(ownerId)}.`) };
+/** The time a request may spend here: the sender's budget header, else the default. */
+function holdBudget(context: HandlerContext, fallbackMs: number): number {
+  const sent = Number(context.headers?.get(BUDGET_HEADER));
+  if (!(sent > 0)) return fallbackMs;
+  return Math.max(1, Math.min(MAX_HOLD_MS, sent - BUDGET_RESERVE_MS));
 }
 
-const ownerOps = new Map<string, Operation>();
-/** The subject of `op` for `input` on process `ownerId`'s own subjects. */
-export function ownerSubject(op: Operation, ownerId: string, input: Record<string, unknown>, prefix: string): string {
-  const id = `${ownerId}\0${op.name}`;
-  let opOnOwner = ownerOps.get(id);
-  if (!opOnOwner) ownerOps.set(id, (opOnOwner = onOwner(op, ownerId)));
-  return requestSubject(opOnOwner, input, prefix);
+/**
+ * getTaskDO answered from storage alone, in any process (the gateway's local reads). True
+ * wherever it runs: a record never changes after its create, is stored before that create is
+ * answered, and a store of several replicas confirms a miss with the stream leader; so what
+ * the owner would answer (it reads the same key) is answered without waiting for the owner.
+ */
+export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> {
+  return async ({ id, name }) => {
+    const key = taskObjectKey(name ?? "default", id);
+    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
+    if (!task) throw TaskNotFound.make({ id });
+    return task;
+  };
 }
 
 /**
@@ -102,18 +105,30 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
     return stored;
   };
 
-  async function forward(owner: string, op: Operation, input: Record<string, unknown>, context: HandlerContext, timeoutMs: number) {
-    const h = headers();
-    if (context.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, context.idempotencyKey);
-    const requestId = context.headers?.get(REQUEST_ID_HEADER);
-    if (requestId) h.set(REQUEST_ID_HEADER, requestId);
-    h.set(FORWARDED_HEADER, "1");
-    const reply = await deps.requester.request(ownerSubject(op, owner, input, deps.prefix), requestBody(op, input), timeoutMs, h);
-    const code = reply.headers?.get(ERROR_CODE_HEADER);
-    if (!code) return { answer: reply.json<TaskRecord>() as TaskRecord };
-    const body = reply.json<{ _tag: string }>();
-    if (body._tag === NotOwner.tag) return { moved: true as const };
-    throw new ApiError(Number(code), body);
+  async function forward(
+    owner: string,
+    op: Operation,
+    input: Record<string, unknown>,
+    context: HandlerContext,
+    timeoutMs: number,
+  ) {
+    const headers = {
+      [IDEMPOTENCY_KEY_HEADER]: context.idempotencyKey,
+      [REQUEST_ID_HEADER]: context.headers?.get(REQUEST_ID_HEADER),
+      [FORWARDED_HEADER]: "1",
+    };
+    try {
+      return {
+        answer: await forwardToOwner<TaskRecord>(deps.requester, op, owner, input, {
+          timeoutMs,
+          prefix: deps.prefix,
+          headers,
+        }),
+      };
+    } catch (err) {
+      if (err instanceof ApiError && err._tag === NotOwner.tag) return { moved: true as const };
+      throw err;
+    }
   }
 
   /** Runs `work` where `name` lives: here if this process holds it, else at its owner. */
@@ -125,14 +140,18 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
     work: (activation: Activation) => Promise<TaskRecord>,
   ): Promise<TaskRecord> {
     const mayForward = !context.headers?.has(FORWARDED_HEADER);
-    const deadline = performance.now() + budgetMs;
-    let suspect: string | undefined;
+    // A gateway's hedge: the owner it names did not answer it; wait for the takeover here.
+    const hedged = context.headers?.get(SUSPECT_HEADER) || undefined;
+    const deadline = performance.now() + holdBudget(context, budgetMs);
+    let suspect = hedged;
     let outcomeUnknown = false;
     for (;;) {
       const route = await placement.route(name, suspect);
       if (route.kind === "local") {
         try {
-          return await placement.run(route.activation, work);
+          // Records never change once created: reads and creates of a name commute, so they
+          // need no mailbox, and concurrent creates share fences (Placement.fence).
+          return await placement.run(route.activation, work, { exclusive: false });
         } catch (err) {
           if (!(err instanceof LeaseLost)) throw err;
         }
@@ -150,12 +169,15 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
           placement.forget(name);
           suspect = undefined;
         } catch (err) {
-          if (err instanceof NoRespondersError) recordForward("no_responders");
-          else if (err instanceof RequestTimeoutError) recordForward("timeout");
+          if (isNoResponders(err)) recordForward("no_responders");
+          else if (isTimeout(err)) recordForward("timeout");
           else throw err;
-          outcomeUnknown ||= err instanceof RequestTimeoutError;
+          outcomeUnknown ||= isTimeout(err);
           suspect = route.owner;
         }
+      } else if (hedged && route.until > deadline) {
+        // The takeover comes after the sender stops waiting: tell it who will hold the name.
+        throw TakeoverPending.make({ process: placement.ownerId });
       } else {
         // Read the lease again now and then: a release lets the name be claimed at once.
         const pause = Math.min(route.until, deadline, performance.now() + WAIT_RECHECK_MS) - performance.now();
@@ -180,18 +202,4 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
       return routed(createTaskDO, name, input, { ...context, idempotencyKey: id }, create(name, task));
     },
   };
-}
-
-/** Serves the task-object operations: the shared subjects in a queue group, and this process's own. */
-export function serveTaskObjects(nc: NatsConnection, deps: TaskObjectDeps, publisher?: BatchPublisher): Subscription[] {
-  const handlers = taskObjectHandlers(deps);
-  const ownerId = deps.placement.ownerId;
-  const serve = <Op extends Operation>(op: Op, handler: Handler<Op>, queue: string) =>
-    serveOperation(nc, op, handler, { prefix: deps.prefix, publisher, queue });
-  return [
-    serve(getTaskDO, handlers.getTaskDO, "actors.getTaskDO"),
-    serve(createTaskDO, handlers.createTaskDO, "actors.createTaskDO"),
-    serve(onOwner(getTaskDO, ownerId), handlers.getTaskDO, `owner.${ownerId}`),
-    serve(onOwner(createTaskDO, ownerId), handlers.createTaskDO, `owner.${ownerId}`),
-  ];
 }

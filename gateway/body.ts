@@ -1,6 +1,6 @@
 // Reading a JSON request body: content type check, a byte limit, and parsing.
 import type { IncomingMessage } from "node:http";
-import { HttpApiDecodeError, PayloadTooLarge, UnsupportedMediaType, type ApiError } from "../schemas/index.ts";
+import { decodeFailure, PayloadTooLarge, UnsupportedMediaType, type ApiError } from "../schemas/index.ts";
 
 /** True for a missing content type (read as JSON), `application/json` and `+json` types. */
 export function isJsonContentType(header: string | undefined): boolean {
@@ -17,11 +17,11 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
   const declared = Number(req.headers["content-length"]);
   if (declared > limit) throw tooLarge(limit);
   const text = await readText(req, limit);
-  if (text.trim() === "") throw invalidBody("a JSON body is required");
+  if (text.trim() === "") throw decodeFailure([], "a JSON body is required");
   try {
     return JSON.parse(text);
   } catch {
-    throw invalidBody("the body is not valid JSON");
+    throw decodeFailure([], "the body is not valid JSON");
   }
 }
 
@@ -55,8 +55,4 @@ function readText(req: IncomingMessage, limit: number): Promise<string> {
 
 function tooLarge(limit: number): ApiError {
   return PayloadTooLarge.make({ limit, message: `request body exceeds ${limit} bytes` });
-}
-
-function invalidBody(message: string): ApiError {
-  return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path: [], message }], message });
 }

@@ -1,14 +1,20 @@
 // CORS for the Task API host: allow-origin on every response, 204 for any preflight.
 import type { IncomingMessage, ServerResponse } from "node:http";
 
-/** Adds the CORS headers; answers `OPTIONS` itself (returns true when it did). */
-export function applyCors(req: IncomingMessage, res: ServerResponse): boolean {
+/** Request headers a browser may send: the original's `Content-Type` plus the service's own. */
+const ALLOWED_HEADERS = "Content-Type, Idempotency-Key, X-Request-Id";
+
+/**
+ * Adds the CORS headers; answers `OPTIONS` itself (returns true when it did). A preflight
+ * never needs a key; `authorization` (API keys on) lets a browser send one.
+ */
+export function applyCors(req: IncomingMessage, res: ServerResponse, { authorization = false } = {}): boolean {
   res.setHeader("access-control-allow-origin", "*");
   res.setHeader("vary", "Origin");
   if (req.method !== "OPTIONS") return false;
   res.writeHead(204, {
     "access-control-allow-methods": "GET, POST, OPTIONS",
-    "access-control-allow-headers": "Content-Type",
+    "access-control-allow-headers": authorization ? `${ALLOWED_HEADERS}, Authorization` : ALLOWED_HEADERS,
   });
   res.end();
   return true;

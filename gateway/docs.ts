@@ -26,13 +26,13 @@ function page(title: string): string {
 <html lang="en"><head><meta charset="utf-8"><title>${title}</title>
 <link rel="stylesheet" href="/docs/swagger-ui.css"><link rel="icon" href="/docs/favicon-32x32.png"></head>
 <body><div id="swagger-ui"></div><script src="/docs/swagger-ui-bundle.js"></script>
-<script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui" });</script>
+<script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", persistAuthorization: true });</script>
 </body></html>`;
 }
 
 /** A request listener step for the docs paths (returns true when it answered). */
-export function docsResponder(operations: readonly Operation[], info: OpenApiInfo) {
-  const document = JSON.stringify(openApiDocument(operations, info));
+export function docsResponder(operations: readonly Operation[], info: OpenApiInfo, { apiKeys = false } = {}) {
+  const document = JSON.stringify(openApiDocument(operations, info, { apiKeys }));
   const html = page(info.title.replace(/[<>&"]/g, ""));
   return function answerDocs(req: IncomingMessage, res: ServerResponse): boolean {
     if (req.method !== "GET") return false;

@@ -1,12 +1,20 @@
-// Public entry of the gateway: HTTP APIs derived from the contracts, forwarding over NATS.
-import { jobApi, microvmApi, taskApi } from "../schemas/index.ts";
-import type { NatsHandle, RecordStores } from "../platform/index.ts";
+// Public entry of the gateway: HTTP APIs derived from the contracts, forwarding over NATS. A
+// generic adapter: what it may answer itself (storage reads) and how it finds owners (a routing
+// policy) are handed in by `main.ts`; it knows only the contracts and the platform.
+import { jobApi, microvmApi, taskApi, type StorageReads } from "../schemas/index.ts";
+import type { NatsHandle } from "../platform/index.ts";
+import type { ApiKeys } from "./api-keys.ts";
 import { localReads } from "./local-reads.ts";
-import { ownerRouting } from "./owner-routing.ts";
+import { ownerRouting, type RoutingPolicy } from "./owner-routing.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
 export { opsListener } from "./health.ts";
+export { isLoopback, loadApiKeys, newApiKey, parseApiKeys, sha256Hex, type ApiKeys } from "./api-keys.ts";
+export { ownerRouting, type OwnerLookup, type OwnerRouting, type RoutingPolicy } from "./owner-routing.ts";
+
+/** Every operation the gateways serve. */
+export type GatewayApi = typeof taskApi & typeof jobApi & typeof microvmApi;
 
 export interface GatewayOptions {
   nats: NatsHandle;
@@ -16,14 +24,20 @@ export interface GatewayOptions {
   /** Time for an actor's answer (default 5 s). */
   requestTimeoutMs?: number;
   /**
-   * When given, reads are served from these stores in the gateway (no actor hop), and
-   * task-object requests go straight to their owner (read from the lease bucket).
+   * Reads the gateway answers from storage itself (no actor hop), for operations whose contract
+   * declares `reads`; an `immutable` one's found answers are cached.
    */
-  stores?: RecordStores;
+  storageReads?: StorageReads<GatewayApi>;
+  /** How owners of owned operations are found: their requests then go straight to the owner. */
+  routing?: RoutingPolicy;
   /** Most cached read answers (default 50,000; 0 turns the cache off). */
   readCacheEntries?: number;
   /** Slow-client bounds (defaults: headers 10 s, whole request 30 s, keep-alive 5 s). */
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
+  /** API keys (`API_KEYS_FILE`): every API then needs a bearer key. */
+  apiKeys?: ApiKeys;
+  /** Host names the microVM API answers to (checked when given: it listens beyond loopback). */
+  microvmHostNames?: readonly string[];
 }
 
 const info = (title: string) => ({ title, version: "1.0.0" });
@@ -36,12 +50,22 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
     timeouts: options.timeouts,
-    localReads: options.stores && localReads({ stores: options.stores, cacheEntries: options.readCacheEntries }),
-    ownerRouting: options.stores && ownerRouting(options.nats, options.stores.taskObjectLeases, options.prefix ?? ""),
+    localReads:
+      options.storageReads && localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries }),
+    ownerRouting: options.routing && ownerRouting(options.nats, options.routing, options.prefix ?? ""),
+    apiKeys: options.apiKeys,
   };
   return {
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),
     job: createApiServer({ ...common, operations: Object.values(jobApi), info: info("Job API") }),
-    microvm: createApiServer({ ...common, operations: Object.values(microvmApi), info: info("MicroVM API") }),
+    // On the gateway-only subjects, with the caller's principal; no CORS, JSON POSTs only.
+    microvm: createApiServer({
+      ...common,
+      operations: Object.values(microvmApi),
+      info: info("MicroVM API"),
+      sendPrincipal: true,
+      jsonOnly: true,
+      hostNames: options.microvmHostNames,
+    }),
   };
 }

@@ -1,75 +1,115 @@
-// Task-object requests straight to the process holding the name's lease: one hop instead of
-// two (shared subject → any actor → owner). The owner is read from the lease bucket once per
-// name (again after 5 s) and forgotten as soon as it does not answer a request. While an
-// owner is silent, its names' requests go to another process known to answer (it routes them, and takes the names
-// over when their leases lapse), not to the shared subject, whose queue group still
-// includes the silent process; with no such process known, the shared subject.
+// Requests of owned operations straight to their owner: one hop instead of two (shared
+// subject → any actor → owner). The routing policy `main.ts` hands in says how an owner is
+// found per placement (task objects: the name's lease); one without a lookup goes through the
+// shared subject. An owner is looked up once per key (again after 5 s) and forgotten as soon
+// as it does not answer a request. A request the
+// owner leaves unanswered is hedged: sent on, naming the silent owner, to a process known to
+// answer, else through the shared subject (whose queue group still includes the silent process,
+// hence short attempts there); the process that will take the name over holds it until its
+// claim (the lease's compare-and-set fences out the old owner) and answers it, within the budget.
+import { performance } from "node:perf_hooks";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
-import { leaseOwner, ownerSubject } from "../actors/index.ts";
-import type { NatsHandle, VersionedStore } from "../platform/index.ts";
-import { ERROR_CODE_HEADER, nameToken, type Operation } from "../schemas/index.ts";
-import type { ActorReply } from "./transport.ts";
+import type { NatsHandle } from "../platform/index.ts";
+import {
+  BUDGET_HEADER,
+  ownerKey,
+  ownerSubject,
+  replyOf,
+  requestSubject,
+  SUSPECT_HEADER,
+  TakeoverPending,
+  type Operation,
+  type OperationReply,
+  type OwnedPlacement,
+} from "../schemas/index.ts";
+
+/** Resolves the id of the process owning `key` (a name, a record id); undefined when none holds it. */
+export type OwnerLookup = (key: string) => Promise<string | undefined>;
+
+/** How owners are found, per placement; operations of a placement without a lookup use the shared subject. */
+export type RoutingPolicy = { readonly [Kind in OwnedPlacement["kind"]]?: OwnerLookup };
 
 export interface OwnerRouting {
   /**
-   * Sends the request to the name's owner when one is known, else to a process known to
-   * answer. Undefined when neither served it (gone or silent): then use the shared subject.
+   * Sends the request to the name's owner when one is known; when it does not answer, hedges
+   * it (see above) within `budgetMs`. Undefined when nothing served it: then use the shared subject.
    */
-  tryOwner(op: Operation, input: Record<string, unknown>, body: string, headers: Record<string, string>, timeoutMs: number): Promise<ActorReply | undefined>;
+  tryOwner(
+    op: Operation,
+    input: Record<string, unknown>,
+    body: string,
+    headers: Record<string, string>,
+    budgetMs: number,
+  ): Promise<OperationReply | undefined>;
 }
-
-/** Operations placed by name (their subject names a task object). */
-export const isPlaced = (op: Operation) => op.subject.startsWith("taskobjects.{name}.");
 
 // A live owner answers in milliseconds; one that does not answer within this is passed over.
 const DIRECT_ATTEMPT_MS = 500;
 // An owner that failed a direct request is not tried directly again for this long.
 const SUSPECT_MS = 3_000;
 const OWNER_TTL_MS = 5_000;
+// A hedge through the shared subject: a live actor answers or names the taker in milliseconds.
+const SHARED_ATTEMPT_MS = 500;
 
-export function ownerRouting(nats: NatsHandle, leases: VersionedStore, prefix: string, maxNames = 100_000): OwnerRouting {
-  // Read again after a while: a process that lost a name still serves it, by forwarding.
+export function ownerRouting(
+  nats: NatsHandle,
+  policy: RoutingPolicy,
+  prefix: string,
+  maxNames = 100_000,
+): OwnerRouting {
+  // Looked up again after a while: a process that lost a name still serves it, by forwarding.
   const owners = new LRUCache<string, string>({ max: maxNames, ttl: OWNER_TTL_MS });
   const suspects = new LRUCache<string, true>({ max: 1_000, ttl: SUSPECT_MS });
   /** Processes that answered lately. */
   const answering = new LRUCache<string, true>({ max: 1_000, ttl: 10_000 });
   const lookups = new Map<string, Promise<string | undefined>>();
 
-  const ownerOf = (name: string): string | undefined | Promise<string | undefined> => {
-    const known = owners.get(name);
+  /** The owner of `key` (cache key `id`), known or looked up once for every request waiting on it. */
+  const ownerOf = (find: OwnerLookup, id: string, key: string): string | undefined | Promise<string | undefined> => {
+    const known = owners.get(id);
     if (known) return known;
-    let lookup = lookups.get(name);
+    let lookup = lookups.get(id);
     if (!lookup) {
-      lookup = leases
-        .get(nameToken(name))
-        .then((entry) => {
-          const owner = leaseOwner(entry.value);
-          if (owner) owners.set(name, owner);
+      lookup = find(key)
+        .then((owner) => {
+          if (owner) owners.set(id, owner);
           return owner;
         })
         .catch(() => undefined) // no hint: the shared subject still works
-        .finally(() => lookups.delete(name));
-      lookups.set(name, lookup);
+        .finally(() => lookups.delete(id));
+      lookups.set(id, lookup);
     }
     return lookup;
   };
 
-  /** One attempt at `owner`'s own subject; undefined when it did not answer. */
-  async function attempt(owner: string, op: Operation, input: Record<string, unknown>, body: string, headers: Record<string, string>, timeoutMs: number) {
+  /** One attempt at `subject`; undefined when nobody answered (gone, or silent for `timeoutMs`). */
+  async function send(subject: string, body: string, headers: Record<string, string>, timeoutMs: number) {
     const h = natsHeaders();
     for (const [k, v] of Object.entries(headers)) h.set(k, v);
     try {
-      const msg = await nats.requester.request(ownerSubject(op, owner, input, prefix), body, timeoutMs, h);
-      answering.set(owner, true);
-      const code = msg.headers?.get(ERROR_CODE_HEADER);
-      return { status: code ? Number(code) : 200, data: msg.data };
+      return replyOf(await nats.requester.request(subject, body, timeoutMs, h));
     } catch {
-      // No responders (the process is gone), a timeout (paused) or a lost connection.
+      return undefined; // no responders (the process is gone), a timeout (paused) or a lost connection
+    }
+  }
+
+  /** One attempt at `owner`'s own subject; undefined when it did not answer. */
+  async function attempt(
+    owner: string,
+    op: Operation,
+    input: Record<string, unknown>,
+    body: string,
+    headers: Record<string, string>,
+    timeoutMs: number,
+  ) {
+    const reply = await send(ownerSubject(op, owner, input, prefix), body, headers, timeoutMs);
+    if (reply) answering.set(owner, true);
+    else {
       suspects.set(owner, true);
       answering.delete(owner);
-      return undefined;
     }
+    return reply;
   }
 
   /** A process that answered lately and is not suspect, other than `not`. */
@@ -78,17 +118,62 @@ export function ownerRouting(nats: NatsHandle, leases: VersionedStore, prefix: s
     return candidates[Math.floor(Math.random() * candidates.length)];
   }
 
+  /** The process a TakeoverPending answer names, if the reply is one. */
+  function taker(reply: OperationReply): string | undefined {
+    if (reply.status !== TakeoverPending.status) return undefined;
+    const body = JSON.parse(Buffer.from(reply.data).toString("utf8")) as { _tag?: string; process?: string };
+    return body._tag === TakeoverPending.tag ? body.process : undefined;
+  }
+
+  /**
+   * The silent owner's request, sent on to `target` (a process that answered lately) with the
+   * time left, which it may spend waiting for the takeover; else through the shared subject.
+   */
+  async function hedge(
+    op: Operation,
+    input: Record<string, unknown>,
+    body: string,
+    headers: Record<string, string>,
+    silent: string,
+    left: () => number,
+  ) {
+    let target = someAnswering(silent);
+    while (left() > 1) {
+      const budget = Math.floor(target ? left() : Math.min(left(), SHARED_ATTEMPT_MS));
+      const hedged = { ...headers, [SUSPECT_HEADER]: silent, [BUDGET_HEADER]: String(budget) };
+      const reply = target
+        ? await attempt(target, op, input, body, hedged, budget)
+        : await send(requestSubject(op, input, prefix), body, hedged, budget);
+      if (!reply) {
+        target = undefined; // silent too, or the shared subject reached the silent owner: again
+        continue;
+      }
+      const next = taker(reply);
+      if (next === undefined) return reply;
+      if (next === target) return undefined; // the takeover comes after the time left
+      answering.set(next, true);
+      target = next;
+    }
+    return undefined;
+  }
+
   return {
-    async tryOwner(op, input, body, headers, timeoutMs) {
-      const name = String(input.name ?? "default");
-      const owner = await ownerOf(name);
+    async tryOwner(op, input, body, headers, budgetMs) {
+      const kind = op.placement.kind;
+      const find = kind === "stateless" ? undefined : policy[kind];
+      if (!find) return undefined;
+      const started = performance.now();
+      const left = () => budgetMs - (performance.now() - started);
+      const key = ownerKey(op, input);
+      const id = `${kind}\0${key}`;
+      const owner = await ownerOf(find, id, key);
       if (owner && !suspects.has(owner)) {
-        const reply = await attempt(owner, op, input, body, headers, Math.min(timeoutMs, DIRECT_ATTEMPT_MS));
+        const reply = await attempt(owner, op, input, body, headers, Math.min(left(), DIRECT_ATTEMPT_MS));
         if (reply) return reply;
       }
-      if (owner && owners.get(name) === owner) owners.delete(name);
-      const other = someAnswering(owner);
-      return other === undefined ? undefined : attempt(other, op, input, body, headers, timeoutMs);
+      if (owner === undefined) return undefined; // no lease: any actor claims it
+      if (owners.get(id) === owner) owners.delete(id);
+      return hedge(op, input, body, headers, owner, left);
     },
   };
 }

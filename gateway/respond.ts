@@ -3,6 +3,7 @@
 import type { ServerResponse } from "node:http";
 import { ApiError, InternalServerError, PayloadTooLarge, ServiceUnavailable } from "../schemas/index.ts";
 import { log } from "../platform/index.ts";
+import { answerThenDrain } from "./oversized.ts";
 
 export function sendJson(res: ServerResponse, status: number, data: Uint8Array | string): void {
   res.writeHead(status, {
@@ -19,8 +20,11 @@ export function sendError(res: ServerResponse, err: unknown, context: { op?: str
     return;
   }
   if (failure.status === ServiceUnavailable.status) res.setHeader("retry-after", "1");
-  // The rest of an oversized body is not read: close instead of draining it.
-  if (failure.status === PayloadTooLarge.status) res.setHeader("connection", "close");
+  // The client may still be sending an oversized body: answer, drain (bounded), then close.
+  if (failure.status === PayloadTooLarge.status) {
+    answerThenDrain(res, failure.status, JSON.stringify(failure.body));
+    return;
+  }
   sendJson(res, failure.status, JSON.stringify(failure.body));
 }
 

@@ -5,19 +5,23 @@ import polka, { type Request } from "polka";
 import { v4 as uuidv4 } from "uuid";
 import {
   compileDecoder,
-  HttpApiDecodeError,
+  decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
+  PRINCIPAL_HEADER,
   REQUEST_ID_HEADER,
+  UnsupportedMediaType,
   inputSchema,
+  isOwned,
   requestSubject,
   RouteNotFound,
   requestBody,
+  viaGateway,
   type Operation,
 } from "../schemas/index.ts";
-import { log, recordHttp, type NatsHandle } from "../platform/index.ts";
-import { toApiError } from "../actors/index.ts";
+import { log, recordHttp, toApiError, type NatsHandle } from "../platform/index.ts";
 import type { LocalReads } from "./local-reads.ts";
-import { isPlaced, type OwnerRouting } from "./owner-routing.ts";
+import type { OwnerRouting } from "./owner-routing.ts";
+import { principalOfRequest } from "./api-keys.ts";
 import { readJsonBody } from "./body.ts";
 import { requestId } from "./request-id.ts";
 import { sendError, sendJson } from "./respond.ts";
@@ -34,8 +38,12 @@ export interface RouteOptions {
   attemptTimeoutMs?: number;
   /** Reads the gateway serves itself from KV instead of asking an actor. */
   localReads?: LocalReads;
-  /** Sends task-object requests to the owning process directly when it is known. */
+  /** Sends owned operations' requests to the owning process directly when it is known. */
   ownerRouting?: OwnerRouting;
+  /** Tell the actor who asks (`Microvm-Principal`): the microVM API, on its gateway-only subjects. */
+  sendPrincipal?: boolean;
+  /** Every POST must say `content-type: application/json`, even without a body (else 415). */
+  jsonOnly?: boolean;
 }
 
 /** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
@@ -55,30 +63,48 @@ function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
   const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
-  const ownerRouting = isPlaced(op) ? options.ownerRouting : undefined;
+  // An unanswered request to an owner is sent on (hedged): only a repeatable one may be.
+  const ownerRouting = isOwned(op) && repeatable ? options.ownerRouting : undefined;
   const attemptMs = repeatable ? (options.attemptTimeoutMs ?? 1_500) : undefined;
+  // With the principal header, only on the subjects that only the gateway may publish.
+  const target = options.sendPrincipal ? viaGateway(op) : op;
   return async (req: Request, res: ServerResponse) => {
     const started = performance.now();
     const id = requestId(req);
     try {
-      const payload = op.payload ? await readJsonBody(req, bodyLimit(options)) : {};
+      if (options.jsonOnly && req.method === "POST") requireJsonType(req);
+      const payload = op.payload ? await readJsonBody(req, bodyLimit(options, op)) : {};
       if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
         throw notAnObject(payload);
       }
       const input = decode({ ...req.params, ...req.query, ...payload });
       if (localRead) {
-        sendJson(res, 200, await localRead(input).catch((err: unknown) => {
-          throw toApiError(op, err, id);
-        }));
+        // polka's `originalUrl`: the request's path and query (a `#fragment` dropped).
+        sendJson(
+          res,
+          200,
+          await localRead(input, req.originalUrl).catch((err: unknown) => {
+            throw toApiError(op, err, id);
+          }),
+        );
       } else {
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
+        if (options.sendPrincipal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
         const body = requestBody(op, input);
-        // Straight to the owner when known (placed operations are all repeatable); else, or
+        // Straight to the owner when known; else, or
         // when it did not serve, through the shared subject, where any actor routes it.
-        const direct = ownerRouting && (await ownerRouting.tryOwner(op, input, body, headers, attemptMs ?? options.requestTimeoutMs));
-        const timeoutMs = Math.max(1, options.requestTimeoutMs - (performance.now() - started));
-        const reply = direct || (await forward(options.nats, requestSubject(op, input, options.prefix), body, { timeoutMs, attemptMs, headers }));
+        const direct =
+          ownerRouting &&
+          (await ownerRouting.tryOwner(op, input, body, headers, op.timeoutMs ?? options.requestTimeoutMs));
+        const timeoutMs = Math.max(1, (op.timeoutMs ?? options.requestTimeoutMs) - (performance.now() - started));
+        const reply =
+          direct ||
+          (await forward(options.nats, requestSubject(target, input, options.prefix), body, {
+            timeoutMs,
+            attemptMs,
+            headers,
+          }));
         sendJson(res, reply.status, reply.data);
       }
     } catch (err) {
@@ -86,8 +112,19 @@ function operationRoute(op: Operation, options: RouteOptions) {
     }
     const seconds = (performance.now() - started) / 1000;
     recordHttp(op.api, op.name, res.statusCode, seconds);
-    if (log.isLevelEnabled("debug")) log.debug({ requestId: id, op: op.name, status: res.statusCode, ms: seconds * 1000 }, "request");
+    if (log.isLevelEnabled("debug"))
+      log.debug({ requestId: id, op: op.name, status: res.statusCode, ms: seconds * 1000 }, "request");
   };
+}
+
+/**
+ * 415 unless the content type is `application/json`: a browser sends a cross-site POST without
+ * a preflight only with a form or text type (or none), so such a POST never reaches an actor.
+ */
+function requireJsonType(req: IncomingMessage): void {
+  const type = req.headers["content-type"]?.split(";", 1)[0]?.trim().toLowerCase();
+  if (type !== "application/json")
+    throw UnsupportedMediaType.make({ message: "POST bodies must be sent as content-type: application/json" });
 }
 
 /** The caller's `Idempotency-Key` (checked by the actor) or a fresh one for this request. */
@@ -96,16 +133,15 @@ function idempotencyKey(req: IncomingMessage): string {
   return typeof given === "string" && given !== "" ? given : uuidv4();
 }
 
-function bodyLimit(options: RouteOptions): number {
+function bodyLimit(options: RouteOptions, op: Operation): number {
   const maxPayload = options.nats.nc.info?.max_payload ?? 1024 * 1024;
   // Room for headers and the record's id around the caller's fields.
-  return Math.min(options.bodyLimit, maxPayload - 8 * 1024);
+  return Math.min(Math.max(options.bodyLimit, op.maxBodyBytes ?? 0), maxPayload - 8 * 1024);
 }
 
 function notAnObject(value: unknown) {
   const actual = Array.isArray(value) ? "an array" : value === null ? "null" : typeof value;
-  const message = `Expected an object, actual ${actual}`;
-  return HttpApiDecodeError.make({ issues: [{ _tag: "Type", path: [], message }], message });
+  return decodeFailure([], `Expected an object, actual ${actual}`);
 }
 
 function pathOf(req: IncomingMessage): string {

@@ -1,12 +1,17 @@
 // One HTTP API: a node:http server with tight timeouts around the routes of its operations.
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { once } from "node:events";
 import type { AddressInfo } from "node:net";
-import type { OpenApiInfo, Operation } from "../schemas/index.ts";
+import { MisdirectedRequest, Unauthorized, type OpenApiInfo, type Operation } from "../schemas/index.ts";
+import { log, recordHttp } from "../platform/index.ts";
+import { setPrincipal, type ApiKeys } from "./api-keys.ts";
+import { answerClientError } from "./client-error.ts";
 import { applyCors } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
 import { requestId } from "./request-id.ts";
+import type { AnsweredRead } from "./local-reads.ts";
+import { sendError, sendJson } from "./respond.ts";
 import { buildRouter, type RouteOptions } from "./routes.ts";
 
 export interface ApiServerOptions extends RouteOptions {
@@ -17,6 +22,10 @@ export interface ApiServerOptions extends RouteOptions {
   info: OpenApiInfo;
   /** Slow-client bounds: headers within, a whole request within, idle keep-alive for (ms). */
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
+  /** When given, every request but a preflight, health and docs needs a known bearer key (else 401). */
+  apiKeys?: ApiKeys;
+  /** When given, the `Host` header must name one of these (port aside), else 421. */
+  hostNames?: readonly string[];
 }
 
 export interface ApiServer {
@@ -32,25 +41,43 @@ export interface ApiServer {
 
 export function createApiServer(options: ApiServerOptions): ApiServer {
   const router = buildRouter(options.operations, options);
-  const answerDocs = docsResponder(options.operations, options.info);
+  const api = options.operations[0]?.api ?? "";
+  const answerDocs = docsResponder(options.operations, options.info, { apiKeys: options.apiKeys !== undefined });
   let closing = false;
   const ready = () => !closing && options.nats.connected();
   const timeouts = { headersMs: 10_000, requestMs: 30_000, keepAliveMs: 5_000, ...options.timeouts };
-  const server = createServer({
-    keepAliveTimeout: timeouts.keepAliveMs,
-    headersTimeout: timeouts.headersMs,
-    requestTimeout: timeouts.requestMs,
-    // Node enforces the two timeouts above only this often (30 s by default).
-    connectionsCheckingInterval: Math.min(1_000, timeouts.headersMs / 2),
-  }, (req, res) => {
-    res.setHeader("x-request-id", requestId(req));
-    if (options.cors && applyCors(req, res)) return;
-    if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
-    if (closing) res.setHeader("connection", "close");
-    // polka makes its own `next` when given none.
-    void router.handler(req as never, res, undefined as never);
-  });
+  const server = createServer(
+    {
+      keepAliveTimeout: timeouts.keepAliveMs,
+      headersTimeout: timeouts.headersMs,
+      requestTimeout: timeouts.requestMs,
+      // Node enforces the two timeouts above only this often (30 s by default).
+      connectionsCheckingInterval: Math.min(1_000, timeouts.headersMs / 2),
+    },
+    (req, res) => {
+      res.setHeader("x-request-id", requestId(req));
+      if (options.cors && applyCors(req, res, { authorization: options.apiKeys !== undefined })) return;
+      if (options.hostNames && !options.hostNames.includes(hostName(req.headers.host))) {
+        return sendError(res, MisdirectedRequest.make({ message: "this host name is not served here" }));
+      }
+      if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
+      if (options.apiKeys) {
+        const principal = options.apiKeys.principalOf(req);
+        if (principal === undefined) {
+          res.setHeader("www-authenticate", "Bearer");
+          return sendError(res, Unauthorized.make({}));
+        }
+        setPrincipal(req, principal);
+      }
+      if (closing) res.setHeader("connection", "close");
+      const recalled = req.method === "GET" ? options.localReads?.recall(api, req.url!) : undefined;
+      if (recalled) return answerRecalled(req, res, recalled);
+      // polka makes its own `next` when given none.
+      void router.handler(req as never, res, undefined as never);
+    },
+  );
   server.maxHeadersCount = 100;
+  server.on("clientError", answerClientError);
   return {
     server,
     async listen(port, host = "0.0.0.0") {
@@ -69,4 +96,22 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
       clearInterval(sweep);
     },
   };
+}
+
+/** A read found before at this URL, sent as it is (counted and logged like any answer). */
+function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body }: AnsweredRead): void {
+  const started = performance.now();
+  sendJson(res, 200, body);
+  const seconds = (performance.now() - started) / 1000;
+  recordHttp(op.api, op.name, 200, seconds);
+  if (log.isLevelEnabled("debug"))
+    log.debug({ requestId: requestId(req), op: op.name, status: 200, ms: seconds * 1000 }, "request");
+}
+
+/** The host name of a `Host` header, without its port (`[::1]:80` → `::1`). */
+function hostName(header: string | undefined): string {
+  const host = (header ?? "").toLowerCase();
+  if (host.startsWith("[")) return host.slice(1, host.indexOf("]"));
+  const colon = host.lastIndexOf(":");
+  return colon === -1 ? host : host.slice(0, colon);
 }

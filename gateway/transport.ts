@@ -1,14 +1,7 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
 import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
-import { NoRespondersError, RequestTimeoutError } from "../platform/index.ts";
-import { ERROR_CODE_HEADER, GatewayTimeout, ServiceUnavailable } from "../schemas/index.ts";
-import type { NatsHandle } from "../platform/index.ts";
-
-/** An actor's answer: HTTP status and the JSON bytes to send as they are. */
-export interface ActorReply {
-  status: number;
-  data: Uint8Array;
-}
+import { isNoResponders, isTimeout, type NatsHandle } from "../platform/index.ts";
+import { GatewayTimeout, replyOf, ServiceUnavailable, type OperationReply } from "../schemas/index.ts";
 
 export interface ForwardOptions {
   /** Total time for the request, retries included. */
@@ -37,7 +30,7 @@ export async function forward(
   subject: string,
   body: string,
   options: ForwardOptions,
-): Promise<ActorReply> {
+): Promise<OperationReply> {
   const start = Date.now();
   const deadline = start + options.timeoutMs;
   const noRespondersUntil = Math.min(deadline, start + NO_RESPONDERS_WAIT_MS);
@@ -51,17 +44,16 @@ export async function forward(
     try {
       msg = await nats.requester.request(subject, body, timeout, h);
     } catch (err) {
-      if (err instanceof NoRespondersError && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {
+      if (isNoResponders(err) && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {
         await new Promise((r) => setTimeout(r, RETRY_PAUSE_MS));
         continue;
       }
-      const timedOut = err instanceof RequestTimeoutError;
+      const timedOut = isTimeout(err);
       if (timedOut && deadline - Date.now() > RETRY_PAUSE_MS) continue;
       if (timedOut) throw GatewayTimeout.make({}, { cause: err });
       // No responders for long, the connection lost while waiting, a publish refused.
       throw ServiceUnavailable.make({}, { cause: err });
     }
-    const code = msg.headers?.get(ERROR_CODE_HEADER);
-    return { status: code ? Number(code) : 200, data: msg.data };
+    return replyOf(msg);
   }
 }

@@ -2,11 +2,11 @@
 // signing key (MICROVM_TOKEN_SECRET or a random key kept under the data dir, mode 0600), the
 // host's work directory (instance bundles; what reconcile recognises) and its lock file.
 import { createHash, randomBytes } from "node:crypto";
-import { chmod, mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
-import { isProcessAlive, readProcStat } from "../../vm-runtime/index.ts";
-import { log } from "../../platform/index.ts";
+import type { TokenKey } from "../../vm-runtime/index.ts";
+import { acquireInstanceLock, AlreadyRunning, log } from "../../platform/index.ts";
 
 const KEY_FILE = "microvm-token.key";
 const KEY_BYTES = 32;
@@ -26,9 +26,22 @@ export function hostWorkDir(dataDir: string, hostId: string): string {
  * The token signing key: `secret` when given (at least 32 bytes), else the key file under
  * `dataDir`, created with 32 random bytes and mode 0600 on first use. Never logged.
  */
+/**
+ * The token keyring: `secret` (else the key file) signs; `previousSecret` (the key before a
+ * rotation, `MICROVM_TOKEN_SECRET_PREVIOUS`) still verifies tokens it signed until they expire.
+ */
+export async function loadTokenKeyring(dataDir: string, secret?: string, previousSecret?: string): Promise<TokenKey> {
+  const current = await loadTokenKey(dataDir, secret);
+  if (!previousSecret) return current;
+  if (Buffer.byteLength(previousSecret) < KEY_BYTES)
+    throw new Error(`MICROVM_TOKEN_SECRET_PREVIOUS must be at least ${KEY_BYTES} bytes`);
+  return { current, previous: [Buffer.from(previousSecret)] };
+}
+
 export async function loadTokenKey(dataDir: string, secret?: string): Promise<Buffer> {
   if (secret !== undefined && secret !== "") {
-    if (Buffer.byteLength(secret) < KEY_BYTES) throw new Error(`MICROVM_TOKEN_SECRET must be at least ${KEY_BYTES} bytes`);
+    if (Buffer.byteLength(secret) < KEY_BYTES)
+      throw new Error(`MICROVM_TOKEN_SECRET must be at least ${KEY_BYTES} bytes`);
     return Buffer.from(secret);
   }
   await mkdir(dataDir, { recursive: true });
@@ -47,23 +60,20 @@ export async function loadTokenKey(dataDir: string, secret?: string): Promise<Bu
   return key;
 }
 
-interface LockOwner {
-  readonly pid: number;
-  readonly startTime: number;
-}
-
 /**
- * Takes the host lock in `workDir`: two live processes with one host id would kill each
- * other's instances at start, so the second refuses to run. A lock of a dead process is stale.
+ * One live process per host id (two would kill each other's instances at start): `host.lock`
+ * in the host's work directory, taken atomically, so of two hosts starting at the same moment
+ * one refuses to run. A lock left by a dead process is replaced.
  */
 export async function lockHost(workDir: string, hostId: string): Promise<() => Promise<void>> {
   await mkdir(workDir, { recursive: true, mode: 0o700 });
-  const path = join(workDir, "host.lock");
-  const holder = await readFile(path, "utf8").then((text) => JSON.parse(text) as LockOwner, () => undefined);
-  if (holder && holder.pid !== process.pid && isProcessAlive(holder.pid, holder.startTime)) {
-    throw new Error(`microVM host id "${hostId}" is in use by process ${holder.pid}; set a distinct MICROVM_HOST_ID`);
+  try {
+    const lock = await acquireInstanceLock(join(workDir, "host.lock"));
+    return () => lock.release();
+  } catch (err) {
+    if (!(err instanceof AlreadyRunning)) throw err;
+    throw new Error(
+      `microVM host id "${hostId}" is in use by process ${err.record.pid}; set a distinct MICROVM_HOST_ID`,
+    );
   }
-  const me: LockOwner = { pid: process.pid, startTime: readProcStat(process.pid)?.startTime ?? 0 };
-  await writeFile(path, JSON.stringify(me), { mode: 0o600 });
-  return () => rm(path, { force: true });
 }

@@ -4,54 +4,93 @@
 import { randomUUID } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
+  createAuthToken,
   IdempotencyKeyReused,
   ImageNotFound,
   MicrovmLimitExceeded,
   MicrovmNotFound,
+  MicrovmQuotaExceeded,
+  ownedOperations,
+  PRINCIPAL_HEADER,
+  resumeMicrovm,
   ServiceUnavailable,
-  type microvmApi,
+  suspendMicrovm,
+  terminateMicrovm,
+  microvmApi,
+  type InputOf,
+  type SuccessOf,
 } from "../../schemas/index.ts";
-import type { Handler } from "../serve.ts";
+import { isNoResponders } from "../../platform/index.ts";
+import { forwardToOwner, natsRequests } from "../forward.ts";
+import type { ApiHandlers, Handler } from "../serve.ts";
+import { imageHandlers } from "./image-handlers.ts";
+import { parseImageIdentifier, type HeldModule, type ImageStore } from "./image-store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
 import { launchHosted } from "./hosted.ts";
-import { ownerToken, ownerTransition, type InstanceOp, type OwnerDeps, type TokenInput } from "./operations.ts";
-import { forwardToOwner, hostSubject, ownerAnswers, ownerGone, OwnerUnreachable } from "./routing.ts";
-import { viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
+import { ownerToken, ownerTransition, type OwnerDeps } from "./operations.ts";
+import { ownerAnswers, ownerGone } from "./routing.ts";
+import {
+  isTerminal,
+  ownerOf,
+  viewOf,
+  type MicrovmRecord,
+  type MicrovmStore,
+  type Policy,
+  type StoredRecord,
+} from "./store.ts";
 
-type Api = typeof microvmApi;
-export type MicrovmHandlers = { [K in keyof Api]: Handler<Api[K]> };
-export type InstanceHandlers = Pick<MicrovmHandlers, "createAuthToken" | "suspendMicrovm" | "resumeMicrovm" | "terminateMicrovm">;
+export type MicrovmHandlers = ApiHandlers<typeof microvmApi>;
+/** The operations that run on the instance's host: those placed `byHost`. */
+export const instanceApi = ownedOperations(microvmApi);
+export type InstanceHandlers = ApiHandlers<typeof instanceApi>;
 
 export interface HostState extends OwnerDeps {
   readonly nc: NatsConnection;
   readonly prefix: string;
   readonly hostId: string;
   readonly store: MicrovmStore;
-  /** Image identifier → module path. */
-  readonly images: Readonly<Record<string, string>>;
+  /** Registered images (metadata, modules, this host's module cache). */
+  readonly images: ImageStore;
   readonly maxInstances: number;
+  /** Live instances per principal, over every host. */
+  readonly quotaPerPrincipal: number;
   readonly forwardTimeoutMs: number;
   /** Live instances of this host by microvmId. */
   readonly instances: Map<string, HostedInstance>;
   /** Everything `launchHosted` needs besides the instance's own fields. */
-  readonly launch: Omit<HostedOptions, "microvmId" | "imageIdentifier" | "image" | "idlePolicy" | "onGone">;
+  readonly launch: Omit<
+    HostedOptions,
+    "microvmId" | "owner" | "imageIdentifier" | "imageDigest" | "image" | "idlePolicy" | "onGone"
+  >;
   /** Launches under way (they count against the limit). */
   launching: number;
+  /** Launches under way by principal (they count against the quota). */
+  readonly launchingBy: Map<string, number>;
   closing: boolean;
 }
 
 /** Handlers for the queue-group subjects `microvms.<op>`. */
 export function queueHandlers(host: HostState): MicrovmHandlers {
   return {
-    runMicrovm: (input, context) => run(host, input.imageIdentifier ?? "sandbox", input.idlePolicy, context.idempotencyKey),
-    async getMicrovm({ microvmIdentifier }) {
-      return viewOf((await readOr404(host.store, microvmIdentifier)).record);
+    runMicrovm: (input, context) =>
+      run(host, input.imageIdentifier ?? "sandbox", input.idlePolicy, context.principal!, context.idempotencyKey),
+    async getMicrovm({ microvmIdentifier }, context) {
+      return viewOf((await readOwned(host.store, microvmIdentifier, context.principal!)).record);
     },
-    async listMicrovms() {
-      const items = (await host.store.list()).map(({ record }) => viewOf(record));
-      return { items: items.sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.microvmId.localeCompare(b.microvmId)) };
+    async listMicrovms(_input, context) {
+      const owned = (await host.store.list()).filter(({ record }) => ownerOf(record) === context.principal);
+      const items = owned.map(({ record }) => viewOf(record));
+      return {
+        items: items.sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.microvmId.localeCompare(b.microvmId)),
+      };
     },
     ...instanceHandlers(host, true),
+    ...imageHandlers({
+      images: host.images,
+      store: host.store,
+      provider: host.launch.provider,
+      reserveSlot: (principal) => reserveSlot(host, principal, "image check"),
+    }),
   };
 }
 
@@ -61,80 +100,196 @@ export function ownerHandlers(host: HostState): InstanceHandlers {
 }
 
 function instanceHandlers(host: HostState, route: boolean): InstanceHandlers {
-  const handler = (op: InstanceOp) => async (input: TokenInput) => {
-    const { record } = await readOr404(host.store, input.microvmIdentifier);
-    if (!route || record.hostId === host.hostId) return actHere(host, op, record, input);
-    try {
-      return await forwardToOwner(host.nc, hostSubject(host.prefix, record.hostId, op), input, host.forwardTimeoutMs);
-    } catch (err) {
-      if (!(err instanceof OwnerUnreachable)) throw err;
-      // A host between two NATS connections has no subscriber for a moment: ask once more.
-      if (await ownerAnswersAfter(host.nc, host.prefix, record.hostId, 300)) throw ServiceUnavailable.make({}, { cause: err });
-      return ownerGone(host.store, record, op);
-    }
-  };
-  // One body serves four contracts; the adapter has validated each input against its own.
+  const requests = natsRequests(host.nc);
+  /**
+   * `op` run by `act` here when this host owns the instance (or was asked as its owner), else
+   * forwarded to its owner; `gone` answers once the owner is found gone (its instances with it).
+   */
+  const routed =
+    <Op extends (typeof instanceApi)[keyof typeof instanceApi]>(
+      op: Op,
+      act: (
+        record: MicrovmRecord,
+        hosted: HostedInstance | undefined,
+        input: InputOf<Op>,
+      ) => Promise<SuccessOf<Op>> | SuccessOf<Op>,
+      gone: (record: MicrovmRecord) => Promise<SuccessOf<Op>>,
+    ): Handler<Op> =>
+    async (input, context) => {
+      const principal = context.principal!;
+      const { microvmIdentifier } = input as InputOf<Op> & { microvmIdentifier: string };
+      const { record } = await readOwned(host.store, microvmIdentifier, principal);
+      if (!route || record.hostId === host.hostId) return act(record, host.instances.get(record.microvmId), input);
+      try {
+        // Only hosts may publish on a host's subjects, so the owner believes the principal header.
+        const headers = { [PRINCIPAL_HEADER]: principal };
+        return await forwardToOwner<SuccessOf<Op>>(requests, op, record.hostId, input, {
+          timeoutMs: host.forwardTimeoutMs,
+          prefix: host.prefix,
+          headers,
+        });
+      } catch (err) {
+        if (!isNoResponders(err)) throw err;
+        // A host between two NATS connections has no subscriber for a moment: ask once more.
+        if (await ownerAnswersAfter(host.nc, host.prefix, record.hostId, 300))
+          throw ServiceUnavailable.make({}, { cause: err });
+        return gone(record);
+      }
+    };
   return {
-    createAuthToken: handler("token"),
-    suspendMicrovm: handler("suspend"),
-    resumeMicrovm: handler("resume"),
-    terminateMicrovm: handler("terminate"),
-  } as unknown as InstanceHandlers;
-}
-
-function actHere(host: HostState, op: InstanceOp, record: MicrovmRecord, input: TokenInput): Promise<unknown> {
-  const hosted = host.instances.get(record.microvmId);
-  if (op === "token") return Promise.resolve().then(() => ownerToken(host, record, hosted, input));
-  return ownerTransition(host, op, record, hosted);
+    createAuthToken: routed(
+      createAuthToken,
+      (record, hosted, input) => ownerToken(host, record, hosted, input),
+      (record) => ownerGone(host.store, record, "token"),
+    ),
+    suspendMicrovm: routed(
+      suspendMicrovm,
+      (record, hosted) => ownerTransition(host, "suspend", record, hosted),
+      (record) => ownerGone(host.store, record, "suspend"),
+    ),
+    resumeMicrovm: routed(
+      resumeMicrovm,
+      (record, hosted) => ownerTransition(host, "resume", record, hosted),
+      (record) => ownerGone(host.store, record, "resume"),
+    ),
+    terminateMicrovm: routed(
+      terminateMicrovm,
+      (record, hosted) => ownerTransition(host, "terminate", record, hosted),
+      (record) => ownerGone(host.store, record, "terminate"),
+    ),
+  };
 }
 
 /** RunMicrovm: answers at once with PENDING while the instance starts. */
-async function run(host: HostState, imageIdentifier: string, idlePolicy: Policy, idempotencyKey: string | undefined) {
-  if (!Object.hasOwn(host.images, imageIdentifier)) throw ImageNotFound.make({ imageIdentifier });
+async function run(
+  host: HostState,
+  imageIdentifier: string,
+  idlePolicy: Policy,
+  principal: string,
+  idempotencyKey: string | undefined,
+) {
   const microvmId = idempotencyKey ?? randomUUID();
   if (idempotencyKey) {
     const stored = await host.store.read(microvmId);
-    if (stored) return replay(stored, imageIdentifier, idlePolicy);
+    if (stored) return replay(stored, imageIdentifier, idlePolicy, principal);
   }
-  // 503: a retry (same Idempotency-Key) lands on another host.
-  if (host.closing) throw ServiceUnavailable.make({});
-  if (host.instances.size + host.launching >= host.maxInstances) {
-    throw MicrovmLimitExceeded.make({
-      limit: host.maxInstances,
-      message: `this host runs its maximum of ${host.maxInstances} live instances`,
-    });
-  }
-  host.launching += 1;
+  const release = await reserveSlot(host, principal, "launch");
+  let held: HeldModule | undefined;
   try {
+    const image = await resolveImage(host.images, imageIdentifier, principal);
+    held = image.module;
     const hosted = await launchHosted({
       ...host.launch,
       microvmId,
+      owner: principal,
       imageIdentifier,
-      image: host.images[imageIdentifier]!,
+      imageDigest: image.record.digest,
+      image: image.module.path,
       idlePolicy,
       onGone: (gone) => {
         if (host.instances.get(gone.microvmId) === gone) host.instances.delete(gone.microvmId);
+        image.module.release();
       },
     });
     if (!hosted) {
       // Another request with the same Idempotency-Key created the record first.
       const stored = await readOr404(host.store, microvmId);
-      return replay(stored, imageIdentifier, idlePolicy);
+      return replay(stored, imageIdentifier, idlePolicy, principal);
     }
     if (hosted.state() !== "TERMINATED" && hosted.state() !== "FAILED") host.instances.set(microvmId, hosted);
+    // The record exists now: a delete of the image from here on sees this instance (409);
+    // one that started before it is seen here, and this launch gives way.
+    if (!(await host.images.launchable(image.record))) {
+      hosted.instance.send({
+        type: "TERMINATE",
+        reason: "ImageDeleted: the image was deleted while the instance launched",
+      });
+      throw ImageNotFound.make({ imageIdentifier });
+    }
     return { microvmId, endpoint: hosted.endpoint, state: "PENDING" as const };
+  } catch (err) {
+    held?.release();
+    throw err;
   } finally {
+    release();
+  }
+}
+
+/**
+ * The record of `name` (latest) or `name@digest` as `principal` sees it and its module on
+ * this host's disk, held in the cache until released; 404 when either is gone.
+ */
+async function resolveImage(images: ImageStore, imageIdentifier: string, principal: string) {
+  const parsed = parseImageIdentifier(imageIdentifier);
+  const record =
+    parsed &&
+    (parsed.digest === undefined
+      ? await images.latest(principal, parsed.name)
+      : await images.version(principal, parsed.name, parsed.digest));
+  const module = record && (await images.fetch(record));
+  if (!record || !module) throw ImageNotFound.make({ imageIdentifier });
+  return { record, module };
+}
+
+/** What a slot is for, as the 429's message says it. */
+export type SlotPurpose = "launch" | "image check";
+
+/**
+ * Reserves one live-instance slot of this host for `principal` (a launch, or the sandboxed
+ * instance that checks a pushed image) and resolves with its release. 503 while the host
+ * closes (a retry lands on another host); 429 `MicrovmLimitExceeded` when the host runs its
+ * maximum; 429 `MicrovmQuotaExceeded` when the principal runs its quota: records not
+ * TERMINATED or FAILED on any host plus slots reserved here. Two hosts at once may both pass.
+ */
+export async function reserveSlot(host: HostState, principal: string, purpose: SlotPurpose): Promise<() => void> {
+  if (host.closing) throw ServiceUnavailable.make({});
+  const why = purpose === "launch" ? "" : "checking an image runs it in an instance for a moment, and ";
+  // An instance that reached TERMINATED is no longer live while its host cleans up after it.
+  const live = [...host.instances.values()].filter((hosted) => !isTerminal(hosted.state())).length;
+  if (live + host.launching >= host.maxInstances) {
+    throw MicrovmLimitExceeded.make({
+      limit: host.maxInstances,
+      message: `${why}this host runs its maximum of ${host.maxInstances} live instances: try again later`,
+    });
+  }
+  // Reserved before the quota's read, so two requests here cannot both take the last slot.
+  host.launching += 1;
+  host.launchingBy.set(principal, (host.launchingBy.get(principal) ?? 0) + 1);
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
     host.launching -= 1;
+    const left = host.launchingBy.get(principal)! - 1;
+    if (left > 0) host.launchingBy.set(principal, left);
+    else host.launchingBy.delete(principal);
+  };
+  try {
+    const records = await host.store.list();
+    const owned = records.filter(({ record }) => ownerOf(record) === principal && !isTerminal(record.state)).length;
+    // This reservation is among `launchingBy`'s: the others are what it competes with.
+    if (owned + host.launchingBy.get(principal)! - 1 < host.quotaPerPrincipal) return release;
+    throw MicrovmQuotaExceeded.make({
+      quota: host.quotaPerPrincipal,
+      message: `${why}you run your quota of ${host.quotaPerPrincipal} live instances: terminate one first`,
+    });
+  } catch (err) {
+    release();
+    throw err;
   }
 }
 
 /** A retried RunMicrovm: the same request answers the stored instance, another one is a 409. */
-function replay({ record }: StoredRecord, imageIdentifier: string, idlePolicy: Policy) {
+function replay({ record }: StoredRecord, imageIdentifier: string, idlePolicy: Policy, principal: string) {
   const same =
+    ownerOf(record) === principal &&
     record.imageIdentifier === imageIdentifier &&
     JSON.stringify(sortedPolicy(record.idlePolicy)) === JSON.stringify(sortedPolicy(idlePolicy));
   if (!same) {
-    throw IdempotencyKeyReused.make({ id: record.microvmId, message: "this Idempotency-Key was used for a different request" });
+    throw IdempotencyKeyReused.make({
+      id: record.microvmId,
+      message: "this Idempotency-Key was used for a different request",
+    });
   }
   return { microvmId: record.microvmId, endpoint: record.endpoint, state: record.state };
 }
@@ -147,7 +302,12 @@ function sortedPolicy(policy: Policy): Policy {
   };
 }
 
-async function ownerAnswersAfter(nc: NatsConnection, prefix: string, hostId: string, pauseMs: number): Promise<boolean> {
+async function ownerAnswersAfter(
+  nc: NatsConnection,
+  prefix: string,
+  hostId: string,
+  pauseMs: number,
+): Promise<boolean> {
   await new Promise((resolve) => setTimeout(resolve, pauseMs));
   return ownerAnswers(nc, prefix, hostId);
 }
@@ -155,5 +315,12 @@ async function ownerAnswersAfter(nc: NatsConnection, prefix: string, hostId: str
 async function readOr404(store: MicrovmStore, microvmIdentifier: string): Promise<StoredRecord> {
   const stored = await store.read(microvmIdentifier);
   if (!stored) throw MicrovmNotFound.make({ microvmIdentifier });
+  return stored;
+}
+
+/** The record when `principal` owns it; another's instance is as absent as a missing one. */
+async function readOwned(store: MicrovmStore, microvmIdentifier: string, principal: string): Promise<StoredRecord> {
+  const stored = await readOr404(store, microvmIdentifier);
+  if (ownerOf(stored.record) !== principal) throw MicrovmNotFound.make({ microvmIdentifier });
   return stored;
 }

@@ -11,12 +11,23 @@ import {
   type TokenKey,
 } from "../../vm-runtime/index.ts";
 import { log } from "../../platform/index.ts";
-import { isTerminal, type MicrovmRecord, type MicrovmStore, type Policy, type State, type StoredHandle } from "./store.ts";
+import {
+  isTerminal,
+  type MicrovmRecord,
+  type MicrovmStore,
+  type Policy,
+  type State,
+  type StoredHandle,
+} from "./store.ts";
 import { RecordWriter, recordSignature } from "./writer.ts";
 
 export interface HostedOptions {
   readonly microvmId: string;
+  /** The principal that launched it. */
+  readonly owner: string;
   readonly imageIdentifier: string;
+  /** `sha256:<hex>` of the module the instance runs. */
+  readonly imageDigest?: string;
   /** Module path of the image. */
   readonly image: string;
   readonly idlePolicy: Policy;
@@ -72,7 +83,9 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     const { context } = snapshot;
     return {
       microvmId: options.microvmId,
+      owner: options.owner,
       imageIdentifier: options.imageIdentifier,
+      ...(options.imageDigest === undefined ? {} : { imageDigest: options.imageDigest }),
       state,
       ...(context.stateReason === undefined ? {} : { stateReason: context.stateReason }),
       endpoint,
@@ -94,7 +107,10 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     current,
     currentSignature,
     onTakenOver: (stored) => {
-      log.warn({ microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason }, "microvm record ended elsewhere; terminating");
+      log.warn(
+        { microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason },
+        "microvm record ended elsewhere; terminating",
+      );
       instance.send({ type: "TERMINATE", reason: stored.stateReason ?? "TerminatedElsewhere" });
     },
   });
@@ -107,7 +123,8 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     instance.actor.stop();
     await instance.proxy.close();
     // FAILED keeps its handle: a process that failed to suspend or resume may still be there.
-    if (handle) await options.provider.terminate(handle, 500).catch((err: unknown) => log.warn({ err }, "kill after FAILED"));
+    if (handle)
+      await options.provider.terminate(handle, 500).catch((err: unknown) => log.warn({ err }, "kill after FAILED"));
     options.onGone(hosted!);
     finished();
   };
@@ -157,5 +174,7 @@ function storedHandle(handle: MicrovmHandle): StoredHandle {
 
 /** The persisted snapshot without secrets: handles appear in context and in invoked actors' input. */
 function withoutSecrets(persisted: unknown): unknown {
-  return JSON.parse(JSON.stringify(persisted, (key, value: unknown) => (key === "upstreamHeaders" ? undefined : value)));
+  return JSON.parse(
+    JSON.stringify(persisted, (key, value: unknown) => (key === "upstreamHeaders" ? undefined : value)),
+  );
 }

@@ -1,26 +1,28 @@
 // Public entry of the microVM host actor: `startMicrovmHost(nc, options)` reconciles what an
 // earlier run of this host id left, then serves the seven microVM operations (queue groups
-// `microvms.<op>` shared by every host, plus this host's own `microvms.host.<token>.<op>`).
+// `microvms.<op>` and the gateway's `microvms.gateway.<op>` shared by every host, plus this
+// host's own `microvms.host.<token>.<op>`), each request as its caller's principal.
+import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { microvmApi, type Operation } from "../../schemas/index.ts";
-import {
-  builtinImages,
-  createProcessProvider,
-  type LifecycleTimeouts,
-  type TokenKey,
-} from "../../vm-runtime/index.ts";
+import type { Msg, NatsConnection } from "@nats-io/transport-node";
+import { microvmApi, onOwner, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
+import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../../vm-runtime/index.ts";
 import { log, microvmInstances, onScrape } from "../../platform/index.ts";
-import { serveOperation, type Handler } from "../serve.ts";
-import { defaultHostId, hostWorkDir, loadTokenKey, lockHost } from "./config.ts";
-import { ownerHandlers, queueHandlers, type HostState } from "./handlers.ts";
+import { MicroService, processMetadata } from "../discovery.ts";
+import { serveApi } from "../serve.ts";
+import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
+import { instanceApi, ownerHandlers, queueHandlers, type HostState } from "./handlers.ts";
+import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, type ReconcileReport } from "./reconcile.ts";
-import { hostSubject, onHost } from "./routing.ts";
+import { registerBuiltinImages } from "./image-handlers.ts";
+import { ImageStore, type ImageStoreOptions } from "./image-store.ts";
+import { hostSubject } from "./routing.ts";
 import { isTerminal, MicrovmStore } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
-export { instanceProcessesUnder, REASON_PROCESS_GONE, REASON_PROCESS_KILLED, type ReconcileReport } from "./reconcile.ts";
+export { ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
+export { REASON_PROCESS_GONE, REASON_PROCESS_KILLED, type ReconcileReport } from "./reconcile.ts";
 export { hostSubject, hostGoneReason } from "./routing.ts";
 export { MicrovmStore, type MicrovmRecord, type StoredHandle } from "./store.ts";
 export type { SweepReport } from "./sweeper.ts";
@@ -36,12 +38,33 @@ export interface MicrovmHostOptions {
   readonly tokenKey?: TokenKey;
   /** `MICROVM_TOKEN_SECRET`: at least 32 bytes. */
   readonly tokenSecret?: string;
+  /** `MICROVM_TOKEN_SECRET_PREVIOUS`: the secret before a rotation, still accepted. */
+  readonly tokenSecretPrevious?: string;
   /** Subject prefix (empty for none). */
   readonly prefix?: string;
-  /** Image identifier → module path (default: the built-in sandbox, probe and hog). */
+  /** Built-in images registered at start, name → module path (default: the example `sandbox` image only). */
   readonly images?: Readonly<Record<string, string>>;
+  /** JetStream replicas of the image buckets (default 1). */
+  readonly replicas?: number;
+  /**
+   * Bound of this host's cache of image modules in MiB (`MICROVM_IMAGE_CACHE_MIB`, default
+   * 256): modules no live instance uses are evicted least recently used first.
+   */
+  readonly imageCacheMiB?: number;
+  /** Isolation (`MICROVM_PROVIDER`): `sandbox` (default) or `process` (development, not isolated). */
+  readonly provider?: ProviderName;
+  /** Per-instance limits of the sandbox. */
+  readonly limits?: InstanceLimits;
   /** Live instances per host (default 50). */
   readonly maxInstances?: number;
+  /** Live instances per principal over all hosts (`MICROVM_QUOTA_PER_PRINCIPAL`, default 10). */
+  readonly quotaPerPrincipal?: number;
+  /**
+   * The principal of callers on the public `microvms.<op>` subjects: in one NATS account the
+   * server does not say who published, so it is the one NATS user allowed to publish there
+   * (default `nats:internal`, the generated config's `internal` user).
+   */
+  readonly natsPrincipal?: string;
   /** How long TERMINATED/FAILED records stay readable (default 600 s). */
   readonly retentionSeconds?: number;
   /** Host written into endpoints (default 127.0.0.1), and the address proxies bind (default: the same). */
@@ -70,22 +93,35 @@ export interface MicrovmHost {
   close(): Promise<void>;
 }
 
-const instanceOps = [microvmApi.createAuthToken, microvmApi.suspendMicrovm, microvmApi.resumeMicrovm, microvmApi.terminateMicrovm];
-
 export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostOptions): Promise<MicrovmHost> {
   const prefix = options.prefix ?? "";
   const hostId = options.hostId || defaultHostId(options.dataDir);
   const workDir = hostWorkDir(options.dataDir, hostId);
   const unlock = await lockHost(workDir, hostId);
-  const tokenKey = options.tokenKey ?? (await loadTokenKey(options.dataDir, options.tokenSecret));
+  const tokenKey =
+    options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
   const store = new MicrovmStore(options.kv, nc);
-  const reconciled = await reconcileHost(store, hostId, workDir);
-  const provider = createProcessProvider({
-    workDir,
-    onOutput: (microvmId, stream, line) => log.debug({ microvmId, stream, line }, "instance output"),
-  });
-  // In the background: the first RunMicrovm of an image then finds its bundle ready.
-  provider.prepare(Object.values(options.images ?? builtinImages)).catch((err: unknown) => log.warn({ err }, "prebundling images failed"));
+  const provider = await createHostProvider(options.provider ?? "sandbox", hostId, workDir, options.limits).catch(
+    async (err: unknown) => {
+      await unlock();
+      throw err;
+    },
+  );
+  const reconciled = await reconcileHost(store, hostId, workDir, provider);
+  const builtins = options.images ?? { sandbox: builtinImages.sandbox };
+  const imageOptions = {
+    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+    ...(options.imageCacheMiB === undefined ? {} : { cacheMiB: options.imageCacheMiB }),
+  };
+  const images = await openImages(nc, join(workDir, "image-cache"), builtins, imageOptions).catch(
+    async (err: unknown) => {
+      await provider.close();
+      await unlock();
+      throw err;
+    },
+  );
+  // In the background: the first instance then finds the runtime bundle ready (images need none).
+  provider.prepare([]).catch((err: unknown) => log.warn({ err }, "bundling the runtime failed"));
   const proxyHost = options.proxyHost ?? "127.0.0.1";
   const host: HostState = {
     nc,
@@ -93,8 +129,9 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     hostId,
     store,
     tokenKey,
-    images: options.images ?? builtinImages,
+    images,
     maxInstances: options.maxInstances ?? 50,
+    quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new Map(),
@@ -108,6 +145,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
     },
     launching: 0,
+    launchingBy: new Map(),
     closing: false,
   };
 
@@ -117,13 +155,34 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       msg.respond();
     },
   });
-  const owned = ownerHandlers(host);
-  const own = instanceOps.map((op) => serve(nc, onHost(op, hostId), owned[op.name as keyof typeof owned], prefix, ""));
+  const service = new MicroService(nc, {
+    name: serviceNames.microvms,
+    description: "MicroVM instances and images",
+    metadata: processMetadata(prefix, { host_id: hostId }),
+  });
+  // No queue group (an empty name subscribes without one): only this host serves its subjects.
+  const own = serveApi(nc, instanceApi, ownerHandlers(host), {
+    prefix,
+    queue: () => "",
+    serveAs: (op) => onOwner(op, hostId),
+    principal: fromHeader,
+    discovery: { service, name: (op) => `${op.name}-host` },
+  });
   await nc.flush();
   const shared = queueHandlers(host);
-  const queued = Object.values(microvmApi).map((op) =>
-    serve(nc, op, shared[op.name as keyof typeof shared], prefix, `microvms.${op.name}`),
-  );
+  const natsPrincipal = options.natsPrincipal ?? "nats:internal";
+  const queue = (op: { name: string }) => `microvms.${op.name}`;
+  const queued = [
+    ...serveApi(nc, microvmApi, shared, { prefix, queue, principal: () => natsPrincipal, discovery: { service } }),
+    // The gateway's copies: the same queue groups, the principal from its header.
+    ...serveApi(nc, microvmApi, shared, {
+      prefix,
+      queue,
+      serveAs: viaGateway,
+      principal: fromHeader,
+      discovery: { service, name: (op) => `${op.name}-gateway` },
+    }),
+  ];
   const sweeper = startSweeper({
     store,
     nc,
@@ -158,7 +217,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   async function shutdown(): Promise<void> {
     host.closing = true;
     stopCounting();
-    await Promise.all(queued.map((sub) => sub.drain().catch(() => undefined)));
+    await Promise.all([...queued.map((sub) => sub.drain().catch(() => undefined)), service.close()]);
     await sweeper.stop();
     while (host.launching > 0) await new Promise((r) => setTimeout(r, 10));
     await Promise.all(
@@ -174,7 +233,17 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   }
 }
 
-function serve(nc: NatsConnection, op: Operation, handler: unknown, prefix: string, queue: string): Subscription {
-  // An empty queue name subscribes without a queue group (nats.js sends a plain SUB).
-  return serveOperation(nc, op, handler as Handler<Operation>, { prefix, queue });
+/** The image buckets, with the built-in images registered. */
+async function openImages(
+  nc: NatsConnection,
+  cacheDir: string,
+  builtins: Readonly<Record<string, string>>,
+  options: ImageStoreOptions,
+): Promise<ImageStore> {
+  const images = await ImageStore.open(nc, cacheDir, options);
+  await registerBuiltinImages(images, builtins);
+  return images;
 }
+
+/** The principal a sender put in the header: believed only where its subject's permissions say who sent it. */
+const fromHeader = (msg: Msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined;

@@ -9,15 +9,17 @@ import {
   type LifecycleEvent,
   type TokenKey,
 } from "../../vm-runtime/index.ts";
-import { decodeFailure } from "../serve.ts";
-import { InvalidStateTransition, type createAuthToken } from "../../schemas/index.ts";
+import { decodeFailure, InvalidStateTransition, type createAuthToken } from "../../schemas/index.ts";
 import type { HostedInstance } from "./hosted.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type State } from "./store.ts";
 
 /** The operations that must run on the instance's owner. */
 export type InstanceOp = "token" | "suspend" | "resume" | "terminate";
 
-export type TokenInput = { microvmIdentifier: string } & Pick<Static<typeof createAuthToken.payload>, "expirationInMinutes" | "allowedPorts">;
+export type TokenInput = { microvmIdentifier: string } & Pick<
+  Static<typeof createAuthToken.payload>,
+  "expirationInMinutes" | "allowedPorts"
+>;
 export type TokenAnswer = Static<typeof createAuthToken.success>;
 export type StateAnswer = { microvmId: string; state: State };
 
@@ -31,7 +33,12 @@ export interface OwnerDeps {
 const NO_TOKEN_STATES: readonly State[] = ["TERMINATING", "TERMINATED", "FAILED"];
 
 /** CreateAuthToken on the owner: refused once the instance is ending or ended. */
-export function ownerToken(deps: OwnerDeps, record: MicrovmRecord, hosted: HostedInstance | undefined, input: TokenInput): TokenAnswer {
+export function ownerToken(
+  deps: OwnerDeps,
+  record: MicrovmRecord,
+  hosted: HostedInstance | undefined,
+  input: TokenInput,
+): TokenAnswer {
   const state = hosted?.state() ?? record.state;
   if (!hosted || NO_TOKEN_STATES.includes(state)) throw refused(record.microvmId, state, "token");
   try {
@@ -61,7 +68,8 @@ export async function ownerTransition(
   hosted: HostedInstance | undefined,
 ): Promise<StateAnswer> {
   // A FAILED instance is being cleaned up by its host: the record alone decides.
-  if (!hosted || hosted.state() === "FAILED") return recordOnly(deps, op, { ...record, state: hosted?.state() ?? record.state });
+  if (!hosted || hosted.state() === "FAILED")
+    return recordOnly(deps, op, { ...record, state: hosted?.state() ?? record.state });
   const { event, settled } = transitions[op];
   const before = hosted.state();
   // Terminating an instance that is already ending answers its state (idempotent).
@@ -73,9 +81,14 @@ export async function ownerTransition(
 }
 
 /** No live instance on this host: only terminate has something to do (FAILED → TERMINATED). */
-async function recordOnly(deps: OwnerDeps, op: Exclude<InstanceOp, "token">, record: MicrovmRecord): Promise<StateAnswer> {
+async function recordOnly(
+  deps: OwnerDeps,
+  op: Exclude<InstanceOp, "token">,
+  record: MicrovmRecord,
+): Promise<StateAnswer> {
   if (op !== "terminate") throw refused(record.microvmId, record.state, op);
-  if (record.state === "TERMINATED" || record.state === "TERMINATING") return { microvmId: record.microvmId, state: record.state };
+  if (record.state === "TERMINATED" || record.state === "TERMINATING")
+    return { microvmId: record.microvmId, state: record.state };
   const stored = await deps.store.update(record.microvmId, (current) =>
     current.state === "TERMINATED" ? undefined : terminated(current, "TERMINATED", "TerminateRequested"),
   );

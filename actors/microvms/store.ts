@@ -6,13 +6,12 @@ import { JetStreamApiCodes, JetStreamApiError, jetstreamManager, type JetStreamM
 import type { NatsConnection } from "@nats-io/transport-node";
 import { bucketNames } from "../../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
-import { idKey, type IdlePolicy as IdlePolicySchema, type Microvm } from "../../schemas/index.ts";
-import type { MicrovmState } from "../../vm-runtime/index.ts";
+import { idKey, type IdlePolicy, type Microvm, type MicrovmState } from "../../schemas/index.ts";
 
 export type MicrovmView = Static<typeof Microvm>;
 /** A contract state name. */
 export type State = MicrovmState;
-export type Policy = Static<typeof IdlePolicySchema>;
+export type Policy = IdlePolicy;
 
 /** The provider handle as stored: where the instance runs, without its per-instance secret. */
 export interface StoredHandle {
@@ -27,6 +26,8 @@ export interface StoredHandle {
 /** One instance as stored in KV. */
 export interface MicrovmRecord extends MicrovmView {
   readonly state: State;
+  /** The principal that launched it (absent in records older than owners: `anonymous`). */
+  readonly owner?: string;
   /** The host that runs the instance; operations acting on it are forwarded there. */
   readonly hostId: string;
   readonly handle?: StoredHandle;
@@ -48,6 +49,12 @@ export const TERMINAL_STATES: readonly State[] = ["TERMINATED", "FAILED"];
 
 export const isTerminal = (state: State): boolean => TERMINAL_STATES.includes(state);
 
+/** The principal of HTTP callers when API keys are off (and of records without an owner). */
+export const ANONYMOUS = "anonymous";
+
+/** Who owns an instance: only that principal sees and acts on it. */
+export const ownerOf = (record: MicrovmRecord): string => record.owner ?? ANONYMOUS;
+
 /** How often a conflicting update is re-read and re-applied before giving up. */
 const UPDATE_ATTEMPTS = 8;
 
@@ -66,7 +73,7 @@ export class MicrovmStore {
     const key = idKey(microvmId);
     if (key === undefined) return undefined;
     const entry = await this.kv.get(key);
-    if (!entry || entry.operation !== "PUT" || entry.length === 0) return undefined;
+    if (entry?.operation !== "PUT" || entry.length === 0) return undefined;
     return { record: entry.json<MicrovmRecord>(), revision: entry.revision };
   }
 
@@ -94,7 +101,10 @@ export class MicrovmStore {
    * Read-modify-write with a bounded retry on conflict. `change` returns the new record, or
    * undefined to leave it as it is. Resolves with what is stored afterwards (undefined: absent).
    */
-  async update(microvmId: string, change: (stored: MicrovmRecord) => MicrovmRecord | undefined): Promise<StoredRecord | undefined> {
+  async update(
+    microvmId: string,
+    change: (stored: MicrovmRecord) => MicrovmRecord | undefined,
+  ): Promise<StoredRecord | undefined> {
     for (let attempt = 0; attempt < UPDATE_ATTEMPTS; attempt++) {
       const stored = await this.read(microvmId);
       if (!stored) return undefined;
@@ -152,7 +162,7 @@ export class MicrovmStore {
 
   private async readKey(key: string): Promise<StoredRecord | undefined> {
     const entry = await this.kv.get(key);
-    if (!entry || entry.operation !== "PUT" || entry.length === 0) return undefined;
+    if (entry?.operation !== "PUT" || entry.length === 0) return undefined;
     return { record: entry.json<MicrovmRecord>(), revision: entry.revision };
   }
 }
@@ -162,6 +172,7 @@ export function viewOf(record: MicrovmRecord): MicrovmView {
   return {
     microvmId: record.microvmId,
     imageIdentifier: record.imageIdentifier,
+    ...(record.imageDigest === undefined ? {} : { imageDigest: record.imageDigest }),
     state: record.state,
     ...(record.stateReason === undefined ? {} : { stateReason: record.stateReason }),
     endpoint: record.endpoint,

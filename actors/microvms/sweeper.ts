@@ -47,7 +47,11 @@ export function startSweeper(options: SweeperOptions): Sweeper {
     matchLive(options, live, records);
     const deleted = await deleteExpired(options, records);
     const silent = await silentOwners(options, records);
-    const ownerless = await endOwnerless(options, records, [...silent].filter((hostId) => suspects.has(hostId)));
+    const ownerless = await endOwnerless(
+      options,
+      records,
+      [...silent].filter((hostId) => suspects.has(hostId)),
+    );
     suspects = silent;
     log.debug({ records: records.length, deleted, ownerless }, "microvm sweep");
     return { deleted, ownerless };
@@ -56,11 +60,14 @@ export function startSweeper(options: SweeperOptions): Sweeper {
   const schedule = () => {
     if (stopped) return;
     // Jitter, so hosts started together do not sweep in lockstep.
-    timer = setTimeout(() => {
-      sweep()
-        .catch((err: unknown) => log.warn({ err }, "microvm sweep failed"))
-        .finally(schedule);
-    }, intervalMs * (0.8 + Math.random() * 0.4));
+    timer = setTimeout(
+      () => {
+        sweep()
+          .catch((err: unknown) => log.warn({ err }, "microvm sweep failed"))
+          .finally(schedule);
+      },
+      intervalMs * (0.8 + Math.random() * 0.4),
+    );
     timer.unref();
   };
   schedule();
@@ -115,7 +122,9 @@ async function endOwnerless(options: SweeperOptions, records: StoredRecord[], go
     if (!gone.includes(record.hostId) || isTerminal(record.state)) continue;
     const reason = hostGoneReason(record.hostId);
     const stored = await options.store.update(record.microvmId, (current) =>
-      current.hostId === record.hostId && !isTerminal(current.state) ? terminated(current, "TERMINATED", reason) : undefined,
+      current.hostId === record.hostId && !isTerminal(current.state)
+        ? terminated(current, "TERMINATED", reason)
+        : undefined,
     );
     if (stored?.record.stateReason === reason) count += 1;
   }

@@ -1,0 +1,73 @@
+// HTTP API keys: a file of `<principal> <sha256 hex of key>` lines (`API_KEYS_FILE`), checked
+// against `Authorization: Bearer <key>`. Only hashes are stored; keys are never logged.
+import { createHash, randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
+
+/** Principal names: no `:`, so none can pass for a NATS principal (`nats:<user>`). */
+const PRINCIPAL = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+
+/** Known keys, by the sha256 of the key. */
+export interface ApiKeys {
+  /** The principal the request's bearer key stands for; undefined when none or unknown. */
+  principalOf(req: IncomingMessage): string | undefined;
+}
+
+export const sha256Hex = (text: string) => createHash("sha256").update(text).digest("hex");
+
+/** Parses the key file; throws naming the first bad line (never its hash). */
+export function parseApiKeys(text: string): ApiKeys {
+  const principals = new Map<string, string>();
+  text.split("\n").forEach((raw, index) => {
+    const line = raw.replace(/#.*/, "").trim();
+    if (line === "") return;
+    const [principal, hash, ...rest] = line.split(/\s+/);
+    if (rest.length > 0 || !PRINCIPAL.test(principal!) || !SHA256_HEX.test(hash?.toLowerCase() ?? "")) {
+      throw new Error(
+        `API keys file, line ${index + 1}: expected "<principal> <sha256 hex of the key>" (principal: letters, digits, . _ @ -)`,
+      );
+    }
+    principals.set(hash!.toLowerCase(), principal!);
+  });
+  return {
+    principalOf(req) {
+      const header = req.headers.authorization;
+      const match = header && /^Bearer\s+(\S+)\s*$/i.exec(header);
+      // A lookup by hash: timing reveals nothing usable about the key itself.
+      return match ? principals.get(sha256Hex(match[1]!)) : undefined;
+    },
+  };
+}
+
+export async function loadApiKeys(path: string): Promise<ApiKeys> {
+  return parseApiKeys(await readFile(path, "utf8"));
+}
+
+/** A new random key for `principal` and the line that grants it (`taskctl apikey create`). */
+export function newApiKey(principal: string): { key: string; line: string } {
+  if (!PRINCIPAL.test(principal))
+    throw new Error("a principal is 1-64 of letters, digits, . _ @ - (starting with a letter or digit)");
+  const key = `tsk_${randomBytes(32).toString("base64url")}`;
+  return { key, line: `${principal} ${sha256Hex(key)}` };
+}
+
+/** True for a loopback address (the microVM API may run without keys only there). */
+export function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || /^127\./.test(host);
+}
+
+const principals = new WeakMap<IncomingMessage, string>();
+
+/** Records who sent `req` (after the key check). */
+export function setPrincipal(req: IncomingMessage, principal: string): void {
+  principals.set(req, principal);
+}
+
+/** Who sent `req`: its key's principal, or `anonymous` when API keys are off. */
+export function principalOfRequest(req: IncomingMessage): string {
+  return principals.get(req) ?? ANONYMOUS;
+}
+
+/** The principal of every caller when API keys are off. */
+export const ANONYMOUS = "anonymous";
