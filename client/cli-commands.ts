@@ -1,9 +1,9 @@
 // The commands of `taskctl`: arguments, options, the typed client call, and a friendly text
 // next to the raw JSON answer. `cli.ts` parses argv and runs them. Only types come from the
 // contracts here: help and usage errors answer without loading them.
-import type { Static } from "@sinclair/typebox";
 import type { AllowedPort, jobApi, microvmApi, taskApi } from "../schemas/index.ts";
 import type { Client } from "./index.ts";
+import { imageCommands } from "./cli-images.ts";
 import { fields, idlePolicyText, microvmTable, microvmText, taskText } from "./cli-output.ts";
 
 export type Apis = { task: typeof taskApi; job: typeof jobApi; microvm: typeof microvmApi };
@@ -26,7 +26,7 @@ export interface Outcome {
 export type OptionValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
 
 export interface CommandSpec<A extends ApiName = ApiName> {
-  readonly group: "tasks" | "jobs" | "microvm";
+  readonly group: "tasks" | "jobs" | "microvm" | "image";
   readonly name: string;
   /** Positional arguments, all required (placeholders for the help). */
   readonly args: readonly string[];
@@ -38,7 +38,11 @@ export interface CommandSpec<A extends ApiName = ApiName> {
 
 const define = <A extends ApiName>(spec: CommandSpec<A>) => spec as unknown as CommandSpec;
 
-const nameOption: OptionSpec = { type: "string", value: "OBJECT", description: "the task object to use (1-256 characters); without it, the object store" };
+const nameOption: OptionSpec = {
+  type: "string",
+  value: "OBJECT",
+  description: "the task object to use (1-256 characters); without it, the object store",
+};
 
 /** A whole number from an option, or a usage error naming it. */
 export class UsageError extends Error {
@@ -55,18 +59,23 @@ function integer(options: OptionValues, key: string, fallback: number): number {
   return value;
 }
 
-function allowedPorts(options: OptionValues): Static<typeof AllowedPort>[] {
+function allowedPorts(options: OptionValues): AllowedPort[] {
   if (options["all-ports"]) return [{ allPorts: {} }];
   const given = (options.port as string[] | undefined) ?? ["8080"];
   return given.map((raw) => {
     const range = /^(\d+)-(\d+)$/.exec(raw.trim());
     if (range) return { range: { startPort: Number(range[1]), endPort: Number(range[2]) } };
-    if (!/^\d+$/.test(raw.trim())) throw new UsageError(`--port needs a port number or a range START-END, got "${raw}"`);
+    if (!/^\d+$/.test(raw.trim()))
+      throw new UsageError(`--port needs a port number or a range START-END, got "${raw}"`);
     return { port: Number(raw) };
   });
 }
 
-const transition = (name: "suspend" | "resume" | "terminate", op: "suspendMicrovm" | "resumeMicrovm" | "terminateMicrovm", summary: string) =>
+const transition = (
+  name: "suspend" | "resume" | "terminate",
+  op: "suspendMicrovm" | "resumeMicrovm" | "terminateMicrovm",
+  summary: string,
+) =>
   define({
     group: "microvm",
     name,
@@ -90,7 +99,10 @@ export const commands: readonly CommandSpec[] = [
     async run(client, [title], options) {
       const name = options.name as string | undefined;
       const task = name === undefined ? await client.createTask({ title }) : await client.createTaskDO({ title, name });
-      return { json: task, text: `created task ${task.id}${name === undefined ? "" : ` in task object "${name}"`}\n${taskText(task)}` };
+      return {
+        json: task,
+        text: `created task ${task.id}${name === undefined ? "" : ` in task object "${name}"`}\n${taskText(task)}`,
+      };
     },
   }),
   define({
@@ -125,7 +137,13 @@ export const commands: readonly CommandSpec[] = [
     summary: "Read a job",
     async run(client, [jobId]) {
       const job = await client.getJob({ jobId });
-      return { json: job, text: fields([["id", job.id], ["content", job.content]]) };
+      return {
+        json: job,
+        text: fields([
+          ["id", job.id],
+          ["content", job.content],
+        ]),
+      };
     },
   }),
   define({
@@ -150,9 +168,12 @@ export const commands: readonly CommandSpec[] = [
       const imageIdentifier = (options.image as string | undefined) ?? "sandbox";
       const answer = await client.runMicrovm({ imageIdentifier, idlePolicy }, { idempotencyKey: crypto.randomUUID() });
       if (!options.wait) {
-        return { json: answer, text: `launched microVM ${answer.microvmId} (${answer.state}) at ${answer.endpoint}\n${idlePolicyText(idlePolicy)}` };
+        return {
+          json: answer,
+          text: `launched microVM ${answer.microvmId} (${answer.state}) at ${answer.endpoint}\n${idlePolicyText(idlePolicy)}`,
+        };
       }
-      const { waitRunningStep } = await import("./microvm.ts");
+      const { waitRunningStep } = await import("./launch-steps.ts");
       await waitRunningStep(client, answer.microvmId, 30_000);
       const vm = await client.getMicrovm({ microvmIdentifier: answer.microvmId });
       return { json: vm, text: `launched microVM ${vm.microvmId}\n${microvmText(vm)}` };
@@ -188,7 +209,12 @@ export const commands: readonly CommandSpec[] = [
     summary: "Mint a token for the instance proxy; prints the header to send",
     options: {
       minutes: { type: "string", value: "MINUTES", description: "lifetime, 1-60 (default 5)" },
-      port: { type: "string", value: "PORT", multiple: true, description: "a port or a range START-END the token opens; repeatable (default 8080)" },
+      port: {
+        type: "string",
+        value: "PORT",
+        multiple: true,
+        description: "a port or a range START-END the token opens; repeatable (default 8080)",
+      },
       "all-ports": { type: "boolean", description: "open every port" },
     },
     async run(client, [id], options) {
@@ -203,4 +229,5 @@ export const commands: readonly CommandSpec[] = [
   transition("suspend", "suspendMicrovm", "Suspend a RUNNING instance"),
   transition("resume", "resumeMicrovm", "Resume a SUSPENDED instance"),
   transition("terminate", "terminateMicrovm", "Terminate an instance"),
+  ...imageCommands,
 ];

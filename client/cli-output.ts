@@ -1,7 +1,11 @@
 // What `taskctl` prints: records as aligned fields, instances as a table, and every failure
 // as one sentence that says what to do. Errors are told apart by `name`, so that help and
 // usage errors never load the clients.
+import type { Static } from "@sinclair/typebox";
+import type { IdlePolicy, Microvm as MicrovmSchema } from "../schemas/index.ts";
 import type { ClientError } from "./index.ts";
+
+type Microvm = Static<typeof MicrovmSchema>;
 
 /** `key  value` lines, keys padded to one column. */
 export function fields(rows: readonly (readonly [string, unknown])[]): string {
@@ -10,34 +14,22 @@ export function fields(rows: readonly (readonly [string, unknown])[]): string {
 }
 
 export function taskText(task: { id: string; title: string; completed: boolean }): string {
-  return fields([["id", task.id], ["title", task.title], ["completed", task.completed ? "yes" : "no"]]);
-}
-
-interface IdlePolicy {
-  maxIdleDurationSeconds: number;
-  suspendedDurationSeconds: number;
-  autoResumeEnabled: boolean;
+  return fields([
+    ["id", task.id],
+    ["title", task.title],
+    ["completed", task.completed ? "yes" : "no"],
+  ]);
 }
 
 export function idlePolicyText(p: IdlePolicy): string {
   return `suspends after ${p.maxIdleDurationSeconds} s idle, terminates after ${p.suspendedDurationSeconds} s suspended, auto-resume ${p.autoResumeEnabled ? "on" : "off"}`;
 }
 
-interface Microvm {
-  microvmId: string;
-  imageIdentifier: string;
-  state: string;
-  stateReason?: string;
-  endpoint: string;
-  idlePolicy: IdlePolicy;
-  startedAt: string;
-}
-
 export function microvmText(vm: Microvm): string {
   return fields([
     ["id", vm.microvmId],
     ["state", vm.stateReason ? `${vm.state} (${vm.stateReason})` : vm.state],
-    ["image", vm.imageIdentifier],
+    ["image", vm.imageDigest ? `${vm.imageIdentifier} (${vm.imageDigest})` : vm.imageIdentifier],
     ["endpoint", vm.endpoint],
     ["started", vm.startedAt],
     ["policy", idlePolicyText(vm.idlePolicy)],
@@ -46,9 +38,19 @@ export function microvmText(vm: Microvm): string {
 
 export function microvmTable(items: readonly Microvm[]): string {
   if (items.length === 0) return "no microVMs";
-  const rows = [["ID", "STATE", "IMAGE", "ENDPOINT", "STARTED"], ...items.map((vm) => [vm.microvmId, vm.state, vm.imageIdentifier, vm.endpoint, vm.startedAt])];
+  const rows = [
+    ["ID", "STATE", "IMAGE", "ENDPOINT", "STARTED"],
+    ...items.map((vm) => [vm.microvmId, vm.state, vm.imageIdentifier, vm.endpoint, vm.startedAt]),
+  ];
   const widths = rows[0].map((_, col) => Math.max(...rows.map((row) => row[col].length)));
-  return rows.map((row) => row.map((cell, col) => cell.padEnd(widths[col])).join("  ").trimEnd()).join("\n");
+  return rows
+    .map((row) =>
+      row
+        .map((cell, col) => cell.padEnd(widths[col]))
+        .join("  ")
+        .trimEnd(),
+    )
+    .join("\n");
 }
 
 /** Where the command sent its request, for the messages. */
@@ -65,7 +67,8 @@ export interface Target {
 /** One line (maybe two) saying why the call failed and what to try. */
 export function describeFailure(err: unknown, target: Target, context: { name?: string } = {}): string {
   if (!(err instanceof Error)) return String(err);
-  if (err instanceof SyntaxError && !target.overNats) return `${target.where} answered something that is not JSON: is it ${target.what}?`;
+  if (err instanceof SyntaxError && !target.overNats)
+    return `${target.where} answered something that is not JSON: is it ${target.what}?`;
   if (err.name !== "ClientError") return err.message; // MicrovmLaunchError, connection failures
   if (!isClientError(err)) return err.message;
   const body = err.error as Record<string, unknown> & { _tag: string };
@@ -89,7 +92,8 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
     case "GatewayTimeout":
       return `no answer from ${target.what} in time (504 GatewayTimeout); the outcome is unknown, check before retrying`;
     case "InternalServerError":
-      if (err.status !== 500) return `${target.where} answered ${err.status} without an error body: is it ${target.what}?`;
+      if (err.status !== 500)
+        return `${target.where} answered ${err.status} without an error body: is it ${target.what}?`;
       return `${target.what} failed (500 InternalServerError); its logs have the cause`;
     default:
       return `${target.what} answered ${err.status} ${body._tag}${typeof body.message === "string" ? `: ${body.message}` : ""}`;
@@ -97,7 +101,9 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
 }
 
 function isClientError(err: Error): err is ClientError {
-  return typeof (err as Partial<ClientError>).status === "number" && typeof (err as Partial<ClientError>).error === "object";
+  return (
+    typeof (err as Partial<ClientError>).status === "number" && typeof (err as Partial<ClientError>).error === "object"
+  );
 }
 
 function decodeIssues(body: Record<string, unknown>): string {
@@ -119,7 +125,12 @@ function unavailable(err: ClientError, target: Target): string {
   if (cause) {
     const inner = cause.cause as (Error & { code?: string }) | undefined;
     const code = inner?.code ?? cause.code ?? cause.name;
-    const why = code === "ECONNREFUSED" ? "connection refused" : code === "TimeoutError" ? "no answer in time" : (inner?.message ?? cause.message);
+    const why =
+      code === "ECONNREFUSED"
+        ? "connection refused"
+        : code === "TimeoutError"
+          ? "no answer in time"
+          : (inner?.message ?? cause.message);
     const point = target.urlEnv ? `, or point --url or ${target.urlEnv} at it` : "";
     return `cannot reach ${target.what} at ${target.where} (${why})\nhint: ${startHint}${point}`;
   }

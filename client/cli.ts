@@ -3,7 +3,14 @@
 import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { commands, UsageError, type ApiName, type CommandSpec, type OptionSpec, type OptionValues } from "./cli-commands.ts";
+import {
+  commands,
+  UsageError,
+  type ApiName,
+  type CommandSpec,
+  type OptionSpec,
+  type OptionValues,
+} from "./cli-commands.ts";
 import { describeFailure, type Target } from "./cli-output.ts";
 
 export interface CliIo {
@@ -15,7 +22,11 @@ export interface CliIo {
 const commonOptions: Record<string, OptionSpec & { short?: string }> = {
   json: { type: "boolean", description: "print the raw JSON answer instead of text" },
   url: { type: "string", value: "URL", description: "the API's base URL (see below for the defaults)" },
-  nats: { type: "string", value: "URL", description: "call the actors straight over NATS (comma-separated URLs for a cluster)" },
+  nats: {
+    type: "string",
+    value: "URL",
+    description: "call the actors straight over NATS (comma-separated URLs for a cluster)",
+  },
   help: { type: "boolean", short: "h", description: "show this help" },
 };
 
@@ -28,12 +39,17 @@ const endpoints: Record<ApiName, { what: string; env: string; url: string }> = {
 const groups = [...new Set(commands.map((c) => c.group))];
 
 function usageLine(c: CommandSpec): string {
-  const opts = Object.entries(c.options ?? {}).map(([key, o]) => `[--${key}${o.value ? ` ${o.value}` : ""}]${o.multiple ? "..." : ""}`);
+  const opts = Object.entries(c.options ?? {}).map(
+    ([key, o]) => `[--${key}${o.value ? ` ${o.value}` : ""}]${o.multiple ? "..." : ""}`,
+  );
   return ["taskctl", c.group, c.name, ...c.args, ...opts].join(" ");
 }
 
 function optionLines(options: Record<string, OptionSpec & { short?: string }>): string[] {
-  const rows = Object.entries(options).map(([key, o]) => [`${o.short ? `-${o.short}, ` : ""}--${key}${o.value ? ` ${o.value}` : ""}`, o.description]);
+  const rows = Object.entries(options).map(([key, o]) => [
+    `${o.short ? `-${o.short}, ` : ""}--${key}${o.value ? ` ${o.value}` : ""}`,
+    o.description,
+  ]);
   const width = Math.max(...rows.map(([left]) => left.length));
   return rows.map(([left, right]) => `  ${left.padEnd(width)}  ${right}`);
 }
@@ -44,6 +60,8 @@ const commonHelp = () => [
   "",
   "URLs: --url, else TASK_API_URL / JOB_API_URL / MICROVM_API_URL, else http://127.0.0.1:8787 / :8788 / :8789",
   "(what `npm start` listens on). With --nats the subject prefix is NATS_SUBJECT_PREFIX (none by default).",
+  "API keys: TASKCTL_API_KEY is sent as the bearer key. NATS credentials: NATS_CREDS, NATS_USER/NATS_PASSWORD,",
+  "NATS_NKEY (a seed file), NATS_AUTH_DIR, else for the NATS of a local `npm start` its `internal` user.",
 ];
 
 function generalHelp(): string {
@@ -54,15 +72,21 @@ function generalHelp(): string {
     "usage: taskctl <group> <command> [arguments] [options]",
     "",
     ...commands.map((c) => `  ${`${c.group} ${c.name}`.padEnd(width)}  ${c.summary}`),
+    `  ${"apikey create".padEnd(width)}  Make an API key for a principal: prints the key and its API_KEYS_FILE line`,
     "",
     ...commonHelp(),
     "",
-    "help on a command: taskctl tasks create --help. Exit status: 0 done, 1 the call failed, 2 bad usage.",
+    "help on a command: taskctl tasks create --help; taskctl --version. Exit status: 0 done, 1 the call failed, 2 bad usage.",
   ].join("\n");
 }
 
 function groupHelp(group: string): string {
-  return [`usage:`, ...commands.filter((c) => c.group === group).map((c) => `  ${usageLine(c)}`), "", `help on a command: taskctl ${group} <command> --help`].join("\n");
+  return [
+    `usage:`,
+    ...commands.filter((c) => c.group === group).map((c) => `  ${usageLine(c)}`),
+    "",
+    `help on a command: taskctl ${group} <command> --help`,
+  ].join("\n");
 }
 
 function commandHelp(c: CommandSpec): string {
@@ -92,12 +116,18 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
   const loose = parseArgs({ args: [...argv], options: allOptions, strict: false, allowPositionals: true });
   const [group, name] = loose.positionals;
   const help = loose.values.help === true;
+  if (group === undefined && loose.values.version === true) {
+    io.out((await import("../platform/index.ts")).packageVersion());
+    return 0;
+  }
   if (group === undefined || group === "help") {
     if (!help && group !== "help") throw new UsageError(`missing command\n\n${generalHelp()}`);
     io.out(generalHelp());
     return 0;
   }
-  if (!groups.includes(group as never)) throw new UsageError(`unknown command "${group}"; the groups are ${groups.join(", ")} (taskctl --help)`);
+  if (group === "apikey") return apiKeyCommand(loose.positionals.slice(1), help, io);
+  if (!groups.includes(group as never))
+    throw new UsageError(`unknown command "${group}"; the groups are ${groups.join(", ")} (taskctl --help)`);
   if (name === undefined) {
     if (!help) throw new UsageError(`missing command after "${group}"\n${groupHelp(group)}`);
     io.out(groupHelp(group));
@@ -112,21 +142,30 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
   }
   const args = positionals.slice(2);
   if (args.length < command.args.length) {
-    throw new UsageError(`${group} ${name} needs ${command.args.slice(args.length).join(" and ")}\nusage: ${usageLine(command)}`);
+    throw new UsageError(
+      `${group} ${name} needs ${command.args.slice(args.length).join(" and ")}\nusage: ${usageLine(command)}`,
+    );
   }
-  if (args.length > command.args.length) throw new UsageError(`unexpected argument "${args[command.args.length]}" (quote a value with spaces)`);
+  if (args.length > command.args.length)
+    throw new UsageError(`unexpected argument "${args[command.args.length]}" (quote a value with spaces)`);
   if (values.url !== undefined && values.nats !== undefined) throw new UsageError("use --url or --nats, not both");
   return execute(command, args, values, io);
 }
 
 function strictParse(command: CommandSpec, argv: readonly string[]): { values: OptionValues; positionals: string[] } {
   try {
-    return parseArgs({ args: [...argv], options: { ...commonOptions, ...command.options }, strict: true, allowPositionals: true });
+    return parseArgs({
+      args: [...argv],
+      options: { ...commonOptions, ...command.options },
+      strict: true,
+      allowPositionals: true,
+    });
   } catch (err) {
     const { code, message } = err as { code?: string; message: string };
     const option = /'(-[^' ]+)/.exec(message)?.[1];
     const see = `(taskctl ${command.group} ${command.name} --help)`;
-    if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") throw new UsageError(`unknown option ${option} for "${command.group} ${command.name}" ${see}`);
+    if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION")
+      throw new UsageError(`unknown option ${option} for "${command.group} ${command.name}" ${see}`);
     if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE") throw new UsageError(`${option} needs a value ${see}`);
     throw new UsageError(`${message} ${see}`);
   }
@@ -143,12 +182,18 @@ async function execute(command: CommandSpec, args: string[], values: OptionValue
   try {
     if (!natsUrl) checkedUrl(url);
     // Loaded only now, not for help and usage errors: the contracts take most of a second to load.
-    const [{ httpClient, natsClient }, { taskApi, jobApi, microvmApi }] = await Promise.all([import("./index.ts"), import("../schemas/index.ts")]);
+    const [{ httpClient, natsClient }, { taskApi, jobApi, microvmApi }] = await Promise.all([
+      import("./index.ts"),
+      import("../schemas/index.ts"),
+    ]);
     const api = { task: taskApi, job: jobApi, microvm: microvmApi }[command.api];
-    if (natsUrl) nc = await connectOrExplain(natsUrl);
+    if (natsUrl) nc = await connectOrExplain(natsUrl, io.env);
     const client = nc
       ? natsClient(api, nc, { prefix: io.env.NATS_SUBJECT_PREFIX ?? "" })
-      : httpClient(api, url, { fetch: fetchWithTimeout(Number(io.env.TASKCTL_TIMEOUT_MS) || 15_000) });
+      : httpClient(api, url, {
+          fetch: fetchWithTimeout(Number(io.env.TASKCTL_TIMEOUT_MS) || 15_000),
+          apiKey: io.env.TASKCTL_API_KEY || undefined,
+        });
     const outcome = await command.run(client as never, args, values);
     io.out(values.json ? JSON.stringify(outcome.json) : outcome.text);
     return 0;
@@ -166,10 +211,20 @@ function checkedUrl(url: string): string {
   return url;
 }
 
-async function connectOrExplain(servers: string): Promise<NatsConnection> {
-  const { connect } = await import("@nats-io/transport-node");
+async function connectOrExplain(servers: string, env: NodeJS.ProcessEnv): Promise<NatsConnection> {
+  const [{ connect }, { authOptions, clientCredentials }] = await Promise.all([
+    import("@nats-io/transport-node"),
+    import("../platform/index.ts"),
+  ]);
+  const auth = authOptions(await clientCredentials(servers, env));
   try {
-    return await connect({ servers: servers.split(",").map((s) => s.trim()), name: "taskctl", timeout: 5_000, maxReconnectAttempts: 0 });
+    return await connect({
+      servers: servers.split(",").map((s) => s.trim()),
+      name: "taskctl",
+      timeout: 5_000,
+      maxReconnectAttempts: 0,
+      ...auth,
+    });
   } catch (err) {
     throw new Error(
       `cannot connect to NATS at ${servers} (${(err as Error).message})\nhint: is the service's NATS running? ` +
@@ -177,6 +232,29 @@ async function connectOrExplain(servers: string): Promise<NatsConnection> {
       { cause: err },
     );
   }
+}
+
+/** `taskctl apikey create <principal>`: a new key, shown once, and the line that grants it. */
+async function apiKeyCommand(args: readonly string[], help: boolean, io: CliIo): Promise<number> {
+  const usage = "usage: taskctl apikey create <principal>";
+  if (help) {
+    io.out(
+      `${usage}\n\nPrints a new API key for <principal> (shown once; only its hash is stored) and the line\nto add to the file API_KEYS_FILE names. Callers send it as \`Authorization: Bearer <key>\`.`,
+    );
+    return 0;
+  }
+  if (args[0] !== "create" || args.length !== 2) throw new UsageError(usage);
+  const { newApiKey } = await import("../gateway/api-keys.ts");
+  let made;
+  try {
+    made = newApiKey(args[1]!);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  io.out(
+    `key:  ${made.key}\nline: ${made.line}\n(add the line to the file API_KEYS_FILE names; the key is shown only now)`,
+  );
+  return 0;
 }
 
 function fetchWithTimeout(ms: number): typeof fetch {

@@ -1,49 +1,37 @@
 // Typed clients derived from the contracts, over HTTP or straight over NATS. A method
 // resolves to the success value or rejects with a `ClientError` whose `error._tag` says why.
 import type { NatsConnection } from "@nats-io/transport-node";
-import { headers as natsHeaders } from "@nats-io/transport-node";
+import { headers as natsHeaders, TimeoutError } from "@nats-io/transport-node";
+import { ClientError } from "./client-error.ts";
 import {
   ApiError,
   compileDecoder,
-  ERROR_CODE_HEADER,
   IDEMPOTENCY_KEY_HEADER,
   inputSchema,
   requestSubject,
   requestBody,
-  type ErrorOf,
+  replyValue,
   type InputOf,
   type Operation,
   type SuccessOf,
 } from "../schemas/index.ts";
 
 export { watchJobs, type JobCreated } from "./watch.ts";
-export { launchMicrovm, launchMachine, MicrovmLaunchError, type LaunchOptions, type LaunchWork, type LaunchedMicrovm, type MicrovmApiClient } from "./launch.ts";
+export { connectToService, serviceNats, type ServiceConnectOptions } from "./connect.ts";
+export {
+  launchMicrovm,
+  MicrovmLaunchError,
+  type LaunchOptions,
+  type LaunchWork,
+  type LaunchedMicrovm,
+  type MicrovmApiClient,
+} from "./launch.ts";
 
-/** Errors any call may reject with besides the operation's declared ones. */
-export type TransportErrorTag =
-  | "HttpApiDecodeError"
-  | "ServiceUnavailable"
-  | "GatewayTimeout"
-  | "InternalServerError"
-  | "IdempotencyKeyReused";
+export { ClientError, type ClientErrorBody, type TransportErrorTag } from "./client-error.ts";
 
-export type ClientErrorBody<Op extends Operation> =
-  | ErrorOf<Op>
-  | { _tag: TransportErrorTag; [field: string]: unknown };
-
-/** A failed call: `status` is the HTTP status (or its NATS equivalent), `error` the body. */
-export class ClientError<Op extends Operation = Operation> extends Error {
-  override readonly name = "ClientError";
-  constructor(
-    readonly status: number,
-    readonly error: ClientErrorBody<Op>,
-    options?: { cause?: unknown },
-  ) {
-    super(`${(error as { _tag: string })._tag} (${status})`, options);
-  }
-  get _tag(): string {
-    return (this.error as { _tag: string })._tag;
-  }
+/** A declared error (a decode failure here, an error reply) as the `ClientError` a call rejects with. */
+function asClientError(err: unknown): unknown {
+  return err instanceof ApiError ? new ClientError(err.status, err.body as never) : err;
 }
 
 export interface CallOptions {
@@ -66,8 +54,7 @@ function makeClient<Api extends Record<string, Operation>>(api: Api, call: Call)
       try {
         decoded = decode({ ...input });
       } catch (err) {
-        if (err instanceof ApiError) throw new ClientError(err.status, err.body as never);
-        throw err;
+        throw asClientError(err);
       }
       return call(op, decoded, options);
     };
@@ -79,7 +66,7 @@ function makeClient<Api extends Record<string, Operation>>(api: Api, call: Call)
 export function httpClient<Api extends Record<string, Operation>>(
   api: Api,
   baseUrl: string,
-  { fetch: fetchImpl = fetch }: { fetch?: typeof fetch } = {},
+  { fetch: fetchImpl = fetch, apiKey }: { fetch?: typeof fetch; apiKey?: string } = {},
 ): Client<Api> {
   return makeClient(api, async (op, input, options) => {
     const url = new URL(httpPath(op, input), baseUrl);
@@ -88,11 +75,11 @@ export function httpClient<Api extends Record<string, Operation>>(
     }
     const headers: Record<string, string> = {};
     if (options?.idempotencyKey) headers["idempotency-key"] = options.idempotencyKey;
+    if (apiKey) headers.authorization = `Bearer ${apiKey}`;
+    // Every POST says JSON, with a body or not: the microVM API refuses any other (415).
+    if (op.http.method === "POST") headers["content-type"] = "application/json";
     let body: string | undefined;
-    if (op.payload) {
-      headers["content-type"] = "application/json";
-      body = JSON.stringify(pick(input, Object.keys(op.payload.properties)));
-    }
+    if (op.payload) body = JSON.stringify(pick(input, Object.keys(op.payload.properties)));
     let res: Response;
     try {
       res = await fetchImpl(url, { method: op.http.method, headers, body });
@@ -118,16 +105,22 @@ export function natsClient<Api extends Record<string, Operation>>(
     let reply;
     try {
       reply = await nc.request(requestSubject(op, input, prefix), requestBody(op, input), {
-        timeout: timeoutMs,
+        timeout: Math.max(timeoutMs, op.timeoutMs ?? 0),
         headers: h,
       });
     } catch (cause) {
-      const timeout = (cause as Error).name === "TimeoutError";
-      throw new ClientError(timeout ? 504 : 503, { _tag: timeout ? "GatewayTimeout" : "ServiceUnavailable" }, { cause });
+      const timeout = cause instanceof TimeoutError;
+      throw new ClientError(
+        timeout ? 504 : 503,
+        { _tag: timeout ? "GatewayTimeout" : "ServiceUnavailable" },
+        { cause },
+      );
     }
-    const code = reply.headers?.get(ERROR_CODE_HEADER);
-    if (code) throw new ClientError(Number(code), reply.json());
-    return reply.json();
+    try {
+      return replyValue(reply);
+    } catch (err) {
+      throw asClientError(err);
+    }
   });
 }
 

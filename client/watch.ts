@@ -16,10 +16,14 @@ export interface JobCreated {
  */
 export async function* watchJobs(
   nc: NatsConnection,
-  { fromStart = false }: { fromStart?: boolean } = {},
+  {
+    fromStart = false,
+    onWatching,
+  }: { fromStart?: boolean /** Called once the watch is set up. */; onWatching?: () => void } = {},
 ): AsyncGenerator<JobCreated> {
   const kv = await new Kvm(nc).open(bucketNames.jobs);
   const watcher = await kv.watch({ include: fromStart ? "" : "updates" });
+  onWatching?.();
   try {
     for await (const entry of watcher) {
       if (entry.operation !== "PUT") continue;

@@ -1,11 +1,21 @@
-// Public entry of vm-runtime (host side): image definition, the runtime, providers, auth tokens,
-// the proxy, the lifecycle machine, the managed instance and the client stub. Image modules
+// Public entry of vm-runtime: the image definition, wire/ (RPC and proxy formats, tokens),
+// runtime/ (what runs inside an instance), host/ (providers, sandbox, proxy, processes),
+// lifecycle/ (the machine and the managed instance) and client/ (the typed stub). Image modules
 // import `image.ts` instead, so their bundle carries no host code.
 import type { ImageShape } from "./image.ts";
 import type sandboxImage from "./images/sandbox.ts";
 
 export { defineImage, method, isImage, argumentsSchema, IMAGE_KIND } from "./image.ts";
-export type { Image, ImageDefinition, ImageShape, MethodDefinition, MethodMap, FetchHandler, JsonSchema, RemoteResult } from "./image.ts";
+export type {
+  Image,
+  ImageDefinition,
+  ImageShape,
+  MethodDefinition,
+  MethodMap,
+  FetchHandler,
+  JsonSchema,
+  RemoteResult,
+} from "./image.ts";
 
 export {
   RPC_PREFIX,
@@ -17,46 +27,77 @@ export {
   rpcPath,
   encodeThrown,
   declaredStatus,
-} from "./rpc-wire.ts";
-export type { RpcErrorBody, RpcErrorEnvelope, RpcStreamErrorLine } from "./rpc-wire.ts";
-export type { RpcIssue, RuntimeLog } from "./rpc-handler.ts";
+} from "./wire/rpc.ts";
+export type { RpcErrorBody, RpcErrorEnvelope, RpcStreamErrorLine } from "./wire/rpc.ts";
+export type { RpcIssue, RuntimeLog } from "./runtime/rpc-handler.ts";
 
-export { createRuntimeServer, DEFAULT_RPC_BODY_LIMIT } from "./runtime.ts";
-export type { RuntimeOptions } from "./runtime.ts";
-export { bootRuntime, parseReadyLine, READY_KEY } from "./runtime-boot.ts";
-export type { BootOptions } from "./runtime-boot.ts";
-export { bundleImage } from "./bundle.ts";
+export { createRuntimeServer, DEFAULT_RPC_BODY_LIMIT, describeMethods } from "./runtime/server.ts";
+export type { MethodDescription, RuntimeOptions } from "./runtime/server.ts";
+export { bootRuntime, parseReadyLine, READY_KEY } from "./runtime/boot.ts";
+export type { BootOptions } from "./runtime/boot.ts";
+export { bundleImage, bundleImageModule, checkModuleBuilds, IMAGE_MODULE_ENV } from "./host/bundle.ts";
 
-export { RUNTIME_PORT, MicrovmProviderError, realPort } from "./provider.ts";
-export type { MicrovmProvider, MicrovmHandle, MicrovmSpec } from "./provider.ts";
-export { createProcessProvider, INSTANCE_MARKER } from "./process-provider.ts";
-export type { ProcessProvider, ProcessProviderOptions } from "./process-provider.ts";
-export type { OutputSink } from "./process-io.ts";
-export { readProcStat, isProcessAlive, residentBytes, childProcessesWith } from "./proc.ts";
-export type { ProcStat } from "./proc.ts";
+export { RUNTIME_PORT, MicrovmProviderError, realPort, upstreamOf } from "./host/provider.ts";
+export type { MicrovmProvider, MicrovmHandle, MicrovmSpec, ReclaimedInstance, Upstream } from "./host/provider.ts";
+export { createSandboxProvider } from "./host/sandbox-provider.ts";
+export { SANDBOX_MARKER } from "./host/sandbox-command.ts";
+export type { SandboxProvider, SandboxProviderOptions } from "./host/sandbox-provider.ts";
+export { checkSandbox } from "./host/sandbox-check.ts";
+export { cgroupVersion } from "./host/cgroups.ts";
+export { instanceProcessesUnder } from "./host/process-reclaim.ts";
+export { boundedLines } from "./host/output-lines.ts";
+export { createProcessProvider, INSTANCE_MARKER } from "./host/process-provider.ts";
+export type { ProcessProvider, ProcessProviderOptions } from "./host/process-provider.ts";
+export type { OutputSink } from "./host/process-io.ts";
+export { readProcStat, isProcessAlive, residentBytes, childProcessesWith } from "./host/proc.ts";
+export type { ProcStat } from "./host/proc.ts";
 
-export { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "./proxy-headers.ts";
-export { createAuthToken, verifyAuthToken, portAllowed, isAllowedPort, InvalidTokenRequest } from "./token.ts";
-export type { AllowedPort, TokenClaims, TokenKey, TokenRejection, TokenRequest, TokenVerdict } from "./token.ts";
-export { createInstanceProxy } from "./proxy.ts";
-export type { InstanceProxy, InstanceProxyOptions, ProxyHooks } from "./proxy.ts";
-export { proxyAnswers } from "./proxy-errors.ts";
-export type { ProxyAnswer, BadGatewayReason } from "./proxy-errors.ts";
+export { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "./wire/proxy-headers.ts";
+export {
+  createAuthToken,
+  verifyAuthToken,
+  portAllowed,
+  isAllowedPort,
+  InvalidTokenRequest,
+  MAX_TOKEN_LIFETIME_MS,
+  tokenKeyId,
+} from "./wire/token.ts";
+export type {
+  SecretKey,
+  TokenClaims,
+  TokenKey,
+  TokenKeyring,
+  TokenRejection,
+  TokenRequest,
+  TokenVerdict,
+} from "./wire/token.ts";
+export { createInstanceProxy } from "./host/proxy.ts";
+export type { InstanceProxy, InstanceProxyOptions, ProxyHooks } from "./host/proxy.ts";
+export { proxyAnswers } from "./wire/proxy-answers.ts";
+export type { ProxyAnswer, BadGatewayReason } from "./wire/proxy-answers.ts";
 
-export { MICROVM_STATES } from "./states.ts";
-export type { MicrovmState, IdlePolicy } from "./states.ts";
-export { lifecycleMachine } from "./lifecycle.ts";
-export { DEFAULT_TIMEOUTS, remainingMs } from "./lifecycle-types.ts";
-export type { LifecycleContext, LifecycleEvent, LifecycleInput, LifecycleTimeouts, StartInput, HandleInput, TerminateInput } from "./lifecycle-types.ts";
-export { microvmState, isResuming, canAccept, restoreLifecycle } from "./lifecycle-snapshot.ts";
-export type { LifecycleActor, LifecycleMachine, LifecycleSnapshot } from "./lifecycle-snapshot.ts";
-export { launchMicrovmInstance } from "./instance.ts";
-export type { MicrovmInstance, MicrovmInstanceOptions, MicrovmDescription } from "./instance.ts";
+/** The contract types vm-runtime's signatures use, defined once in schemas/. */
+export type { AllowedPort, IdlePolicy, MicrovmState } from "../schemas/index.ts";
+export { lifecycleMachine } from "./lifecycle/machine.ts";
+export { DEFAULT_TIMEOUTS } from "./lifecycle/types.ts";
+export type {
+  LifecycleContext,
+  LifecycleEvent,
+  LifecycleInput,
+  LifecycleTimeouts,
+  StartInput,
+  HandleInput,
+  TerminateInput,
+} from "./lifecycle/types.ts";
+export { microvmState, canAccept } from "./lifecycle/snapshot.ts";
+export type { LifecycleActor, LifecycleMachine, LifecycleSnapshot } from "./lifecycle/snapshot.ts";
+export { launchMicrovmInstance } from "./lifecycle/instance.ts";
+export type { MicrovmInstance, MicrovmInstanceOptions } from "./lifecycle/instance.ts";
 
-export { connectMicrovm, connectImage, microvmConnection } from "./client.ts";
-export type { ConnectOptions, MicrovmStub, MicrovmConnection, AnyShape } from "./client.ts";
-export { MicrovmRpcError, isRpcError } from "./rpc-error.ts";
-export type { RpcFailureSource } from "./rpc-error.ts";
+export { connectMicrovm, connectImage, microvmConnection } from "./client/stub.ts";
+export type { ConnectOptions, MicrovmStub, MicrovmConnection, AnyShape } from "./client/stub.ts";
+export { MicrovmRpcError, isRpcError } from "./wire/rpc-error.ts";
+export type { RpcFailureSource } from "./wire/rpc-error.ts";
 
 export { builtinImages } from "./images/paths.ts";
 

@@ -50,14 +50,18 @@ export default defineImage({
       handler: (n, failAfter) => countTo(n, failAfter),
     }),
     /** Throws the tagged `Unlucky` error (status 418) for 13, else echoes the number. */
-    lucky: { handler: (n: number) => {
-      if (n === 13) throw new Unlucky(n);
-      return n;
-    } },
+    lucky: {
+      handler: (n: number) => {
+        if (n === 13) throw new Unlucky(n);
+        return n;
+      },
+    },
     /** Throws an untagged error: 500 with its message, never its stack. */
-    crash: { handler: (): never => {
-      throw new Error("boom");
-    } },
+    crash: {
+      handler: (): never => {
+        throw new Error("boom");
+      },
+    },
     /** Returns nothing: `null` on the wire. */
     nothing: { handler: (): void => undefined },
     /** Resolves after `ms` milliseconds (for in-flight and suspend tests). */
@@ -69,14 +73,20 @@ export default defineImage({
   fetch(request) {
     const url = new URL(request.url);
     if (request.method === "GET" && url.pathname === "/echo") {
-      return new Response(url.searchParams.get("message") ?? "", { headers: { "content-type": "text/plain; charset=utf-8" } });
+      return new Response(url.searchParams.get("message") ?? "", {
+        headers: { "content-type": "text/plain; charset=utf-8" },
+      });
     }
     if (url.pathname === "/headers") {
       return Response.json(Object.fromEntries(request.headers));
     }
     if (request.method === "POST" && url.pathname === "/echo") {
-      return new Response(request.body, { headers: { "content-type": request.headers.get("content-type") ?? "application/octet-stream" } });
+      return new Response(request.body, {
+        headers: { "content-type": request.headers.get("content-type") ?? "application/octet-stream" },
+      });
     }
-    return new Response(`sandbox: ${request.method} ${url.pathname}\n`, { headers: { "content-type": "text/plain; charset=utf-8" } });
+    return new Response(`sandbox: ${request.method} ${url.pathname}\n`, {
+      headers: { "content-type": "text/plain; charset=utf-8" },
+    });
   },
 });

@@ -1,0 +1,133 @@
+// esbuild runs: the runtime boot as one self-contained .mjs (built once per provider) that
+// imports the image module named by MICROVM_IMAGE_MODULE, so an instance runs on plain `node`
+// under the permission model (tsx needs workers, fs writes and a child process, all of which
+// the sandbox forbids); an image file as one self-contained module; both in one for benches.
+import { build } from "esbuild";
+import { createHash } from "node:crypto";
+import { mkdir, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { vmRuntimeFile } from "./source-dir.ts";
+
+const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
+
+/** A CommonJS dependency bundled into ESM may `require` node builtins: give it a real require. */
+const REQUIRE_SHIM =
+  'import { createRequire as __createRequire } from "node:module";\n' +
+  "const require = __createRequire(import.meta.url);";
+
+/** Environment variable naming the image module the runtime bundle imports. */
+export const IMAGE_MODULE_ENV = "MICROVM_IMAGE_MODULE";
+
+/**
+ * Bundles the runtime boot into `outDir/runtime.mjs`: it imports the image module named by
+ * `MICROVM_IMAGE_MODULE` at start, so one bundle serves every image and a new image costs no
+ * esbuild run on the launch path. Returns the file path.
+ */
+export async function bundleRuntime(outDir: string): Promise<string> {
+  return bundleEntry(runtimeEntrySource(), join(outDir, "runtime.mjs"), outDir);
+}
+
+/**
+ * Bundles `imageModule` (absolute or cwd-relative path) and the runtime into one file in
+ * `outDir`, the module inlined (what a runtime started by hand runs); returns the file path.
+ */
+export async function bundleImage(imageModule: string, outDir: string): Promise<string> {
+  const imagePath = resolve(imageModule);
+  const name = createHash("sha256").update(imagePath).digest("hex").slice(0, 16);
+  return bundleEntry(entrySource(JSON.stringify(imagePath)), join(outDir, `image-${name}.mjs`), outDir);
+}
+
+/** `imageModule` bundled by `bundleImageModule` into `outfile`. */
+export async function writeImageModule(imageModule: string, outfile: string): Promise<string> {
+  await writeFile(outfile, await bundleImageModule(imageModule), { mode: 0o644 });
+  return outfile;
+}
+
+async function bundleEntry(contents: string, outfile: string, outDir: string): Promise<string> {
+  await mkdir(outDir, { recursive: true });
+  await build({
+    stdin: { contents, resolveDir: outDir, sourcefile: "microvm-entry.ts", loader: "ts" },
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    outfile,
+    banner: { js: REQUIRE_SHIM },
+    logLevel: "silent",
+    legalComments: "none",
+  });
+  return outfile;
+}
+
+/**
+ * One self-contained ES module of an image file and everything it imports (npm packages
+ * included; node builtins stay imports): what `createImage` takes as `module`.
+ */
+export async function bundleImageModule(imageModule: string): Promise<string> {
+  const result = await build({
+    entryPoints: [resolve(imageModule)],
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    write: false,
+    // Its own names: the host bundles this module again, under the runtime's banner.
+    banner: { js: REQUIRE_SHIM.replaceAll("__createRequire", "__imageCreateRequire") },
+    logLevel: "silent",
+    legalComments: "none",
+    // No path comments: the same source bundles to the same bytes (the same digest) anywhere.
+    minifyWhitespace: true,
+  });
+  return result.outputFiles[0]!.text;
+}
+
+/**
+ * Fails as esbuild does when the self-contained module at `path` does not parse or imports
+ * something other than a node builtin; writes nothing.
+ */
+export async function checkModuleBuilds(path: string): Promise<void> {
+  await build({
+    entryPoints: [path],
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    write: false,
+    logLevel: "silent",
+  });
+}
+
+/**
+ * The runtime's entry for a module named at start: CommonJS code bundled into an ES module
+ * may call `require` for a node builtin, which the one-file bundle gave it in scope; a global
+ * `require` does the same for a module loaded on its own.
+ */
+function runtimeEntrySource(): string {
+  return [
+    `import { createRequire } from "node:module";`,
+    `import { pathToFileURL } from "node:url";`,
+    `const imageModule = process.env.${IMAGE_MODULE_ENV};`,
+    `if (!imageModule) throw new Error("${IMAGE_MODULE_ENV} is not set");`,
+    // Image code sees the environment it saw when it was bundled in: no host path in it.
+    `delete process.env.${IMAGE_MODULE_ENV};`,
+    `globalThis.require ??= createRequire(pathToFileURL(imageModule));`,
+    entrySource("pathToFileURL(imageModule).href"),
+  ].join("\n");
+}
+
+/**
+ * The instance's entry: the secret is read from stdin before the image module is evaluated
+ * (a dynamic import of `importee`, an expression), so no image code ever runs while it is reachable.
+ */
+function entrySource(importee: string): string {
+  return [
+    `import { bootRuntime, readSecretLine } from ${JSON.stringify(BOOT_MODULE)};`,
+    `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
+    `const accessSecret = await readSecretLine();`,
+    `const socketPath = process.env.MICROVM_RUNTIME_SOCKET || undefined;`,
+    `const port = Number(process.env.MICROVM_RUNTIME_PORT ?? 0);`,
+    `const { default: image } = await import(${importee});`,
+    `if (!isImage(image)) throw new TypeError("the image module's default export is not an image (use defineImage)");`,
+    `await bootRuntime(image, { port, socketPath, exitWhenStdinEnds: true, ...(accessSecret ? { accessSecret } : {}) });`,
+  ].join("\n");
+}

@@ -1,0 +1,229 @@
+// Per-instance cgroups for the sandbox provider, v1 (one hierarchy per controller) and v2
+// (unified): memory, CPU quota and process-count limits, the freezer for suspend, and a kill
+// of every process in the group. A host's instances sit under one host group of their own, so
+// reconcile finds what an earlier run left from the kernel's own lists, never from storage.
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { mkdir, rmdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { pollUntil } from "./provider-util.ts";
+
+/** Limits applied when an instance's group is made. */
+export interface CgroupLimits {
+  /** Memory cap (RSS plus page cache, including its tmpfs scratch) in bytes. */
+  readonly memoryBytes: number;
+  /** CPU quota in cores (0.5 = half of one core). */
+  readonly cpus: number;
+  /** Largest number of processes and threads. */
+  readonly pids: number;
+}
+
+/** One instance's group. */
+export interface InstanceCgroup {
+  readonly name: string;
+  /** The `cgroup.procs` files a new process writes its pid to (one per v1 hierarchy). */
+  readonly procsFiles: readonly string[];
+  /** Pids of the processes in the group (host pid namespace). */
+  pids(): number[];
+  /** Resolves once every process of the group is frozen. */
+  freeze(timeoutMs?: number): Promise<void>;
+  thaw(): Promise<void>;
+  /** SIGKILLs every process (frozen first, so none forks meanwhile); resolves once empty. */
+  kill(timeoutMs?: number): Promise<void>;
+  /** Processes of the group the OOM killer ended at its memory limit; 0 when unknown. */
+  oomKills(): number;
+  /** Removes the group (it must be empty). */
+  remove(): Promise<void>;
+}
+
+/** The groups of one host. */
+export interface HostCgroups {
+  readonly version: 1 | 2;
+  /** Makes an instance group with `limits`. */
+  create(name: string, limits: CgroupLimits): Promise<InstanceCgroup>;
+  /** The instance groups that exist now (e.g. left by an earlier run of this host). */
+  existing(): InstanceCgroup[];
+  /** Removes the host's own group once it holds no instance group (best effort). */
+  remove(): Promise<void>;
+}
+
+const ROOT = "/sys/fs/cgroup";
+const V1_CONTROLLERS = ["memory", "cpu", "pids", "freezer"] as const;
+const CPU_PERIOD_US = 100_000;
+
+/** Which cgroup layout this machine has: v2 when unified, v1 when every controller we use is mounted. */
+export function cgroupVersion(root = ROOT): 1 | 2 | undefined {
+  if (existsSync(join(root, "cgroup.controllers"))) return 2;
+  if (V1_CONTROLLERS.every((controller) => existsSync(join(root, controller, "cgroup.procs")))) return 1;
+  return undefined;
+}
+
+/**
+ * Opens (creating as needed) the host's group `<parent>/<hostKey>` in every hierarchy, with a
+ * CPU quota of `hostCpus` cores for all its instances together. `parent` is relative to each
+ * hierarchy's root (default `typed-service-microvms`).
+ */
+export async function openHostCgroups(
+  hostKey: string,
+  hostCpus: number,
+  parent = "typed-service-microvms",
+  root = ROOT,
+): Promise<HostCgroups> {
+  const version = cgroupVersion(root);
+  if (version === undefined) throw new Error(`no usable cgroup hierarchy under ${root}`);
+  if (!/^[A-Za-z0-9._-]+$/.test(hostKey)) throw new Error(`unusable cgroup name ${JSON.stringify(hostKey)}`);
+  return version === 2
+    ? openV2(join(root, parent, hostKey), join(root, parent), hostCpus)
+    : openV1(root, join(parent, hostKey), hostCpus);
+}
+
+const quotaUs = (cpus: number) => Math.max(1_000, Math.round(cpus * CPU_PERIOD_US));
+
+async function openV1(root: string, hostPath: string, hostCpus: number): Promise<HostCgroups> {
+  const dirs = (name: string) => V1_CONTROLLERS.map((controller) => join(root, controller, hostPath, name));
+  await Promise.all(V1_CONTROLLERS.map((controller) => mkdir(join(root, controller, hostPath), { recursive: true })));
+  await writeFile(join(root, "cpu", hostPath, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
+  await writeFile(join(root, "cpu", hostPath, "cpu.cfs_quota_us"), String(quotaUs(hostCpus)));
+  const group = (name: string): InstanceCgroup => {
+    const [memory, cpu, pids, freezer] = dirs(name) as [string, string, string, string];
+    const all = [memory, cpu, pids, freezer];
+    return {
+      name,
+      procsFiles: all.map((dir) => join(dir, "cgroup.procs")),
+      pids: () => unionPids(all),
+      async freeze(timeoutMs = 2_000) {
+        await writeFile(join(freezer, "freezer.state"), "FROZEN");
+        const frozen = await pollUntil(() => readText(join(freezer, "freezer.state")) === "FROZEN", timeoutMs);
+        if (!frozen) throw new Error(`cgroup ${name} did not freeze`);
+      },
+      thaw: () => writeFile(join(freezer, "freezer.state"), "THAWED"),
+      kill(timeoutMs) {
+        return killMembers(this, timeoutMs);
+      },
+      oomKills: () => counter(readText(join(memory, "memory.oom_control")), "oom_kill"),
+      async remove() {
+        for (const dir of all) await rmdir(dir).catch(ignoreMissing);
+      },
+    };
+  };
+  return {
+    version: 1,
+    async create(name, limits) {
+      await Promise.all(dirs(name).map((dir) => mkdir(dir, { recursive: true })));
+      const [memory, cpu, pids] = dirs(name) as [string, string, string];
+      await writeFile(join(memory, "memory.limit_in_bytes"), String(limits.memoryBytes));
+      // Swap would let an instance exceed its cap on disk; absent when swap accounting is off.
+      await writeFile(join(memory, "memory.memsw.limit_in_bytes"), String(limits.memoryBytes)).catch(() => undefined);
+      await writeFile(join(cpu, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
+      await writeFile(join(cpu, "cpu.cfs_quota_us"), String(quotaUs(limits.cpus)));
+      await writeFile(join(pids, "pids.max"), String(limits.pids));
+      return group(name);
+    },
+    existing: () => subdirectories(join(root, "freezer", hostPath)).map(group),
+    async remove() {
+      for (const controller of V1_CONTROLLERS) await rmdir(join(root, controller, hostPath)).catch(() => undefined);
+    },
+  };
+}
+
+async function openV2(hostDir: string, parentDir: string, hostCpus: number): Promise<HostCgroups> {
+  await mkdir(hostDir, { recursive: true });
+  // Children get the controllers only when every ancestor delegates them.
+  for (const dir of [parentDir, hostDir]) await writeFile(join(dir, "cgroup.subtree_control"), "+memory +cpu +pids");
+  await writeFile(join(hostDir, "cpu.max"), `${quotaUs(hostCpus)} ${CPU_PERIOD_US}`);
+  const group = (name: string): InstanceCgroup => {
+    const dir = join(hostDir, name);
+    return {
+      name,
+      procsFiles: [join(dir, "cgroup.procs")],
+      pids: () => unionPids([dir]),
+      async freeze(timeoutMs = 2_000) {
+        await writeFile(join(dir, "cgroup.freeze"), "1");
+        const frozen = await pollUntil(() => /^frozen 1$/m.test(readText(join(dir, "cgroup.events")) ?? ""), timeoutMs);
+        if (!frozen) throw new Error(`cgroup ${name} did not freeze`);
+      },
+      thaw: () => writeFile(join(dir, "cgroup.freeze"), "0"),
+      async kill(timeoutMs = 5_000) {
+        if (existsSync(join(dir, "cgroup.kill"))) {
+          await writeFile(join(dir, "cgroup.kill"), "1");
+          if (!(await pollUntil(() => unionPids([dir]).length === 0, timeoutMs)))
+            throw new Error(`cgroup ${name} still has processes`);
+          return;
+        }
+        await killMembers(this, timeoutMs);
+      },
+      oomKills: () => counter(readText(join(dir, "memory.events")), "oom_kill"),
+      remove: () => rmdir(dir).catch(ignoreMissing),
+    };
+  };
+  return {
+    version: 2,
+    async create(name, limits) {
+      const dir = join(hostDir, name);
+      await mkdir(dir, { recursive: true });
+      await writeFile(join(dir, "memory.max"), String(limits.memoryBytes));
+      await writeFile(join(dir, "memory.swap.max"), "0").catch(() => undefined);
+      await writeFile(join(dir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
+      await writeFile(join(dir, "pids.max"), String(limits.pids));
+      return group(name);
+    },
+    existing: () => subdirectories(hostDir).map(group),
+    remove: () => rmdir(hostDir).catch(() => undefined),
+  };
+}
+
+/** Freeze, SIGKILL every member (the kernel's list, never a stored pid), thaw, wait until empty. */
+async function killMembers(group: InstanceCgroup, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (group.pids().length > 0) {
+    if (Date.now() > deadline) throw new Error(`cgroup ${group.name} still has processes`);
+    await group.freeze().catch(() => undefined);
+    for (const pid of group.pids()) {
+      if (pid <= 1 || pid === process.pid) continue;
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // Exited meanwhile.
+      }
+    }
+    await group.thaw().catch(() => undefined);
+    await pollUntil(() => group.pids().length === 0, 200);
+  }
+}
+
+/** The number after `name` on its own line of a flat-keyed cgroup file; 0 when absent. */
+function counter(text: string | undefined, name: string): number {
+  return Number(new RegExp(`^${name} (\\d+)$`, "m").exec(text ?? "")?.[1] ?? 0);
+}
+
+function unionPids(dirs: readonly string[]): number[] {
+  const pids = new Set<number>();
+  for (const dir of dirs) {
+    for (const line of (readText(join(dir, "cgroup.procs")) ?? "").split("\n")) {
+      const pid = Number(line);
+      if (Number.isInteger(pid) && pid > 0) pids.add(pid);
+    }
+  }
+  return [...pids];
+}
+
+function subdirectories(dir: string): string[] {
+  try {
+    return readdirSync(dir, { withFileTypes: true })
+      .filter((entry) => entry.isDirectory())
+      .map((entry) => entry.name);
+  } catch {
+    return [];
+  }
+}
+
+function readText(path: string): string | undefined {
+  try {
+    return readFileSync(path, "utf8").trim();
+  } catch {
+    return undefined;
+  }
+}
+
+function ignoreMissing(error: NodeJS.ErrnoException): void {
+  if (error.code !== "ENOENT") throw error;
+}

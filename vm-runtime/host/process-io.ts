@@ -1,0 +1,126 @@
+// What the process provider waits on: a free port, an instance's ready line on stdout, its
+// readiness probe answering over HTTP, and its exit. Also drains and forwards its output.
+import type { ChildProcess } from "node:child_process";
+import { EventEmitter, once } from "node:events";
+import { request } from "node:http";
+import { boundedLines } from "./output-lines.ts";
+import { parseReadyLine } from "../runtime/boot.ts";
+import type { Upstream } from "./provider.ts";
+import { RPC_HEALTH_PATH } from "../wire/rpc.ts";
+
+/** Receives each line an instance prints. */
+export type OutputSink = (microvmId: string, stream: "stdout" | "stderr", line: string) => void;
+
+/** An instance's output: stdout lines as events, and the last stderr lines for error messages. */
+export interface OutputWatch {
+  readonly stdout: EventEmitter<{ line: [string] }>;
+  readonly stderrTail: string[];
+}
+
+const STDERR_TAIL_LINES = 20;
+
+/** Drains both pipes for the life of the process, bounded in line length and rate (output-lines.ts). */
+export function watchOutput(child: ChildProcess, microvmId: string, sink?: OutputSink): OutputWatch {
+  const watch: OutputWatch = { stdout: new EventEmitter(), stderrTail: [] };
+  if (child.stdout) {
+    boundedLines(child.stdout, (line) => {
+      watch.stdout.emit("line", line);
+      sink?.(microvmId, "stdout", line);
+    });
+  }
+  if (child.stderr) {
+    boundedLines(child.stderr, (line) => {
+      watch.stderrTail.push(line);
+      if (watch.stderrTail.length > STDERR_TAIL_LINES) watch.stderrTail.shift();
+      sink?.(microvmId, "stderr", line);
+    });
+  }
+  return watch;
+}
+
+/** Resolves with the port the runtime announces; rejects on exit, deadline or abort. */
+export function waitForReadyLine(
+  child: ChildProcess,
+  deadline: number,
+  signal: AbortSignal | undefined,
+  watch: OutputWatch,
+): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => finish(new Error("timed out waiting for the ready line")),
+      Math.max(0, deadline - Date.now()),
+    );
+    const onLine = (line: string) => {
+      const port = parseReadyLine(line);
+      if (port !== undefined) finish(undefined, port);
+    };
+    const onExit = (code: number | null, sig: NodeJS.Signals | null) => {
+      const tail = watch.stderrTail.join("\n");
+      finish(new Error(`instance exited (${sig ?? `code ${code}`}) before it was ready${tail ? `:\n${tail}` : ""}`));
+    };
+    const onAbort = () => finish(new Error("start aborted"));
+    function finish(error: Error | undefined, port?: number) {
+      clearTimeout(timer);
+      watch.stdout.off("line", onLine);
+      child.off("exit", onExit);
+      signal?.removeEventListener("abort", onAbort);
+      if (error) reject(error);
+      else resolve(port as number);
+    }
+    if (signal?.aborted) return onAbort();
+    watch.stdout.on("line", onLine);
+    child.once("exit", onExit);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Polls the runtime's readiness probe until it answers 200, or rejects at the deadline. */
+export async function waitForHealth(
+  upstream: Upstream,
+  deadline: number,
+  headers: Readonly<Record<string, string>> = {},
+  signal?: AbortSignal,
+): Promise<void> {
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    signal?.throwIfAborted();
+    try {
+      const status = await probeStatus(upstream, headers, Math.max(50, Math.min(1_000, deadline - Date.now())));
+      if (status === 200) return;
+      lastError = new Error(`readiness probe answered ${status}`);
+    } catch (error) {
+      lastError = error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error("runtime did not answer its readiness probe in time", { cause: lastError });
+}
+
+/** One `GET /__rpc__/` to the runtime over TCP or its unix socket; resolves with the status. */
+function probeStatus(
+  upstream: Upstream,
+  headers: Readonly<Record<string, string>>,
+  timeoutMs: number,
+): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const target =
+      "socketPath" in upstream ? { socketPath: upstream.socketPath } : { host: upstream.host, port: upstream.port };
+    const req = request(
+      { ...target, path: RPC_HEALTH_PATH, headers: { ...headers }, agent: false, timeout: timeoutMs },
+      (res) => {
+        res.resume();
+        res.on("end", () => resolve(res.statusCode ?? 0));
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("readiness probe timed out")));
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/** Resolves when the child has exited (immediately if it already has). */
+export async function waitForExit(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  await once(child, "exit");
+}

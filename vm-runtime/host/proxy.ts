@@ -1,0 +1,169 @@
+// The host-side proxy of one instance (its `endpoint`): checks the X-aws-proxy-auth token,
+// picks the port from X-aws-proxy-port, resumes a suspended instance once for all waiting
+// requests when allowed, counts in-flight requests for the idle policy, then forwards.
+import { Agent, createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { sendJson } from "../wire/http-util.ts";
+import { forward } from "../wire/forward.ts";
+import { proxyAnswers, type ProxyAnswer } from "../wire/proxy-answers.ts";
+import { RUNTIME_PORT, type Upstream } from "./provider.ts";
+import { INSTANCE_PORT_HEADER, INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
+import type { MicrovmState } from "../../schemas/index.ts";
+import { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "../wire/proxy-headers.ts";
+import type { TokenKey } from "../wire/token.ts";
+import { createTokenVerifier } from "./token-cache.ts";
+
+/** Called as requests start and end (after auth), with the count in flight after the change. */
+export interface ProxyHooks {
+  readonly onRequestStart?: (inFlight: number) => void;
+  readonly onRequestEnd?: (inFlight: number) => void;
+}
+
+export interface InstanceProxyOptions {
+  readonly microvmId: string;
+  readonly tokenKey: TokenKey;
+  /** The instance's current state, read on every request. */
+  readonly state: () => MicrovmState;
+  /** Where a virtual port's requests go; undefined when the instance does not map it. */
+  readonly resolveUpstream: (virtualPort: number) => Upstream | undefined;
+  /** Whether a request may resume a suspended instance (read per request). */
+  readonly autoResume?: () => boolean;
+  /** Resumes the instance; resolves once it is RUNNING. Called once for all waiting requests. */
+  readonly resume?: () => Promise<void>;
+  /** Longest wait for the app's response headers (default 30 s). */
+  readonly upstreamTimeoutMs?: number;
+  /** Headers added to every forwarded request (the handle's `upstreamHeaders`). */
+  readonly upstreamHeaders?: () => Readonly<Record<string, string>> | undefined;
+  readonly hooks?: ProxyHooks;
+  /** Clock for token expiry (default Date.now). */
+  readonly now?: () => number;
+}
+
+export interface InstanceProxy {
+  readonly server: Server;
+  /** Listens (default 127.0.0.1, a free port); resolves with the endpoint `host:port`. */
+  listen(port?: number, host?: string): Promise<string>;
+  close(): Promise<void>;
+  /** Requests past the auth check and not yet finished. */
+  readonly inFlight: number;
+  /** Epoch ms of the last authorised request start or end. */
+  readonly lastActivityAt: number;
+}
+
+/** Never forwarded: the proxy's own headers, and the instance headers only the proxy may set. */
+const STRIPPED = new Set([
+  PROXY_AUTH_HEADER.toLowerCase(),
+  PROXY_PORT_HEADER.toLowerCase(),
+  INSTANCE_SECRET_HEADER,
+  INSTANCE_PORT_HEADER,
+]);
+
+export function createInstanceProxy(options: InstanceProxyOptions): InstanceProxy {
+  const agent = new Agent({ keepAlive: true, maxSockets: 256 });
+  const now = options.now ?? Date.now;
+  const tokens = createTokenVerifier(options.tokenKey, options.microvmId);
+  let inFlight = 0;
+  let lastActivityAt = now();
+  let resuming: Promise<void> | undefined;
+
+  /** One resume for every request that finds the instance suspended meanwhile. */
+  const resumeOnce = () =>
+    (resuming ??= Promise.resolve()
+      .then(() => options.resume?.() ?? Promise.reject(new Error("no resume configured")))
+      .finally(() => {
+        resuming = undefined;
+      }));
+
+  const track = (res: ServerResponse) => {
+    inFlight += 1;
+    lastActivityAt = now();
+    notify(options.hooks?.onRequestStart, inFlight);
+    res.once("close", () => {
+      inFlight -= 1;
+      lastActivityAt = now();
+      notify(options.hooks?.onRequestEnd, inFlight);
+    });
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const virtualPort = parsePort(req.headers[PROXY_PORT_HEADER.toLowerCase()]);
+    const token = req.headers[PROXY_AUTH_HEADER.toLowerCase()];
+    const verdict = tokens.verify(typeof token === "string" ? token : undefined, virtualPort, now());
+    if (!verdict.ok) return answer(res, proxyAnswers.forbidden(verdict.reason));
+    if (virtualPort === undefined) return answer(res, proxyAnswers.invalidPort());
+    track(res);
+    const state = options.state();
+    if (state === "SUSPENDED" || state === "SUSPENDING") {
+      if (!(options.autoResume?.() ?? false)) return answer(res, proxyAnswers.suspended(options.microvmId));
+      try {
+        await resumeOnce();
+      } catch {
+        return answer(res, proxyAnswers.resumeFailed(options.microvmId));
+      }
+    } else if (state === "PENDING") {
+      return answer(res, proxyAnswers.notReady(options.microvmId, state));
+    } else if (state !== "RUNNING") {
+      return answer(res, proxyAnswers.gone(options.microvmId, state));
+    }
+    const upstream = options.resolveUpstream(virtualPort);
+    if (upstream === undefined) return answer(res, proxyAnswers.badGateway("no-listener"));
+    await forward(req, res, {
+      upstream,
+      agent,
+      timeoutMs: options.upstreamTimeoutMs ?? 30_000,
+      strip: STRIPPED,
+      add: options.upstreamHeaders?.() ?? {},
+    });
+  }
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch(() => answer(res, proxyAnswers.badGateway("connection-failed")));
+  });
+
+  return {
+    server,
+    get inFlight() {
+      return inFlight;
+    },
+    get lastActivityAt() {
+      return lastActivityAt;
+    },
+    listen(port = 0, host = "127.0.0.1") {
+      return new Promise((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(port, host, () => {
+          server.off("error", reject);
+          resolve(`${host}:${(server.address() as AddressInfo).port}`);
+        });
+      });
+    },
+    close() {
+      return new Promise((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+        agent.destroy();
+      });
+    },
+  };
+}
+
+/** The virtual port a request names: the header, or 8080 when absent; undefined when invalid. */
+function parsePort(header: string | string[] | undefined): number | undefined {
+  if (header === undefined) return RUNTIME_PORT;
+  if (typeof header !== "string" || !/^\d{1,5}$/.test(header.trim())) return undefined;
+  const port = Number(header.trim());
+  return port >= 1 && port <= 65_535 ? port : undefined;
+}
+
+/** A throwing hook must not take the proxy down (it runs in socket event handlers). */
+function notify(hook: ((inFlight: number) => void) | undefined, inFlight: number): void {
+  try {
+    hook?.(inFlight);
+  } catch {
+    // The lifecycle machine is gone or refused the event: activity accounting is best effort.
+  }
+}
+
+function answer(res: ServerResponse, proxyAnswer: ProxyAnswer): void {
+  sendJson(res, proxyAnswer.status, proxyAnswer.body, proxyAnswer.headers ?? {});
+}

@@ -1,0 +1,150 @@
+// The command line of a sandboxed instance: bubblewrap with new user, PID, mount, IPC, UTS,
+// cgroup and network namespaces; a read-only view of node, its libraries and the image
+// bundle; a size-bounded tmpfs scratch; the runtime's unix socket in a private /run.
+import { execFileSync } from "node:child_process";
+import { existsSync, realpathSync } from "node:fs";
+import { IMAGE_MODULE_ENV } from "./bundle.ts";
+
+/** Paths inside the instance. */
+export const SANDBOX_PATHS = {
+  bundle: "/app/image.mjs",
+  module: "/app/module.mjs",
+  scratch: "/scratch",
+  socketDir: "/run/microvm",
+  socket: "/run/microvm/runtime.sock",
+} as const;
+
+/** Every sandboxed instance's command line (bwrap's) contains this. */
+export const SANDBOX_MARKER = SANDBOX_PATHS.bundle;
+
+/** The uid and gid image code runs as inside its user namespace. */
+export const SANDBOX_UID = 1000;
+
+export interface SandboxLaunch {
+  readonly bwrap: string;
+  /** The node binary (bound read-only at the same path). */
+  readonly node: string;
+  /** Shared libraries node needs: [path inside, real path on the host]. */
+  readonly libraries: readonly (readonly [string, string])[];
+  /**
+   * File descriptor of the image bundle, copied into the sandbox read-only (the host's work
+   * directory stays closed to the sandbox's uid).
+   */
+  readonly bundleFd: number;
+  /** File descriptor of the image module the runtime bundle imports, copied in the same way. */
+  readonly moduleFd: number;
+  readonly scratchBytes: number;
+  /** V8 heap cap in MiB. */
+  readonly heapMiB: number;
+  readonly microvmId: string;
+  /** Node's permission model inside as a second wall (default true). */
+  readonly permissions: boolean;
+  /** File descriptor bwrap reports the sandbox's pid on. */
+  readonly infoFd: number;
+}
+
+/** argv (after the executable) of `bwrap … node … bundle`. */
+export function sandboxArgs(launch: SandboxLaunch): string[] {
+  const binds = [
+    ...roBind(launch.node, launch.node),
+    ...launch.libraries.flatMap(([inside, host]) => roBind(host, inside)),
+    ...(existsSync("/etc/ld.so.cache") ? roBind("/etc/ld.so.cache", "/etc/ld.so.cache") : []),
+    "--perms",
+    "0444",
+    "--ro-bind-data",
+    String(launch.bundleFd),
+    SANDBOX_PATHS.bundle,
+    "--perms",
+    "0444",
+    "--ro-bind-data",
+    String(launch.moduleFd),
+    SANDBOX_PATHS.module,
+  ];
+  const env = {
+    PATH: "/usr/bin:/bin",
+    HOME: SANDBOX_PATHS.scratch,
+    TMPDIR: SANDBOX_PATHS.scratch,
+    LANG: "C.UTF-8",
+    NODE_ENV: "production",
+    MICROVM_ID: launch.microvmId,
+    MICROVM_RUNTIME_SOCKET: SANDBOX_PATHS.socket,
+    [IMAGE_MODULE_ENV]: SANDBOX_PATHS.module,
+  };
+  const nodeArgs = [
+    "--no-warnings",
+    `--max-old-space-size=${launch.heapMiB}`,
+    "--max-semi-space-size=1",
+    "--single-threaded",
+    ...(launch.permissions
+      ? [
+          "--experimental-permission",
+          `--allow-fs-read=${SANDBOX_PATHS.bundle}`,
+          `--allow-fs-read=${SANDBOX_PATHS.module}`,
+          `--allow-fs-read=${SANDBOX_PATHS.scratch}`,
+          `--allow-fs-write=${SANDBOX_PATHS.scratch}`,
+        ]
+      : []),
+    SANDBOX_PATHS.bundle,
+  ];
+  return [
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup",
+    "--unshare-net",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--uid",
+    String(SANDBOX_UID),
+    "--gid",
+    String(SANDBOX_UID),
+    "--hostname",
+    "microvm",
+    "--clearenv",
+    ...Object.entries(env).flatMap(([name, value]) => ["--setenv", name, value]),
+    ...binds,
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--size",
+    String(launch.scratchBytes),
+    "--tmpfs",
+    SANDBOX_PATHS.scratch,
+    "--size",
+    String(64 * 1024),
+    "--tmpfs",
+    "/run",
+    "--dir",
+    SANDBOX_PATHS.socketDir,
+    "--remount-ro",
+    "/",
+    "--chdir",
+    SANDBOX_PATHS.scratch,
+    "--info-fd",
+    String(launch.infoFd),
+    "--",
+    launch.node,
+    ...nodeArgs,
+  ];
+}
+
+function roBind(host: string, inside: string): string[] {
+  return ["--ro-bind", host, inside];
+}
+
+/**
+ * The shared libraries of `binary` as `ldd` lists them, each with its real path on the host.
+ * Empty for a static binary; throws when ldd cannot tell.
+ */
+export function sharedLibraries(binary: string): [string, string][] {
+  const output = execFileSync("ldd", [binary], { encoding: "utf8" });
+  const libraries: [string, string][] = [];
+  for (const line of output.split("\n")) {
+    const path = /=>\s+(\/\S+)/.exec(line)?.[1] ?? /^\s*(\/\S+)\s+\(/.exec(line)?.[1];
+    if (path) libraries.push([path, realpathSync(path)]);
+  }
+  return libraries;
+}

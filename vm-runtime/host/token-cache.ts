@@ -1,0 +1,35 @@
+// A proxy's memory of tokens it has verified: the HMAC is checked once per token string, then
+// its claims are reused until they expire. Expiry and port are still checked on every request.
+import { portAllowed, verifyAuthToken, type TokenClaims, type TokenKey, type TokenVerdict } from "../wire/token.ts";
+
+export interface TokenVerifier {
+  /** Same verdicts as `verifyAuthToken` for this instance. */
+  verify(token: string | undefined, port: number | undefined, now: number): TokenVerdict;
+}
+
+/** Verifies tokens for one instance, remembering up to `capacity` valid ones (oldest out first). */
+export function createTokenVerifier(key: TokenKey, microvmId: string, capacity = 64): TokenVerifier {
+  const verified = new Map<string, TokenClaims>();
+  return {
+    verify(token, port, now) {
+      const claims = token === undefined ? undefined : verified.get(token);
+      if (!claims) {
+        const verdict = verifyAuthToken(token, key, { microvmId, now, ...(port === undefined ? {} : { port }) });
+        // Only tokens that passed in full are kept: a forged or foreign one never enters the map.
+        if (verdict.ok && token !== undefined) remember(verified, token, verdict.claims, capacity);
+        return verdict;
+      }
+      if (claims.exp <= now) {
+        verified.delete(token!);
+        return { ok: false, reason: "expired" };
+      }
+      if (port !== undefined && !portAllowed(claims.ports, port)) return { ok: false, reason: "port-not-allowed" };
+      return { ok: true, claims };
+    },
+  };
+}
+
+function remember(verified: Map<string, TokenClaims>, token: string, claims: TokenClaims, capacity: number): void {
+  if (verified.size >= capacity) verified.delete(verified.keys().next().value as string);
+  verified.set(token, claims);
+}

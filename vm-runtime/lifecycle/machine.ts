@@ -1,0 +1,236 @@
+// One instance's lifecycle as an XState v5 machine (PENDING → RUNNING → SUSPENDING → SUSPENDED
+// → TERMINATING → TERMINATED; FAILED on any error or deadline). I/O lives in promise actors
+// supplied with `.provide()`. Resuming is SUSPENDED.resuming: reported SUSPENDED until it answers.
+import { assign, fromPromise, setup } from "xstate";
+import type { MicrovmHandle } from "../host/provider.ts";
+import type { IdlePolicy } from "../../schemas/index.ts";
+import {
+  DEFAULT_TIMEOUTS,
+  failureReason,
+  remainingMs,
+  type LifecycleContext,
+  type LifecycleEvent,
+  type HandleInput,
+  type LifecycleInput,
+  type StartInput,
+  type TerminateInput,
+} from "./types.ts";
+
+/** Placeholder I/O: a machine used without `.provide()` fails loudly into FAILED. */
+const notProvided = (name: string) => async (): Promise<never> => {
+  throw new Error(`lifecycle actor "${name}" was not provided`);
+};
+
+const enabled = (seconds: number) => Number.isFinite(seconds) && seconds > 0;
+
+/** The machine; give it real I/O with `lifecycleMachine.provide({ actors: { start, ... } })`. */
+export const lifecycleMachine = setup({
+  types: {
+    context: {} as LifecycleContext,
+    events: {} as LifecycleEvent,
+    input: {} as LifecycleInput,
+  },
+  actors: {
+    start: fromPromise<MicrovmHandle, StartInput>(notProvided("start")),
+    suspend: fromPromise<void, HandleInput>(notProvided("suspend")),
+    resume: fromPromise<void, HandleInput>(notProvided("resume")),
+    terminate: fromPromise<void, TerminateInput>(notProvided("terminate")),
+  },
+  actions: {
+    /** Starts the current timed state's clock. */
+    anchorTimer: assign({ timerAnchor: () => Date.now() }),
+    recordInFlight: assign({
+      inFlight: ({ context, event }) =>
+        event.type === "REQUEST_START" || event.type === "REQUEST_END" ? Math.max(0, event.inFlight) : context.inFlight,
+    }),
+    setReason: assign((_, params: { reason: string }) => ({ stateReason: params.reason })),
+    setFailure: assign((_, params: { reason: string; error: unknown }) => ({
+      stateReason: failureReason(params.reason, params.error),
+    })),
+    setTerminateReason: assign({
+      stateReason: ({ event }) => (event.type === "TERMINATE" && event.reason ? event.reason : "TerminateRequested"),
+    }),
+    clearReason: assign({ stateReason: undefined }),
+    storeHandle: assign((_, params: { handle: MicrovmHandle }) => ({ handle: params.handle })),
+    clearHandle: assign({ handle: undefined, inFlight: 0 }),
+    /** A repeated operation already under way: accepted (so `can()` is true), nothing to do. */
+    acknowledge: () => undefined,
+  },
+  guards: {
+    requestsInFlight: ({ context }) => context.inFlight > 0,
+    noRequestsInFlight: ({ context }) => context.inFlight === 0,
+    idleSuspendEnabled: ({ context }) => enabled(context.idlePolicy.maxIdleDurationSeconds),
+    suspendedTerminateEnabled: ({ context }) => enabled(context.idlePolicy.suspendedDurationSeconds),
+  },
+  delays: {
+    idleTimeout: ({ context }) =>
+      remainingMs(policyMs(context.idlePolicy, "maxIdleDurationSeconds"), context.timerAnchor),
+    suspendedTimeout: ({ context }) =>
+      remainingMs(policyMs(context.idlePolicy, "suspendedDurationSeconds"), context.timerAnchor),
+    startDeadline: ({ context }) => remainingMs(context.timeouts.startMs, context.timerAnchor),
+    suspendDeadline: ({ context }) => remainingMs(context.timeouts.suspendMs, context.timerAnchor),
+    resumeDeadline: ({ context }) => remainingMs(context.timeouts.resumeMs, context.timerAnchor),
+    terminateDeadline: ({ context }) => remainingMs(context.timeouts.terminateMs, context.timerAnchor),
+  },
+}).createMachine({
+  id: "microvm",
+  context: ({ input }) => ({
+    microvmId: input.microvmId,
+    ...(input.imageIdentifier === undefined ? {} : { imageIdentifier: input.imageIdentifier }),
+    idlePolicy: input.idlePolicy,
+    timeouts: { ...DEFAULT_TIMEOUTS, ...input.timeouts },
+    startedAt: input.startedAt ?? new Date().toISOString(),
+    inFlight: 0,
+    timerAnchor: Date.now(),
+  }),
+  initial: "PENDING",
+  on: {
+    REQUEST_START: { actions: "recordInFlight" },
+    REQUEST_END: { actions: "recordInFlight" },
+  },
+  states: {
+    PENDING: {
+      invoke: {
+        src: "start",
+        input: ({ context }) => ({
+          microvmId: context.microvmId,
+          ...(context.imageIdentifier === undefined ? {} : { imageIdentifier: context.imageIdentifier }),
+        }),
+        onDone: {
+          target: "RUNNING",
+          actions: { type: "storeHandle", params: ({ event }) => ({ handle: event.output }) },
+        },
+        onError: {
+          target: "FAILED",
+          actions: { type: "setFailure", params: ({ event }) => ({ reason: "StartFailed", error: event.error }) },
+        },
+      },
+      entry: "anchorTimer",
+      after: {
+        startDeadline: { target: "FAILED", actions: { type: "setReason", params: { reason: "StartTimedOut" } } },
+      },
+      on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
+    },
+    RUNNING: {
+      entry: "clearReason",
+      on: {
+        SUSPEND: { target: "SUSPENDING", actions: { type: "setReason", params: { reason: "SuspendRequested" } } },
+        TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" },
+        EXITED: { target: "FAILED", actions: { type: "setReason", params: ({ event }) => ({ reason: event.reason }) } },
+      },
+      initial: "idle",
+      states: {
+        /** No request in flight: the idle clock runs; any activity restarts it. */
+        idle: {
+          entry: "anchorTimer",
+          always: { guard: "requestsInFlight", target: "busy" },
+          after: {
+            idleTimeout: {
+              guard: "idleSuspendEnabled",
+              target: "#microvm.SUSPENDING",
+              actions: { type: "setReason", params: { reason: "IdleTimeout" } },
+            },
+          },
+          on: {
+            REQUEST_START: { target: "busy", actions: "recordInFlight" },
+            REQUEST_END: { target: "idle", reenter: true, actions: "recordInFlight" },
+          },
+        },
+        /** Requests in flight: never idle; back to idle (clock restarted) when the last ends. */
+        busy: {
+          always: { guard: "noRequestsInFlight", target: "idle" },
+        },
+      },
+    },
+    SUSPENDING: {
+      invoke: {
+        src: "suspend",
+        input: ({ context }) => ({ handle: requireHandle(context) }),
+        onDone: { target: "SUSPENDED" },
+        onError: {
+          target: "FAILED",
+          actions: { type: "setFailure", params: ({ event }) => ({ reason: "SuspendFailed", error: event.error }) },
+        },
+      },
+      entry: "anchorTimer",
+      after: {
+        suspendDeadline: { target: "FAILED", actions: { type: "setReason", params: { reason: "SuspendTimedOut" } } },
+      },
+      on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
+    },
+    SUSPENDED: {
+      on: {
+        TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" },
+        EXITED: { target: "FAILED", actions: { type: "setReason", params: ({ event }) => ({ reason: event.reason }) } },
+      },
+      initial: "asleep",
+      states: {
+        asleep: {
+          entry: "anchorTimer",
+          after: {
+            suspendedTimeout: {
+              guard: "suspendedTerminateEnabled",
+              target: "#microvm.TERMINATING",
+              actions: { type: "setReason", params: { reason: "SuspendedDurationElapsed" } },
+            },
+          },
+          on: {
+            RESUME: { target: "resuming", actions: { type: "setReason", params: { reason: "Resuming" } } },
+          },
+        },
+        /** Thawing: still reported as SUSPENDED until the runtime answers again. */
+        resuming: {
+          invoke: {
+            src: "resume",
+            input: ({ context }) => ({ handle: requireHandle(context) }),
+            onDone: { target: "#microvm.RUNNING" },
+            onError: {
+              target: "#microvm.FAILED",
+              actions: { type: "setFailure", params: ({ event }) => ({ reason: "ResumeFailed", error: event.error }) },
+            },
+          },
+          entry: "anchorTimer",
+          after: {
+            resumeDeadline: {
+              target: "#microvm.FAILED",
+              actions: { type: "setReason", params: { reason: "ResumeTimedOut" } },
+            },
+          },
+          on: { RESUME: { actions: "acknowledge" } },
+        },
+      },
+    },
+    TERMINATING: {
+      invoke: {
+        src: "terminate",
+        input: ({ context }) => ({ handle: context.handle, graceMs: context.timeouts.terminateGraceMs }),
+        onDone: { target: "TERMINATED" },
+        onError: {
+          target: "FAILED",
+          actions: { type: "setFailure", params: ({ event }) => ({ reason: "TerminateFailed", error: event.error }) },
+        },
+      },
+      entry: "anchorTimer",
+      after: {
+        terminateDeadline: {
+          target: "FAILED",
+          actions: { type: "setReason", params: { reason: "TerminateTimedOut" } },
+        },
+      },
+      on: { TERMINATE: { actions: "acknowledge" } },
+    },
+    TERMINATED: { type: "final", entry: "clearHandle" },
+    FAILED: {
+      on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
+    },
+  },
+});
+
+function requireHandle(context: LifecycleContext): MicrovmHandle {
+  if (!context.handle) throw new Error(`instance ${context.microvmId} has no handle`);
+  return context.handle;
+}
+
+function policyMs(policy: IdlePolicy, key: "maxIdleDurationSeconds" | "suspendedDurationSeconds"): number {
+  return enabled(policy[key]) ? policy[key] * 1000 : Number.POSITIVE_INFINITY;
+}

@@ -1,0 +1,53 @@
+// The proxy's own answers, one catalogue: each a stable `_tag`, its HTTP status and a JSON
+// body. Reasons explain a 403 without echoing anything secret (never the token).
+import type { TokenRejection } from "./token.ts";
+import type { MicrovmState } from "../../schemas/index.ts";
+
+/** A proxy answer: status, JSON body and extra headers. */
+export interface ProxyAnswer {
+  readonly status: number;
+  readonly body: { readonly _tag: string; readonly message: string; readonly [field: string]: unknown };
+  readonly headers?: Record<string, string>;
+}
+
+/** Why the proxy could not reach the app. */
+export type BadGatewayReason = "no-listener" | "timeout" | "connection-failed";
+
+export const proxyAnswers = {
+  /** 403: missing, malformed, forged, expired, other-instance token or a port outside it. */
+  forbidden: (reason: TokenRejection): ProxyAnswer => ({
+    status: 403,
+    body: { _tag: "MicrovmProxyForbidden", reason, message: `request refused: ${reason}` },
+  }),
+  /** 400: `X-aws-proxy-port` is not a port number. */
+  invalidPort: (): ProxyAnswer => ({
+    status: 400,
+    body: { _tag: "InvalidProxyPort", message: "X-aws-proxy-port must be an integer from 1 to 65535" },
+  }),
+  /** 409: suspended and autoResumeEnabled is false: ResumeMicrovm first. */
+  suspended: (microvmId: string): ProxyAnswer => ({
+    status: 409,
+    body: { _tag: "MicrovmSuspended", microvmId, message: "the instance is suspended and auto-resume is disabled" },
+  }),
+  /** 503: still starting. */
+  notReady: (microvmId: string, state: MicrovmState): ProxyAnswer => ({
+    status: 503,
+    body: { _tag: "MicrovmNotReady", microvmId, state, message: "the instance is not running yet" },
+    headers: { "retry-after": "1" },
+  }),
+  /** 410: terminating, terminated or failed. */
+  gone: (microvmId: string, state: MicrovmState): ProxyAnswer => ({
+    status: 410,
+    body: { _tag: "MicrovmGone", microvmId, state, message: "the instance is no longer running" },
+  }),
+  /** 503: auto-resume was attempted and failed. */
+  resumeFailed: (microvmId: string): ProxyAnswer => ({
+    status: 503,
+    body: { _tag: "MicrovmResumeFailed", microvmId, message: "the instance could not be resumed" },
+  }),
+  /** 502: the app does not answer on the chosen port. */
+  badGateway: (reason: BadGatewayReason): ProxyAnswer => ({
+    status: 502,
+    body: { _tag: "BadGateway", reason, message: `the instance's app did not answer (${reason})` },
+  }),
+} as const;
