@@ -3,8 +3,18 @@
 import { once } from "node:events";
 import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
+import { randomBytes } from "node:crypto";
 import { connect } from "@nats-io/transport-node";
-import { freePort, openBuckets, startNatsServer, type NatsServer } from "../platform/index.ts";
+import {
+  actorBuckets,
+  authOptions,
+  freePort,
+  openBuckets,
+  startNatsServer,
+  type NatsCredentials,
+  type NatsRole,
+  type NatsServer,
+} from "../platform/index.ts";
 
 export interface NatsClusterOptions {
   /** Stores go to `<baseDir>/<node name>`. */
@@ -16,8 +26,12 @@ export interface NatsClusterOptions {
   /** Route ports by node (0 or missing: a free port). */
   readonly routePorts?: readonly number[];
   readonly clusterName: string;
-  /** Runs this binary instead of `nats-server` on PATH. */
+  /** Runs this binary instead of the one `natsServerPath()` finds. */
   readonly binary?: string;
+  /** JetStream's `sync_interval` on every node (default: NATS_SYNC, else `1s`). */
+  readonly sync?: string;
+  /** The clients' `authorization {}` block (`authorizationConfig`); routes are authenticated either way. */
+  readonly authorization?: string;
 }
 
 /** One node: its fixed ports and store, so it can be killed and started again as the same server. */
@@ -44,13 +58,23 @@ export interface NatsCluster {
   stop(): Promise<void>;
 }
 
-/** The `cluster {}` block of one node: listen on its route port, solicit every other node. */
-export function clusterConfig(clusterName: string, routePort: number, peerRoutePorts: readonly number[]): string {
-  const routes = peerRoutePorts.map((port) => JSON.stringify(`nats-route://127.0.0.1:${port}`));
+/**
+ * The `cluster {}` block of one node: listen on its route port, solicit every other node. With
+ * `routePassword`, a route must authenticate as user `route` (no process can join as a node).
+ */
+export function clusterConfig(
+  clusterName: string,
+  routePort: number,
+  peerRoutePorts: readonly number[],
+  routePassword?: string,
+): string {
+  const login = routePassword ? `route:${encodeURIComponent(routePassword)}@` : "";
+  const routes = peerRoutePorts.map((port) => JSON.stringify(`nats-route://${login}127.0.0.1:${port}`));
   return [
     "cluster {",
     `  name: ${JSON.stringify(clusterName)}`,
     `  listen: "127.0.0.1:${routePort}"`,
+    ...(routePassword ? [`  authorization { user: "route", password: ${JSON.stringify(routePassword)} }`] : []),
     `  routes: [${routes.join(", ")}]`,
     "}",
   ].join("\n");
@@ -75,14 +99,23 @@ export async function startNatsCluster(options: NatsClusterOptions): Promise<Nat
 async function startNatsClusterOnce(options: NatsClusterOptions): Promise<NatsCluster> {
   const ports = await fixPorts(options.names.length, options.clientPorts);
   const routePorts = await fixPorts(options.names.length, options.routePorts);
+  // Shared by this cluster's nodes only, kept in their 0600 config files.
+  const routePassword = randomBytes(24).toString("base64url");
   const nodes = options.names.map((name, i) =>
     natsNode({
       name,
       port: ports[i],
       routePort: routePorts[i],
       storeDir: join(options.baseDir, name),
-      extraConfig: clusterConfig(options.clusterName, routePorts[i], routePorts.filter((_, j) => j !== i)),
+      extraConfig: clusterConfig(
+        options.clusterName,
+        routePorts[i],
+        routePorts.filter((_, j) => j !== i),
+        routePassword,
+      ),
+      authorization: options.authorization,
       binary: options.binary,
+      sync: options.sync,
     }),
   );
   const cluster: NatsCluster = {
@@ -107,7 +140,9 @@ interface NodeSpec {
   routePort: number;
   storeDir: string;
   extraConfig: string;
+  authorization?: string;
   binary?: string;
+  sync?: string;
 }
 
 function natsNode(spec: NodeSpec): NatsNode {
@@ -128,7 +163,9 @@ function natsNode(spec: NodeSpec): NatsNode {
         port: spec.port,
         serverName: spec.name,
         extraConfig: spec.extraConfig,
+        authorization: spec.authorization,
         binary: spec.binary,
+        sync: spec.sync,
         awaitRoutes: true,
       });
     },
@@ -153,11 +190,35 @@ async function fixPorts(count: number, wanted: readonly number[] = []): Promise<
   return ports;
 }
 
+/** An `onNoPeers` for `waitForJetStream`: restarts the cluster's nodes one per call, in turn. */
+export function restartNodesInTurn(cluster: NatsCluster): () => Promise<void> {
+  let next = cluster.nodes.length - 1;
+  return async () => {
+    const node = cluster.nodes[next]!;
+    next = (next + cluster.nodes.length - 1) % cluster.nodes.length;
+    await node.stop();
+    await node.start();
+  };
+}
+
 export interface JetStreamWaitOptions {
   /** Replicas of the service's buckets (3 on a 3-node cluster). */
   readonly replicas: number;
   readonly timeoutMs?: number;
+  /** The roles' credentials: each creates its own buckets. */
+  readonly credentials?: Partial<Record<NatsRole, NatsCredentials>>;
+  /**
+   * Called each time JetStream has answered "temporarily unavailable" (no meta leader) or
+   * refused buckets for want of peers for `STUCK_MS`: with nodes started at the same moment,
+   * one whose first contact fell into the meta leader's election can stay outside the meta
+   * group until it restarts (seen on 2.10). The cluster runners
+   * restart one node per call, in turn; a node that joins an elected group is added.
+   */
+  readonly onNoPeers?: () => Promise<void>;
 }
+
+/** How long either symptom may last before `onNoPeers` is called. */
+const STUCK_MS = 8_000;
 
 /**
  * Waits until the cluster has a JetStream meta leader (the account info request answers; a
@@ -167,35 +228,64 @@ export interface JetStreamWaitOptions {
 export async function waitForJetStream(servers: string, options: JetStreamWaitOptions): Promise<number> {
   const started = Date.now();
   const timeoutMs = options.timeoutMs ?? 30_000;
-  const nc = await connect({ servers: servers.split(","), name: "cluster:wait-jetstream", maxReconnectAttempts: -1 });
+  const as = (role: NatsRole) =>
+    connect({
+      servers: servers.split(","),
+      name: `cluster:wait-jetstream:${role}`,
+      maxReconnectAttempts: -1,
+      ...authOptions(options.credentials?.[role]),
+    });
+  const nc = await as("actors");
+  const host = await as("microvms");
   const retry = async (step: () => Promise<void>) => {
     for (;;) {
       try {
         return await step();
       } catch (err) {
         if (Date.now() - started > timeoutMs) {
-          throw new Error(`JetStream cluster not ready after ${timeoutMs} ms: ${(err as Error).message}`, { cause: err });
+          throw new Error(`JetStream cluster not ready after ${timeoutMs} ms: ${(err as Error).message}`, {
+            cause: err,
+          });
         }
         await new Promise((r) => setTimeout(r, 100));
       }
     }
   };
   try {
+    // Either symptom of a node left outside the meta group: no meta leader, or no peers for R3.
+    let stuckSince: number | undefined;
+    const unstick = async (err: unknown) => {
+      if (!/no suitable peers|temporarily unavailable/i.test((err as Error).message) || !options.onNoPeers) throw err;
+      stuckSince ??= Date.now();
+      if (Date.now() - stuckSince >= STUCK_MS) {
+        stuckSince = undefined;
+        await options.onNoPeers();
+      }
+      throw err;
+    };
     await retry(async () => {
       const reply = await nc.request("$JS.API.INFO", "", { timeout: 1_000 });
       const error = reply.json<{ error?: { description: string } }>().error;
-      if (error) throw new Error(error.description);
+      if (error) await unstick(new Error(error.description));
     });
-    await retry(async () => void (await openBuckets(nc, { replicas: options.replicas })));
+    stuckSince = undefined;
+    await retry(() =>
+      openBuckets(nc, { replicas: options.replicas, only: actorBuckets }).then(() => undefined, unstick),
+    );
+    await retry(async () => void (await openBuckets(host, { replicas: options.replicas, only: ["microvms"] })));
     return Date.now() - started;
   } finally {
-    await nc.close();
+    await Promise.all([nc.close(), host.close()]);
   }
 }
 
 /** The server name of a KV bucket's stream leader (to kill the node that hurts most). */
-export async function bucketLeader(servers: string, bucket: string): Promise<string | undefined> {
-  const nc = await connect({ servers: servers.split(","), name: "cluster:leader" });
+export async function bucketLeader(
+  servers: string,
+  bucket: string,
+  credentials?: NatsCredentials,
+): Promise<string | undefined> {
+  const nc = await connect({ servers: servers.split(","), name: "cluster:leader", ...authOptions(credentials) });
   try {
     const status = await (await new Kvm(nc).open(bucket)).status();
     return status.streamInfo.cluster?.leader;

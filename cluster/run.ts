@@ -5,9 +5,10 @@ import { execFileSync } from "node:child_process";
 import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
+import { natsServerPath, packageVersion, parseNatsSync } from "../platform/index.ts";
 import { recordPids, startCluster, stopLeftovers, topologyFromEnv, type RunningCluster } from "./index.ts";
 
-const usage = `usage: npm run cluster [-- --fresh] [-- --quiet]
+const usage = `usage: npm run cluster [-- --fresh] [-- --quiet] [-- --version]
 
 Starts three nats-server nodes (JetStream cluster), two gateways, two actor processes and a
 microVM host on this machine, with KV_REPLICAS=3.
@@ -17,13 +18,29 @@ microVM host on this machine, with KV_REPLICAS=3.
 
 env: CLUSTER_DIR, CLUSTER_NATS_PORTS (default 14222,14223,14224), CLUSTER_ROUTE_PORTS
 (16222,16223,16224), CLUSTER_GATEWAY_PORTS (base port per gateway: 8787,9787; each serves the
-Task, Job and microVM APIs on base, base+1, base+2), LOG_LEVEL.`;
+Task, Job and microVM APIs on base, base+1, base+2), LOG_LEVEL, NATS_SYNC (JetStream sync_interval of every node: 1s or always), NATS_SERVER_BIN.`;
 
-const { values: flags } = parseArgs({
-  options: { fresh: { type: "boolean" }, quiet: { type: "boolean", short: "q" }, help: { type: "boolean", short: "h" } },
-});
+const flags = (() => {
+  try {
+    return parseArgs({
+      options: {
+        fresh: { type: "boolean" },
+        quiet: { type: "boolean", short: "q" },
+        help: { type: "boolean", short: "h" },
+        version: { type: "boolean", short: "v" },
+      },
+    }).values;
+  } catch (err) {
+    console.error(`error: ${(err as Error).message} (npm run cluster -- --help)`);
+    process.exit(2);
+  }
+})();
 if (flags.help) {
   console.log(usage);
+  process.exit(0);
+}
+if (flags.version) {
+  console.log(packageVersion());
   process.exit(0);
 }
 
@@ -31,6 +48,16 @@ const baseDir = resolve(process.env.CLUSTER_DIR || ".data/cluster");
 const topology = (() => {
   try {
     return topologyFromEnv(process.env);
+  } catch (err) {
+    console.error(`error: ${(err as Error).message}`);
+    process.exit(2);
+  }
+})();
+/** Checked before anything starts: a current nats-server, a valid NATS_SYNC. */
+const natsBinary = (() => {
+  try {
+    parseNatsSync(process.env.NATS_SYNC);
+    return natsServerPath();
   } catch (err) {
     console.error(`error: ${(err as Error).message}`);
     process.exit(2);
@@ -58,14 +85,14 @@ function printLine(name: string, line: string): void {
  * A launcher that runs nats-server in a session of its own, so a Ctrl-C in the terminal reaches
  * this runner only and the nodes stop after the services (which need NATS to shut down cleanly).
  */
-async function detachedNatsBinary(): Promise<string | undefined> {
+async function detachedNatsBinary(): Promise<string> {
   try {
     execFileSync("sh", ["-c", "command -v setsid"], { stdio: "ignore" });
   } catch {
-    return undefined;
+    return natsBinary;
   }
   const path = join(baseDir, "nats-server.sh");
-  await writeFile(path, '#!/bin/sh\nexec setsid nats-server "$@"\n');
+  await writeFile(path, `#!/bin/sh\nexec setsid ${JSON.stringify(natsBinary)} "$@"\n`);
   await chmod(path, 0o755);
   return path;
 }
@@ -107,7 +134,9 @@ async function killAll(list: readonly number[]): Promise<void> {
 }
 
 const started = Date.now();
-console.log(`starting ${topology.nats.length} NATS nodes, ${topology.gateways.length} gateways, ${topology.actors.length} actor processes, ${topology.microvmHosts.length} microVM host(s) in ${baseDir}`);
+console.log(
+  `starting ${topology.nats.length} NATS nodes, ${topology.gateways.length} gateways, ${topology.actors.length} actor processes, ${topology.microvmHosts.length} microVM host(s) in ${baseDir}`,
+);
 try {
   cluster = await startCluster(topology, {
     baseDir,
@@ -141,9 +170,13 @@ const lines = [
   `cluster ready in ${((Date.now() - started) / 1000).toFixed(1)} s (JetStream meta leader after ${(cluster.jetStreamReadyMs / 1000).toFixed(1)} s)`,
   `  NATS_URL=${cluster.nats.url}`,
   ...cluster.gateways.map(
-    (g) => `  ${g.name.padEnd(15)} Task API ${url(g.ports!.task)}  Job API ${url(g.ports!.job)}  microVM API ${url(g.ports!.microvm)}`,
+    (g) =>
+      `  ${g.name.padEnd(15)} Task API ${url(g.ports!.task)}  Job API ${url(g.ports!.job)}  microVM API ${url(g.ports!.microvm)}`,
   ),
-  `  ${cluster.services.filter((s) => s.role !== "gateway").map((s) => `${s.name} (pid ${s.pid})`).join(", ")}`,
+  `  ${cluster.services
+    .filter((s) => s.role !== "gateway")
+    .map((s) => `${s.name} (pid ${s.pid})`)
+    .join(", ")}`,
   `  try: npm run -s cli -- tasks create "hello" --url ${url(cluster.gateways.at(-1)!.ports!.task)}`,
   "Ctrl-C stops everything.",
   "",

@@ -3,7 +3,14 @@
 // processes; compose.yaml is the same shape in containers (test/cluster.test.ts checks both).
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { startNatsCluster, waitForJetStream, type NatsCluster } from "./nats-cluster.ts";
+import {
+  authDirOf,
+  authorizationConfig,
+  ensureNatsCredentials,
+  type NatsCredentials,
+  type NatsRole,
+} from "../platform/index.ts";
+import { restartNodesInTurn, startNatsCluster, waitForJetStream, type NatsCluster } from "./nats-cluster.ts";
 import { startRole, type GatewayPorts, type Role, type RoleProcess } from "./roles.ts";
 
 export interface GatewaySpec {
@@ -54,7 +61,11 @@ export function topologyFromEnv(env: NodeJS.ProcessEnv, base: Topology = default
   const gatewayBases = portList(env, "CLUSTER_GATEWAY_PORTS", base.gateways.length);
   return {
     ...base,
-    nats: base.nats.map((node, i) => ({ ...node, port: natsPorts?.[i] ?? node.port, routePort: routePorts?.[i] ?? node.routePort })),
+    nats: base.nats.map((node, i) => ({
+      ...node,
+      port: natsPorts?.[i] ?? node.port,
+      routePort: routePorts?.[i] ?? node.routePort,
+    })),
     gateways: base.gateways.map((g, i) => (gatewayBases ? { ...g, ports: gatewayPorts(gatewayBases[i]) } : g)),
   };
 }
@@ -76,7 +87,7 @@ export interface StartClusterOptions {
   readonly onLine?: (name: string, line: string) => void;
   /** Extra env for every service process. */
   readonly env?: Readonly<Record<string, string>>;
-  /** Runs the NATS nodes with this binary instead of `nats-server` on PATH. */
+  /** Runs the NATS nodes with this binary instead of the one `natsServerPath()` finds. */
   readonly natsBinary?: string;
   /** Called with the pid of each process as it is spawned (to record it before anything can fail). */
   readonly onStarted?: (pid: number) => void;
@@ -84,6 +95,8 @@ export interface StartClusterOptions {
 
 export interface RunningCluster {
   readonly topology: Topology;
+  /** The generated per-role NATS credentials (also in `<baseDir>/nats-auth`, the roles' NATS_AUTH_DIR). */
+  readonly credentials: Record<NatsRole, NatsCredentials>;
   readonly nats: NatsCluster;
   readonly gateways: readonly RoleProcess[];
   readonly services: readonly RoleProcess[];
@@ -96,7 +109,14 @@ export interface RunningCluster {
 export async function startCluster(topology: Topology, options: StartClusterOptions): Promise<RunningCluster> {
   await mkdir(options.baseDir, { recursive: true });
   const services: RoleProcess[] = [];
+  // No anonymous clients: one generated nkey user per role, as `npm start` does.
+  const authDir = authDirOf(options.baseDir);
+  const credentials = await ensureNatsCredentials(authDir);
   const nats = await startNatsCluster({
+    authorization: authorizationConfig(
+      credentials,
+      (options.env?.NATS_SUBJECT_PREFIX ?? process.env.NATS_SUBJECT_PREFIX) || "",
+    ),
     baseDir: options.baseDir,
     names: topology.nats.map((n) => n.name),
     clientPorts: topology.nats.map((n) => n.port),
@@ -112,16 +132,31 @@ export async function startCluster(topology: Topology, options: StartClusterOpti
     await nats.stop();
   };
   try {
-    const jetStreamReadyMs = await waitForJetStream(nats.url, { replicas: topology.replicas });
+    const jetStreamReadyMs = await waitForJetStream(nats.url, {
+      replicas: topology.replicas,
+      credentials,
+      onNoPeers: restartNodesInTurn(nats),
+    });
     const common = { natsUrl: nats.url, runDir: options.baseDir, onLine: options.onLine };
-    const env = { ...options.env, KV_REPLICAS: String(topology.replicas) };
+    const env = { ...options.env, KV_REPLICAS: String(topology.replicas), NATS_AUTH_DIR: authDir };
     const start = async (name: string, role: Role, roleEnv: Record<string, string> = {}) => {
-      const proc = await startRole({ ...common, name, role, dataDir: join(options.baseDir, name), env: { ...env, ...roleEnv }, onSpawn: options.onStarted });
+      const proc = await startRole({
+        ...common,
+        name,
+        role,
+        dataDir: join(options.baseDir, name),
+        env: { ...env, ...roleEnv },
+        onSpawn: options.onStarted,
+      });
       services.push(proc);
     };
     const started = await Promise.allSettled([
       ...topology.gateways.map((g) =>
-        start(g.name, "gateway", { TASK_API_PORT: String(g.ports.task), JOB_API_PORT: String(g.ports.job), MICROVM_API_PORT: String(g.ports.microvm) }),
+        start(g.name, "gateway", {
+          TASK_API_PORT: String(g.ports.task),
+          JOB_API_PORT: String(g.ports.job),
+          MICROVM_API_PORT: String(g.ports.microvm),
+        }),
       ),
       ...topology.actors.map((name) => start(name, "actors")),
       ...topology.microvmHosts.map((name) => start(name, "microvms", { MICROVM_HOST_ID: name })),
@@ -129,7 +164,7 @@ export async function startCluster(topology: Topology, options: StartClusterOpti
     const failed = started.find((s) => s.status === "rejected");
     if (failed) throw failed.reason;
     const gateways = topology.gateways.map((g) => services.find((s) => s.name === g.name)!);
-    return { topology, nats, gateways, services, jetStreamReadyMs, stop };
+    return { topology, credentials, nats, gateways, services, jetStreamReadyMs, stop };
   } catch (err) {
     await stop();
     throw err;
