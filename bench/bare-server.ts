@@ -1,6 +1,9 @@
 // The baseline: a bare node:http server answering one fixed small task JSON to any request,
-// after reading the body in full. Runs as its own process; the port comes from BENCH_PORT.
+// after reading the body in full. Runs as its own process on BENCH_PORT (default: a free one)
+// and says `{"msg":"ready","port":N}` once it listens, as the service says "ready".
+import { once } from "node:events";
 import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 
 const body = JSON.stringify({ id: "00000000-0000-4000-8000-000000000000", title: "bench", completed: false });
 const headers = { "content-type": "application/json", "content-length": Buffer.byteLength(body) };
@@ -15,5 +18,7 @@ const server = createServer({ keepAliveTimeout: 5_000 }, (req, res) => {
 });
 
 server.listen(port, "127.0.0.1");
+await once(server, "listening");
+console.log(JSON.stringify({ msg: "ready", port: (server.address() as AddressInfo).port }));
 process.on("SIGTERM", () => server.close(() => process.exit(0)));
 process.on("SIGINT", () => server.close(() => process.exit(0)));

@@ -1,11 +1,21 @@
-// Every process the benchmark starts, tracked by pid so each one is stopped at the end,
-// on error and on Ctrl-C: the private nats-server, the service, the bare node:http server.
-import { spawn, type ChildProcess } from "node:child_process";
-import { once } from "node:events";
+// Every process the benchmark starts, tracked by pid so each one is stopped at the end, on
+// error and on Ctrl-C: the private nats-servers and R3 clusters, the service, the bare servers.
+// Starting one and waiting until it is ready is cluster/'s and platform/'s; this file bundles
+// the bench's entries and keeps the list.
+import type { ChildProcess } from "node:child_process";
 import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { startNatsServer, type NatsServer } from "../platform/index.ts";
+import {
+  restartNodesInTurn,
+  startNatsCluster,
+  startNodeProcess,
+  startRole,
+  waitForJetStream,
+  type GatewayPorts,
+  type RoleProcessOptions,
+} from "../cluster/index.ts";
+import { startNatsServer, type NatsCredentials, type NatsRole, type NatsServer } from "../platform/index.ts";
 
 export const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -13,89 +23,147 @@ export interface Child {
   readonly name: string;
   readonly pid: number;
   readonly process: ChildProcess;
-  /** The last few KiB the process printed, for error messages. */
-  output(): string;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves once the process has exited. */
+  stop(graceMs?: number): Promise<void>;
 }
 
 const running = new Map<number, Child>();
+/** Spawned and not yet ready (or failed): only a SIGKILL on exit can reach them. */
+const starting = new Set<number>();
 
 function exited(child: ChildProcess): boolean {
   return child.exitCode !== null || child.signalCode !== null;
 }
 
-function track(name: string, process: ChildProcess): Child {
-  let output = "";
-  const keep = (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4096));
-  process.stdout?.on("data", keep);
-  process.stderr?.on("data", keep);
-  const child = { name, pid: process.pid!, process, output: () => output };
+function track(child: Child): Child {
   running.set(child.pid, child);
-  process.once("exit", () => running.delete(child.pid));
+  child.process.once("exit", () => running.delete(child.pid));
   return child;
 }
 
-/** SIGTERM, then SIGKILL after `graceMs`; resolves once the process has exited. */
-export async function stopChild(child: Child, graceMs = 5_000): Promise<void> {
-  if (exited(child.process)) return;
-  const done = once(child.process, "exit");
-  child.process.kill("SIGTERM");
-  const timer = setTimeout(() => child.process.kill("SIGKILL"), graceMs);
-  await done;
-  clearTimeout(timer);
+/** Runs `start` with `starting` holding the pid it spawns until `start` settles. */
+async function whileStarting<T>(start: (onSpawn: (pid: number) => void) => Promise<T>): Promise<T> {
+  let spawned: number | undefined;
+  try {
+    return await start((pid) => starting.add((spawned = pid)));
+  } finally {
+    if (spawned !== undefined) starting.delete(spawned);
+  }
 }
 
-/** Stops every child still running, the service before nats-server. */
+/** Stops every child still running, the services before nats-server. */
 export async function stopAll(graceMs = 5_000): Promise<void> {
-  const order = [...running.values()].sort((a, b) => Number(a.name === "nats-server") - Number(b.name === "nats-server"));
-  for (const child of order) await stopChild(child, graceMs);
+  const isNats = (child: Child) => Number(child.name.startsWith("nats-server"));
+  const order = [...running.values()].sort((a, b) => isNats(a) - isNats(b));
+  for (const child of order) await child.stop(graceMs);
 }
 
 /** Children that were started and have exited since, with how they ended. */
 export function exitedChildren(children: Child[]): string[] {
   return children
     .filter((child) => exited(child.process))
-    .map((child) => `${child.name} (pid ${child.pid}) exited with ${child.process.exitCode ?? child.process.signalCode}`);
+    .map(
+      (child) => `${child.name} (pid ${child.pid}) exited with ${child.process.exitCode ?? child.process.signalCode}`,
+    );
 }
 
-/** Last resort on process exit: SIGKILL whatever is still running. */
+/** Last resort on process exit: SIGKILL whatever is still running or starting. */
 export function killAllSync(): void {
   for (const child of running.values()) {
     if (!exited(child.process)) child.process.kill("SIGKILL");
   }
+  for (const pid of starting) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      /* already gone */
+    }
+  }
 }
 
-export async function startNats(storeDir: string): Promise<{ server: NatsServer; child: Child }> {
-  const server = await startNatsServer({ storeDir });
-  return { server, child: track("nats-server", server.process) };
-}
-
-/** Runs a TypeScript entry in its own node process (tsx as a loader, so the pid is node's). */
 /**
- * Bundles `entry` with esbuild (dependencies stay in node_modules) and runs it on plain
+ * A private nats-server. `sync`: JetStream's NATS_SYNC (`1s` or `always`); `authorization`:
+ * the generated per-role users (`authorizationConfig`; none: anonymous).
+ */
+export async function startNats(
+  storeDir: string,
+  options: { sync?: string; authorization?: string } = {},
+): Promise<{ server: NatsServer; child: Child }> {
+  const server = await startNatsServer({ storeDir, sync: options.sync ?? "1s", authorization: options.authorization });
+  return { server, child: track({ name: "nats-server", pid: server.pid, process: server.process, stop: server.stop }) };
+}
+
+/**
+ * A 3-node loopback JetStream cluster (R3 buckets created) with JetStream's `sync` on every
+ * node; its nodes are tracked like the other children (stopped by `stopAll`, killed on exit).
+ */
+export async function startNatsR3(
+  baseDir: string,
+  options: { sync: string; authorization: string; credentials: Record<NatsRole, NatsCredentials> },
+): Promise<{ url: string; children: Child[] }> {
+  const cluster = await startNatsCluster({
+    baseDir,
+    names: ["r3-1", "r3-2", "r3-3"],
+    clusterName: "bench-r3",
+    sync: options.sync,
+    authorization: options.authorization,
+  });
+  const children = cluster.nodes.map(({ name, server }) =>
+    track({
+      name: `nats-server ${name} (R3, ${options.sync})`,
+      pid: server!.pid,
+      process: server!.process,
+      stop: server!.stop,
+    }),
+  );
+  await waitForJetStream(cluster.url, {
+    replicas: 3,
+    credentials: options.credentials,
+    onNoPeers: restartNodesInTurn(cluster),
+  });
+  return { url: cluster.url, children };
+}
+
+/**
+ * Bundles `entry` with esbuild (dependencies stay in node_modules) so that it runs on plain
  * `node`, as `npm start` runs the service: no TypeScript loader in the measured process.
  */
-export async function spawnBuilt(name: string, entry: string, args: string[], env: NodeJS.ProcessEnv, nodeFlags: string[] = []): Promise<Child> {
+async function bundle(entry: string): Promise<string> {
   const outfile = join(root, "dist", `${basename(entry, ".ts")}.mjs`);
-  await build({ entryPoints: [join(root, entry)], bundle: true, platform: "node", format: "esm", target: "node20", packages: "external", outfile, logLevel: "warning" });
-  const process_ = spawn(process.execPath, [...nodeFlags, outfile, ...args], {
-    cwd: root,
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
+  await build({
+    entryPoints: [join(root, entry)],
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    packages: "external",
+    outfile,
+    logLevel: "warning",
   });
-  return track(name, process_);
+  return outfile;
 }
 
-/** Polls `url` until it answers at all (any status); fails if `child` exits first. */
-export async function waitForHttp(url: string, child: Child, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (exited(child.process)) throw new Error(`${child.name} exited (${child.process.exitCode}):\n${child.output().trim()}`);
-    const answered = await fetch(url, { signal: AbortSignal.timeout(1_000) }).then(
-      async (res) => (await res.arrayBuffer(), true),
-      () => false,
-    );
-    if (answered) return;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`${child.name} did not answer at ${url} within ${timeoutMs} ms:\n${child.output().trim()}`);
+export type ServiceOptions = Omit<RoleProcessOptions, "entry" | "onSpawn"> & { readonly nodeFlags?: readonly string[] };
+
+/**
+ * The service (`main.ts --role …`) from its bundle, ready once it logs "ready"; `ports`: its
+ * gateway's, if it has one. In the bench's own session, as every process measured: a session
+ * apart would get a CPU share of its own from the scheduler (autogroup) and skew the figures.
+ */
+export async function startBuiltService(options: ServiceOptions): Promise<{ child: Child; ports?: GatewayPorts }> {
+  const entry = [...(options.nodeFlags ?? []), await bundle("main.ts")];
+  const proc = await whileStarting((onSpawn) => startRole({ ...options, entry, detached: false, onSpawn }));
+  return { child: track({ name: proc.name, pid: proc.pid, process: proc.child, stop: proc.stop }), ports: proc.ports };
+}
+
+/** One of the bench's own servers (`bench/<name>.ts`) from its bundle, on the port it reports when ready. */
+export async function startBuiltServer(
+  name: string,
+  entry: string,
+  env: NodeJS.ProcessEnv,
+): Promise<{ child: Child; port: number }> {
+  const args = [await bundle(entry)];
+  const proc = await whileStarting((onSpawn) => startNodeProcess({ name, args, env, cwd: root, onSpawn }));
+  const port = Number(proc.startup.at(-1)?.port);
+  return { child: track({ name, pid: proc.pid, process: proc.child, stop: proc.stop }), port };
 }

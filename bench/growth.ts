@@ -85,18 +85,42 @@ async function samplePoint(env: Environment, options: BenchOptions, records: num
 }
 
 function formatGrowth(points: GrowthPoint[]): string {
-  const cell = (n: number | undefined, digits = 0) => (n === undefined || !Number.isFinite(n) ? "-" : n.toFixed(digits));
+  const cell = (n: number | undefined, digits = 0) =>
+    n === undefined || !Number.isFinite(n) ? "-" : n.toFixed(digits);
   return markdownTable(
-    ["records", "svc RSS idle MiB", "svc RSS peak MiB", "nats RSS MiB", "store MiB", "getTask req/s", "p50 ms", "p99 ms", "errors", "fill rec/s"],
+    [
+      "records",
+      "svc RSS idle MiB",
+      "svc RSS peak MiB",
+      "nats RSS MiB",
+      "store MiB",
+      "getTask req/s",
+      "p50 ms",
+      "p99 ms",
+      "errors",
+      "fill rec/s",
+    ],
     points.map(({ records, idleRssMiB, storeMiB, read, fillRate }) => [
-      records.toLocaleString("en-US"), cell(idleRssMiB.service), cell(read.serviceRssMiB), cell(read.natsRssMiB),
-      cell(storeMiB, 1), read.rounds ? cell(read.rps) : `failed: ${read.failures[0]}`,
-      cell(read.p50, 2), cell(read.p99, 2), String(read.errors + read.unexpected), cell(fillRate),
+      records.toLocaleString("en-US"),
+      cell(idleRssMiB.service),
+      cell(read.serviceRssMiB),
+      cell(read.natsRssMiB),
+      cell(storeMiB, 1),
+      read.rounds ? cell(read.rps) : `failed: ${read.failures[0]}`,
+      cell(read.p50, 2),
+      cell(read.p99, 2),
+      String(read.errors + read.unexpected),
+      cell(fillRate),
     ]),
   );
 }
 
-export async function runGrowth(env: Environment, options: BenchOptions, header: Record<string, unknown>, startedAt: Date) {
+export async function runGrowth(
+  env: Environment,
+  options: BenchOptions,
+  header: Record<string, unknown>,
+  startedAt: Date,
+) {
   await waitForService(env.taskUrl);
   const ids: string[] = [];
   const points: GrowthPoint[] = [];
@@ -116,10 +140,16 @@ export async function runGrowth(env: Environment, options: BenchOptions, header:
     const point = { ...(await samplePoint(env, options, created, ids)), fillRate };
     points.push(point);
     const { read } = point;
-    console.log(`  ${created.toLocaleString("en-US")} records: service RSS ${point.idleRssMiB.service} MiB idle, ` +
-      (read.rounds ? `getTask ${Math.round(read.rps)} req/s p50 ${read.p50.toFixed(2)} ms p99 ${read.p99.toFixed(2)} ms` : `getTask failed: ${read.failures[0]}`));
+    console.log(
+      `  ${created.toLocaleString("en-US")} records: service RSS ${point.idleRssMiB.service} MiB idle, ` +
+        (read.rounds
+          ? `getTask ${Math.round(read.rps)} req/s p50 ${read.p50.toFixed(2)} ms p99 ${read.p99.toFixed(2)} ms`
+          : `getTask failed: ${read.failures[0]}`),
+    );
   }
-  console.log(`\ngrowth: service RSS and getTask (median of ${options.rounds} × ${options.duration} s, ${options.connections} connections) by record count\n`);
+  console.log(
+    `\ngrowth: service RSS and getTask (median of ${options.rounds} × ${options.duration} s, ${options.connections} connections) by record count\n`,
+  );
   console.log(formatGrowth(points));
   const file = await writeResults({ ...header, points }, startedAt, "growth");
   console.log(`\nresults: ${file}`);

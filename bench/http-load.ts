@@ -1,10 +1,29 @@
-// HTTP load with autocannon, driven from this process: a fixed duration, N keep-alive
-// connections, and per-request paths or bodies from `next()`. Latency comes from each
-// response's own timing, so non-2xx answers (the expected 404s) are measured too.
+// HTTP load: `wrk` when installed (its own process, the cheaper driver), else autocannon
+// driven from this process: a fixed duration, N keep-alive connections, and per-request
+// paths or bodies from `next()`. Latency counts non-2xx answers (the expected 404s) too.
 import autocannon from "autocannon";
 import type { EventEmitter } from "node:events";
 import { createTally } from "./latency.ts";
 import type { LoadResult, LoadSettings } from "./types.ts";
+import { runWrkLoad, wrkVersion } from "./wrk-load.ts";
+
+export type HttpDriverName = "wrk" | "autocannon";
+
+/** The load generator the HTTP workloads use, and its version. */
+export interface HttpDriver {
+  name: HttpDriverName;
+  version: string;
+}
+
+let chosen: HttpDriver | undefined;
+
+/** Picks the driver once: `wanted` when given (wrk must then be installed), else wrk if installed. */
+export function chooseHttpDriver(wanted?: HttpDriverName): HttpDriver {
+  const wrk = wanted === "autocannon" ? undefined : wrkVersion();
+  if (wanted === "wrk" && !wrk) throw new Error("--driver wrk: wrk is not installed (Debian: apt-get install wrk)");
+  chosen = wrk ? { name: "wrk", version: wrk } : { name: "autocannon", version: `autocannon (in the bench process)` };
+  return chosen;
+}
 
 export interface HttpRequestSpec {
   method: "GET" | "POST";
@@ -26,6 +45,10 @@ export interface HttpLoadSpec {
 const jsonHeaders = { "content-type": "application/json" };
 
 export function runHttpLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
+  return (chosen ?? chooseHttpDriver()).name === "wrk" ? runWrkLoad(spec, settings) : runAutocannonLoad(spec, settings);
+}
+
+function runAutocannonLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
   const tally = createTally(spec.expectedStatus);
   const first = spec.next();
   const setupRequest = (request: autocannon.Request): autocannon.Request => {

@@ -2,6 +2,7 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import os from "node:os";
+import { natsServerPath } from "../platform/index.ts";
 
 export interface Machine {
   cpuModel: string;
@@ -24,7 +25,7 @@ export function describeMachine(): Machine {
   })();
   const natsServer = (() => {
     try {
-      return execFileSync("nats-server", ["--version"], { encoding: "utf8" }).trim();
+      return execFileSync(natsServerPath(), ["--version"], { encoding: "utf8" }).trim();
     } catch {
       return "unknown";
     }

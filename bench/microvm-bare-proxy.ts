@@ -1,7 +1,8 @@
 // A child process for the microVM bench: vm-runtime's instance proxy alone (token check and
 // forward, no lifecycle machine, no KV writer, no host) in front of a runtime started by
-// hand, so the RPC path splits into proxy cost and host cost. Env: BENCH_PORT,
-// BENCH_UPSTREAM_PORT, BENCH_UPSTREAM_SECRET, BENCH_TOKEN_KEY, BENCH_MICROVM_ID.
+// hand, so the RPC path splits into proxy cost and host cost. Env: BENCH_PORT (default: a free
+// one), BENCH_UPSTREAM_PORT, BENCH_UPSTREAM_SECRET, BENCH_TOKEN_KEY, BENCH_MICROVM_ID. Says
+// `{"msg":"ready","port":N}` once it listens.
 import { createInstanceProxy, INSTANCE_SECRET_HEADER, RUNTIME_PORT } from "../vm-runtime/index.ts";
 
 const env = process.env;
@@ -12,11 +13,12 @@ const proxy = createInstanceProxy({
   microvmId: env.BENCH_MICROVM_ID ?? "bench-direct",
   tokenKey: env.BENCH_TOKEN_KEY ?? "",
   state: () => "RUNNING",
-  resolvePort: (port) => (port === RUNTIME_PORT ? upstreamPort : undefined),
+  resolveUpstream: (port) => (port === RUNTIME_PORT ? { host: "127.0.0.1", port: upstreamPort } : undefined),
   upstreamHeaders: () => upstreamHeaders,
 });
 
-await proxy.listen(Number(env.BENCH_PORT ?? 0), "127.0.0.1");
+const address = await proxy.listen(Number(env.BENCH_PORT ?? 0), "127.0.0.1");
+console.log(JSON.stringify({ msg: "ready", port: Number(address.slice(address.lastIndexOf(":") + 1)) }));
 const stop = () => void proxy.close().then(() => process.exit(0));
 process.on("SIGTERM", stop);
 process.on("SIGINT", stop);

@@ -1,16 +1,22 @@
 // Density for the microVM bench: with 1, 10, 50… live instances (each has answered one RPC),
-// the memory per instance process (VmRSS, PSS, private anonymous) and of the service, RPC
-// latency through the proxy, and RunMicrovm → RUNNING of a few more launches at that level.
+// the memory per instance (VmRSS, PSS, private anonymous, summed over all of its processes:
+// node, and bwrap's two for the sandbox; plus what its cgroup is charged) and of the service,
+// RPC latency through the proxy, and RunMicrovm → RUNNING of a few more launches at that level.
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { keepAliveAgent, percentiles, rawRpc, sequential, targetOf, type Percentiles } from "./microvm-http.ts";
 import { launch, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
+import { cgroupMemoryKiB } from "./microvm-instance-procs.ts";
 import { memoryKiB, memoryOf, type MemoryMiB } from "./microvm-proc.ts";
 
 export interface DensityPoint {
   live: number;
-  /** Instance processes found under the service (must equal `live`). */
+  /** Instances found under the service (must equal `live`), and their processes in all. */
+  instances: number;
   processes: number;
+  /** Summed over each instance's processes, mean per instance. */
   perInstance: MemoryMiB;
+  /** Charged to each instance's memory cgroup (sandbox only), mean per instance, MiB. */
+  cgroupPerInstance?: { usage: number; anon: number };
   serviceMiB: MemoryMiB;
   /** Raw keep-alive RPC through the proxy of the first instance. */
   rpc: Percentiles;
@@ -28,19 +34,44 @@ export interface DensitySettings {
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const kibToMiB = (m: MemoryMiB): MemoryMiB => ({ rss: mib(m.rss), pss: mib(m.pss), anon: mib(m.anon) });
-const mib = (kib: number) => Math.round((kib / 1024) * 10) / 10;
+const mib = (kib: number, n = 1) => Math.round((kib / 1024 / Math.max(1, n)) * 10) / 10;
 
-export async function measureDensity(env: MicrovmEnvironment, settings: DensitySettings, report: (point: DensityPoint) => void): Promise<DensityPoint[]> {
+function cgroupMean(dirs: string[]): { usage: number; anon: number } | undefined {
+  if (dirs.length === 0) return undefined;
+  const all = dirs.map(cgroupMemoryKiB);
+  return {
+    usage: mib(
+      all.reduce((sum, m) => sum + m.usage, 0),
+      dirs.length,
+    ),
+    anon: mib(
+      all.reduce((sum, m) => sum + m.anon, 0),
+      dirs.length,
+    ),
+  };
+}
+
+export async function measureDensity(
+  env: MicrovmEnvironment,
+  settings: DensitySettings,
+  report: (point: DensityPoint) => void,
+): Promise<DensityPoint[]> {
   const live: Connected[] = [];
   const points: DensityPoint[] = [];
   try {
     for (const level of settings.levels) {
       await fill(env, live, level, settings.fillConcurrency);
       await pause(1_000); // let start-up garbage settle before reading memory
-      const memory = memoryOf(env.instancePids());
+      const instances = env.instances();
+      const memory = memoryOf(instances.flatMap((i) => i.pids));
+      const each = (mibTotal: number) => Math.round((mibTotal / Math.max(1, instances.length)) * 10) / 10;
+      const perInstance = { rss: each(memory.total.rss), pss: each(memory.total.pss), anon: each(memory.total.anon) };
+      const cgroupPerInstance = cgroupMean(instances.flatMap((i) => (i.memoryCgroup ? [i.memoryCgroup] : [])));
       const serviceMiB = kibToMiB(memoryKiB(env.servicePid));
       const first = live[0]!;
-      const call = rawRpc(targetOf(first.endpoint, { "x-aws-proxy-auth": first.token }), keepAliveAgent(1), "hello", ["x"]);
+      const call = rawRpc(targetOf(first.endpoint, { "x-aws-proxy-auth": first.token }), keepAliveAgent(1), "hello", [
+        "x",
+      ]);
       const rpc = await sequential(call, settings.rpcCalls);
       const running: number[] = [];
       for (let i = 0; i < settings.extraLaunches; i++) {
@@ -48,7 +79,16 @@ export async function measureDensity(env: MicrovmEnvironment, settings: DensityS
         running.push(vm.runningMs);
         await terminate(env.api, vm.microvmId);
       }
-      const point = { live: live.length, processes: memory.count, perInstance: memory.each, serviceMiB, rpc, running: percentiles(running) };
+      const point: DensityPoint = {
+        live: live.length,
+        instances: instances.length,
+        processes: memory.count,
+        perInstance,
+        serviceMiB,
+        rpc,
+        running: percentiles(running),
+        ...(cgroupPerInstance ? { cgroupPerInstance } : {}),
+      };
       points.push(point);
       report(point);
     }

@@ -15,7 +15,7 @@ import { builtinImages, bundleImage, INSTANCE_SECRET_HEADER, parseReadyLine } fr
 /** In the work directory's name, so leftover checks find these processes. */
 export const DIRECT_MARKER = "bench-microvm-direct";
 
-/** What `vm-runtime/process-provider.ts` (spawnInstance) runs; keep the two in step. */
+/** What `vm-runtime/host/process-provider.ts` (spawnInstance) runs; keep the two in step. */
 const LIMIT_SCRIPT = 'ulimit -d "$1" || exit 97; shift; exec "$@"';
 const OFF_HEAP_HEADROOM_MIB = 256;
 
@@ -92,18 +92,44 @@ async function startRuntime(bundle: string, workDir: string, options: DirectOpti
     ...heapCap,
     ...extra,
     ...((options.permissions ?? true)
-      ? ["--experimental-permission", `--allow-fs-read=${bundle}`, `--allow-fs-read=${scratch}`, `--allow-fs-write=${scratch}`]
+      ? [
+          "--experimental-permission",
+          `--allow-fs-read=${bundle}`,
+          `--allow-fs-read=${scratch}`,
+          `--allow-fs-write=${scratch}`,
+        ]
       : []),
     bundle,
   ];
   const startedAt = performance.now();
-  const child = spawn("/bin/sh", ["-c", LIMIT_SCRIPT, DIRECT_MARKER, String((memoryMiB + OFF_HEAP_HEADROOM_MIB) * 1024), process.execPath, ...nodeArgs], {
-    detached: true,
-    cwd: scratch,
-    stdio: ["pipe", "pipe", "pipe"],
-    env: { PATH: "/usr/local/bin:/usr/bin:/bin", HOME: scratch, TMPDIR: scratch, LANG: "C.UTF-8", NODE_ENV: "production", MICROVM_ID: "bench-direct", MICROVM_RUNTIME_PORT: "0", MICROVM_RUNTIME_SECRET: secret },
-  });
+  const child = spawn(
+    "/bin/sh",
+    [
+      "-c",
+      LIMIT_SCRIPT,
+      DIRECT_MARKER,
+      String((memoryMiB + OFF_HEAP_HEADROOM_MIB) * 1024),
+      process.execPath,
+      ...nodeArgs,
+    ],
+    {
+      detached: true,
+      cwd: scratch,
+      stdio: ["pipe", "pipe", "pipe"],
+      env: {
+        PATH: "/usr/local/bin:/usr/bin:/bin",
+        HOME: scratch,
+        TMPDIR: scratch,
+        LANG: "C.UTF-8",
+        NODE_ENV: "production",
+        MICROVM_ID: "bench-direct",
+        MICROVM_RUNTIME_PORT: "0",
+      },
+    },
+  );
   running.add(child);
+  // As the providers do: the entry reads its secret from stdin before the image is evaluated.
+  child.stdin!.write(`${secret}\n`);
   child.stdin!.on("error", () => undefined);
   child.on("error", () => undefined);
   const exited = once(child, "exit").then(() => running.delete(child));
@@ -122,6 +148,11 @@ async function startRuntime(bundle: string, workDir: string, options: DirectOpti
       clearTimeout(timer);
       reject(new Error(`runtime (${extra.join(" ")}) exited ${signal ?? code}: ${stderr.trim()}`));
     });
+  }).catch(async (err: unknown) => {
+    // Not handed out, so no `stop()` would ever end it.
+    if (child.exitCode === null && child.signalCode === null) process.kill(-child.pid!, "SIGKILL");
+    await exited;
+    throw err;
   });
   const readyMs = performance.now() - startedAt;
   return {

@@ -1,25 +1,37 @@
 // The system under test for `--microvm`: a private `nats-server -js` and the service
 // (`dist/main.mjs`, all roles, so the microVM host runs) as child processes, built and started
-// as bench/environment.ts does, with every port free (MICROVM_API_PORT too), a temporary
-// DATA_DIR (token key, host lock, bundles) and a raised MICROVM_MAX_INSTANCES.
+// as bench/environment.ts does, on free ports it reports (MICROVM_API_PORT too), a temporary
+// DATA_DIR (token key, host lock, bundles), a raised MICROVM_MAX_INSTANCES and quota, one provider
+// (MICROVM_PROVIDER) and a host id of its own (so its sandbox cgroups can be found).
 import { mkdtemp, rm } from "node:fs/promises";
-import { rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { natsClient, type Client } from "../client/index.ts";
-import { connectNats, freePort, type NatsHandle } from "../platform/index.ts";
+import { connectNats, type NatsHandle } from "../platform/index.ts";
 import { microvmApi } from "../schemas/index.ts";
-import { childProcessesWith, INSTANCE_MARKER } from "../vm-runtime/index.ts";
-import { exitedChildren, spawnBuilt, startNats, stopAll, waitForHttp, type Child } from "./children.ts";
+import { exitedChildren, startBuiltService, startNats, type Child } from "./children.ts";
+import {
+  instancesOf,
+  pidsInHostCgroups,
+  removeHostCgroups,
+  thawHostCgroups,
+  type InstanceProcs,
+  type ProviderName,
+} from "./microvm-instance-procs.ts";
+import { callerEnv } from "./environment.ts";
 import { processesMentioning } from "./microvm-proc.ts";
 
 export type MicrovmClient = Client<typeof microvmApi>;
 
 export interface MicrovmEnvironment {
+  provider: ProviderName;
+  /** MICROVM_HOST_ID: names the host's cgroups (sandbox). */
+  hostId: string;
   natsUrl: string;
   microvmUrl: string;
-  /** The service's DATA_DIR; every instance's command line contains it. */
+  /** The service's DATA_DIR; every process-provider instance's command line contains it. */
   dataDir: string;
   servicePid: number;
   natsPid: number;
@@ -28,8 +40,8 @@ export interface MicrovmEnvironment {
   nc: NatsConnection;
   /** RunMicrovm & co. straight over NATS, on `nc`. */
   api: MicrovmClient;
-  /** Pids of the host's live instance processes (children of the service with the marker). */
-  instancePids(): number[];
+  /** The host's live instances (children of the service with the provider's marker), with their trees. */
+  instances(): InstanceProcs[];
   deaths(): string[];
   /** Terminates every instance the API still lists as live; resolves with how many. */
   terminateAll(): Promise<number>;
@@ -38,70 +50,86 @@ export interface MicrovmEnvironment {
 }
 
 export interface MicrovmEnvironmentOptions {
+  provider: ProviderName;
   maxInstances: number;
   /** Directory for `node --cpu-prof` profiles of the service. */
   cpuProfDir?: string;
+  /** Extra service settings (e.g. `MICROVM_CPUS` to see what the sandbox's CPU quota costs). */
+  serviceEnv?: Record<string, string>;
 }
-
-/** Settings a caller's shell might carry; the bench sets its own. */
-const serviceEnvKeys = [
-  "NATS_URL", "DATA_DIR", "NATS_PORT", "HOST", "TASK_API_PORT", "JOB_API_PORT", "MICROVM_API_PORT", "NATS_SUBJECT_PREFIX",
-  "BODY_LIMIT_BYTES", "REQUEST_TIMEOUT_MS", "KV_REPLICAS", "LOG_LEVEL", "NODE_OPTIONS", "GATEWAY_LOCAL_READS",
-  "READ_CACHE_ENTRIES", "MICROVM_HOST_ID", "MICROVM_TOKEN_SECRET", "MICROVM_MAX_INSTANCES", "MICROVM_RETENTION_SECONDS",
-  "MICROVM_PROXY_HOST", "MICROVM_PROXY_BIND", "METRICS_PORT",
-];
 
 export async function startMicrovmEnvironment(options: MicrovmEnvironmentOptions): Promise<MicrovmEnvironment> {
   const storeDir = await mkdtemp(join(tmpdir(), "bench-nats-"));
   const dataDir = await mkdtemp(join(tmpdir(), "bench-microvm-data-"));
+  const hostId = `bench-${options.provider}-${basename(dataDir).slice(-6)}`;
   const removeDirs = () => Promise.all([storeDir, dataDir].map((dir) => rm(dir, { recursive: true, force: true })));
-  process.once("exit", () => [storeDir, dataDir].forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+  process.once("exit", () => {
+    for (const dir of [storeDir, dataDir]) rmSync(dir, { recursive: true, force: true });
+  });
   let handle: NatsHandle | undefined;
   let api: MicrovmClient | undefined;
+  let nats: Awaited<ReturnType<typeof startNats>> | undefined;
   let service: Child | undefined;
-  const serviceUp = () => service !== undefined && service.process.exitCode === null && service.process.signalCode === null;
+  const serviceUp = () =>
+    service !== undefined && service.process.exitCode === null && service.process.signalCode === null;
   const terminateAll = async () => (api && serviceUp() ? terminateListed(api) : 0);
   let closing: Promise<void> | undefined;
   // Once only (Ctrl-C and the run's own `finally` may both ask). A service already stopping
   // (Ctrl-C reaches it too) terminates its instances itself.
   const close = () =>
     (closing ??= (async () => {
-      await withTimeout(terminateAll(), 20_000).catch((err: unknown) => console.error(`terminating instances: ${(err as Error).message}`));
+      await withTimeout(terminateAll(), 20_000).catch((err: unknown) =>
+        console.error(`terminating instances: ${(err as Error).message}`),
+      );
       await handle?.close().catch(() => {});
-      await stopAll();
+      // This environment's children only: the other provider's may still be measured.
+      if (service) await service.stop();
+      if (nats) await nats.child.stop();
       await removeDirs();
     })());
   try {
-    const nats = await startNats(storeDir);
-    const [taskPort, jobPort, microvmPort] = [await freePort(), await freePort(), await freePort()];
-    const env: NodeJS.ProcessEnv = { ...process.env };
-    for (const key of serviceEnvKeys) delete env[key];
-    Object.assign(env, {
-      LOG_LEVEL: "warn",
-      NATS_URL: nats.server.url,
-      DATA_DIR: dataDir,
-      TASK_API_PORT: String(taskPort),
-      JOB_API_PORT: String(jobPort),
-      MICROVM_API_PORT: String(microvmPort),
+    nats = await startNats(storeDir);
+    const baseEnv = callerEnv();
+    const env = {
+      TASK_API_PORT: "0",
+      JOB_API_PORT: "0",
+      MICROVM_API_PORT: "0",
       MICROVM_MAX_INSTANCES: String(options.maxInstances),
-    });
+      // One principal launches every instance: its quota must not stop the density step first.
+      MICROVM_QUOTA_PER_PRINCIPAL: String(options.maxInstances),
+      MICROVM_PROVIDER: options.provider,
+      MICROVM_HOST_ID: hostId,
+      ...options.serviceEnv,
+    };
     const nodeFlags = options.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfDir}`] : [];
-    const started = (service = await spawnBuilt("service", "main.ts", [], env, nodeFlags));
-    const microvmUrl = `http://127.0.0.1:${microvmPort}`;
-    await waitForHttp(microvmUrl, started);
+    const { child: started, ports } = await startBuiltService({
+      name: "service",
+      role: "all",
+      natsUrl: nats.server.url,
+      dataDir,
+      runDir: storeDir,
+      env,
+      baseEnv,
+      nodeFlags,
+    });
+    service = started;
+    const microvmUrl = `http://127.0.0.1:${ports!.microvm}`;
     handle = await connectNats({ servers: nats.server.url, name: "bench-microvm" });
     api = natsClient(microvmApi, handle.nc, { timeoutMs: 10_000 });
+    const natsChild = nats.child;
     return {
+      provider: options.provider,
+      hostId,
       natsUrl: nats.server.url,
       microvmUrl,
       dataDir,
       servicePid: started.pid,
-      natsPid: nats.child.pid,
+      natsPid: natsChild.pid,
       maxInstances: options.maxInstances,
       nc: handle.nc,
       api,
-      instancePids: () => childProcessesWith(started.pid, INSTANCE_MARKER),
-      deaths: () => exitedChildren([nats.child, started]),
+      instances: () => instancesOf(started.pid, options.provider),
+      deaths: () => exitedChildren([natsChild, started]),
       terminateAll,
       close,
     };
@@ -120,13 +148,43 @@ async function terminateListed(api: MicrovmClient): Promise<number> {
   return live.length;
 }
 
-/** Instance processes of this run (host-started or by hand) still alive: there must be none. */
-export async function leftoverInstances(markers: string[], waitMs = 3_000): Promise<{ pid: number; cmdline: string }[]> {
+/**
+ * Instance processes of this run still alive (there must be none): process-provider instances
+ * and runtimes by hand by a directory in their command line, sandbox instances by the cgroup
+ * tree of `hostIds` (bwrap's command line names no host directory).
+ */
+export async function leftoverInstances(
+  markers: string[],
+  hostIds: string[] = [],
+  waitMs = 3_000,
+): Promise<{ pid: number; cmdline: string }[]> {
   const deadline = Date.now() + waitMs;
   for (;;) {
     const found = processesMentioning(markers);
+    const seen = new Set(found.map((p) => p.pid));
+    for (const pid of hostIds.flatMap(pidsInHostCgroups)) {
+      if (!seen.has(pid) && pid !== process.pid) found.push({ pid, cmdline: cmdlineOf(pid) });
+    }
     if (found.length === 0 || Date.now() > deadline) return found;
     await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Thaws the cgroups of this run's sandbox hosts, so a SIGKILL to what is left takes effect. */
+export const thawCgroupsOf = async (hostIds: string[]) => {
+  for (const hostId of hostIds) await thawHostCgroups(hostId);
+};
+
+/** Removes the (empty) cgroups the sandbox hosts of this run made. */
+export const removeCgroupsOf = async (hostIds: string[]) => {
+  for (const hostId of hostIds) await removeHostCgroups(hostId);
+};
+
+function cmdlineOf(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
+  } catch {
+    return "(gone)";
   }
 }
 

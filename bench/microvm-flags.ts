@@ -66,7 +66,10 @@ interface FlagSettings {
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function measureOne(start: () => Promise<{ pid: number; target: RawTarget; readyMs: number; stop(): Promise<void> }>, settings: FlagSettings): Promise<Sample> {
+async function measureOne(
+  start: () => Promise<{ pid: number; target: RawTarget; readyMs: number; stop(): Promise<void> }>,
+  settings: FlagSettings,
+): Promise<Sample> {
   const readies: number[] = [];
   for (let i = 1; i < settings.starts; i++) {
     const runtime = await start();
@@ -87,13 +90,25 @@ async function measureOne(start: () => Promise<{ pid: number; target: RawTarget;
     const load = await concurrent(concurrentCall, settings.callers, settings.seconds);
     const cpuUsPerCall = Math.round(((cpuSeconds(runtime.pid) - before) * 1e6) / Math.max(1, load.requests));
     const afterLoad = memoryKiB(runtime.pid);
-    return { readyMs: median(readies), afterOneRpc, afterLoad, seqP50: seq.p50, seqP99: seq.p99, rps: load.rps, cpuUsPerCall };
+    return {
+      readyMs: median(readies),
+      afterOneRpc,
+      afterLoad,
+      seqP50: seq.p50,
+      seqP99: seq.p99,
+      rps: load.rps,
+      cpuUsPerCall,
+    };
   } finally {
     await runtime.stop();
   }
 }
 
-export async function runMicrovmFlags(options: BenchOptions, header: Record<string, unknown>, startedAt: Date): Promise<void> {
+export async function runMicrovmFlags(
+  options: BenchOptions,
+  header: Record<string, unknown>,
+  startedAt: Date,
+): Promise<void> {
   const settings: FlagSettings = options.quick
     ? { rounds: 1, starts: 2, calls: 500, callers: 20, seconds: 1 }
     : { rounds: options.rounds, starts: 3, calls: 2_000, callers: 20, seconds: 2 };
@@ -111,31 +126,62 @@ export async function runMicrovmFlags(options: BenchOptions, header: Record<stri
         };
         const sample = await measureOne(start, settings);
         samples.get(candidate.name)!.push(sample);
-        console.log(`  ${candidate.name}: ready ${sample.readyMs.toFixed(0)} ms, VmRSS ${(sample.afterOneRpc.rss / 1024).toFixed(1)} MiB, RPC p50 ${sample.seqP50} ms, ${sample.rps} req/s`);
+        console.log(
+          `  ${candidate.name}: ready ${sample.readyMs.toFixed(0)} ms, VmRSS ${(sample.afterOneRpc.rss / 1024).toFixed(1)} MiB, RPC p50 ${sample.seqP50} ms, ${sample.rps} req/s`,
+        );
       }
     }
   } finally {
     await direct.close();
     const left = await leftoverInstances([direct.workDir]);
-    if (left.length) throw new Error(`runtimes left after the experiment: ${left.map((p) => p.pid).join(", ")}`);
+    if (left.length) {
+      console.error(`runtimes left after the experiment: ${left.map((p) => p.pid).join(", ")}`);
+      process.exitCode = 1;
+    }
   }
-  console.log(`\nnode flags for an instance (sandbox runtime by hand, raw keep-alive RPC direct; median of ${settings.rounds} round(s)):\n`);
+  console.log(
+    `\nnode flags for an instance (sandbox runtime by hand, raw keep-alive RPC direct; median of ${settings.rounds} round(s)):\n`,
+  );
   console.log(formatFlags(names, samples));
-  const file = await writeResults({ ...header, settings, candidates, samples: Object.fromEntries(samples) }, startedAt, "microvm-flags");
+  const file = await writeResults(
+    { ...header, settings, candidates, samples: Object.fromEntries(samples) },
+    startedAt,
+    "microvm-flags",
+  );
   console.log(`\nresults: ${file}`);
 }
 
 function formatFlags(names: string[], samples: Map<string, Sample[]>): string {
   const mib = (kib: number) => (kib / 1024).toFixed(1);
   return markdownTable(
-    ["flags", "ready ms", "VmRSS MiB", "PSS MiB", "anon MiB", "VmRSS after load", "anon after load", "RPC p50 ms", "RPC p99 ms", "req/s (20)", "CPU µs/call"],
+    [
+      "flags",
+      "ready ms",
+      "VmRSS MiB",
+      "PSS MiB",
+      "anon MiB",
+      "VmRSS after load",
+      "anon after load",
+      "RPC p50 ms",
+      "RPC p99 ms",
+      "req/s (20)",
+      "CPU µs/call",
+    ],
     names.map((name) => {
       const runs = samples.get(name)!;
       const med = (pick: (s: Sample) => number) => median(runs.map(pick));
       return [
-        name, med((s) => s.readyMs).toFixed(0), mib(med((s) => s.afterOneRpc.rss)), mib(med((s) => s.afterOneRpc.pss)), mib(med((s) => s.afterOneRpc.anon)),
-        mib(med((s) => s.afterLoad.rss)), mib(med((s) => s.afterLoad.anon)), med((s) => s.seqP50).toFixed(3), med((s) => s.seqP99).toFixed(3),
-        String(Math.round(med((s) => s.rps))), String(Math.round(med((s) => s.cpuUsPerCall))),
+        name,
+        med((s) => s.readyMs).toFixed(0),
+        mib(med((s) => s.afterOneRpc.rss)),
+        mib(med((s) => s.afterOneRpc.pss)),
+        mib(med((s) => s.afterOneRpc.anon)),
+        mib(med((s) => s.afterLoad.rss)),
+        mib(med((s) => s.afterLoad.anon)),
+        med((s) => s.seqP50).toFixed(3),
+        med((s) => s.seqP99).toFixed(3),
+        String(Math.round(med((s) => s.rps))),
+        String(Math.round(med((s) => s.cpuUsPerCall))),
       ];
     }),
   );

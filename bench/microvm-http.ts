@@ -22,7 +22,11 @@ export function targetOf(endpoint: string, headers: Readonly<Record<string, stri
 /** POST /__rpc__/<method> with a JSON array body on a keep-alive socket of `agent`. */
 export function rawRpc(target: RawTarget, agent: Agent, method: string, args: unknown[]): RpcCall {
   const body = JSON.stringify(args);
-  const headers = { ...target.headers, "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) };
+  const headers = {
+    ...target.headers,
+    "content-type": "application/json",
+    "content-length": String(Buffer.byteLength(body)),
+  };
   const path = `/__rpc__/${encodeURIComponent(method)}`;
   return () =>
     new Promise((resolve, reject) => {
@@ -48,7 +52,8 @@ export interface Percentiles {
 
 export function percentiles(samples: number[]): Percentiles {
   const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p: number) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]! : NaN);
+  const at = (p: number) =>
+    sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]! : NaN;
   const mean = sorted.reduce((sum, v) => sum + v, 0) / Math.max(1, sorted.length);
   return { n: sorted.length, p50: round(at(50)), p99: round(at(99)), mean: round(mean) };
 }
@@ -92,7 +97,14 @@ export async function concurrent(call: RpcCall, callers: number, seconds: number
   );
   const elapsed = (performance.now() - started) / 1000;
   const { p50, p99 } = percentiles(samples);
-  return { callers, seconds: round(elapsed), requests: samples.length, rps: Math.round(samples.length / elapsed), p50, p99 };
+  return {
+    callers,
+    seconds: round(elapsed),
+    requests: samples.length,
+    rps: Math.round(samples.length / elapsed),
+    p50,
+    p99,
+  };
 }
 
 function expectOk(status: number): void {
@@ -100,4 +112,6 @@ function expectOk(status: number): void {
 }
 
 /** A stub call as an RpcCall (it throws on failure, so success is 200). */
-export const stubCall = (call: () => Promise<unknown>): RpcCall => async () => (await call(), 200);
+export const stubCall =
+  (call: () => Promise<unknown>): RpcCall =>
+  async () => (await call(), 200);

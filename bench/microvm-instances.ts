@@ -35,7 +35,12 @@ export const launchedIds = new Set<string>();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls GetMicrovm every ~POLL_MS until one of `states`; throws if the instance ends first. */
-export async function waitForState(api: MicrovmClient, microvmId: string, states: readonly MicrovmState[], timeoutMs = 30_000): Promise<void> {
+export async function waitForState(
+  api: MicrovmClient,
+  microvmId: string,
+  states: readonly MicrovmState[],
+  timeoutMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const vm = await api.getMicrovm({ microvmIdentifier: microvmId });
@@ -49,17 +54,27 @@ export async function waitForState(api: MicrovmClient, microvmId: string, states
 }
 
 /** RunMicrovm, then GetMicrovm every ~5 ms until RUNNING. */
-export async function launch(api: MicrovmClient): Promise<Launched> {
+export async function launch(api: MicrovmClient, imageIdentifier = "sandbox"): Promise<Launched> {
   const started = performance.now();
-  const run = await api.runMicrovm({ imageIdentifier: "sandbox", idlePolicy: benchPolicy });
+  const run = await api.runMicrovm({ imageIdentifier, idlePolicy: benchPolicy });
   launchedIds.add(run.microvmId);
   const runMs = performance.now() - started;
   await waitForState(api, run.microvmId, ["RUNNING"]);
-  return { microvmId: run.microvmId, endpoint: run.endpoint, runMs, runningMs: performance.now() - started, runningAt: Date.now() };
+  return {
+    microvmId: run.microvmId,
+    endpoint: run.endpoint,
+    runMs,
+    runningMs: performance.now() - started,
+    runningAt: Date.now(),
+  };
 }
 
 export async function mintToken(api: MicrovmClient, microvmId: string): Promise<string> {
-  const answer = await api.createAuthToken({ microvmIdentifier: microvmId, expirationInMinutes: 60, allowedPorts: [{ port: 8080 }] });
+  const answer = await api.createAuthToken({
+    microvmIdentifier: microvmId,
+    expirationInMinutes: 60,
+    allowedPorts: [{ port: 8080 }],
+  });
   return answer.authToken["X-aws-proxy-auth"];
 }
 
@@ -74,7 +89,9 @@ export async function launchAndCall(api: MicrovmClient): Promise<Connected> {
 }
 
 /** No polling: token right after RunMicrovm, `hello` retried every ~5 ms until it answers. */
-export async function launchEager(api: MicrovmClient): Promise<{ microvmId: string; firstRpcMs: number; attempts: number }> {
+export async function launchEager(
+  api: MicrovmClient,
+): Promise<{ microvmId: string; firstRpcMs: number; attempts: number }> {
   const started = performance.now();
   const run = await api.runMicrovm({ imageIdentifier: "sandbox", idlePolicy: benchPolicy });
   launchedIds.add(run.microvmId);

@@ -31,42 +31,62 @@ interface StoredTimes {
   handle?: { startedAt: string };
 }
 
-/** One cold launch, then `n` launches by each path, alternating; each is terminated before the next. */
-export async function measureLaunches(api: MicrovmClient, kv: KV, n: number): Promise<LaunchResults> {
-  const samples = { run: [] as number[], running: [] as number[], first: [] as number[], eager: [] as number[], term: [] as number[] };
+/**
+ * Launch samples of one host, taken a step at a time so the bench can interleave hosts (load
+ * changes on the machine then hit each alike): one cold launch, then steps of one launch by
+ * each path, alternating; each instance is terminated before the next.
+ */
+export function launchSampler(api: MicrovmClient, kv: KV) {
+  const samples = {
+    run: [] as number[],
+    running: [] as number[],
+    first: [] as number[],
+    eager: [] as number[],
+    term: [] as number[],
+  };
   const parts = { providerStart: [] as number[], recordWrite: [] as number[], observedAfterWrite: [] as number[] };
-  const cold = await launchAndCall(api);
-  await terminate(api, cold.microvmId);
-  for (let i = 0; i < n; i++) {
-    const vm = await launchAndCall(api);
-    const times = (await kv.get(idKey(vm.microvmId)!))?.json<StoredTimes>();
-    if (times?.handle) {
-      const [machineStart, ready, written] = [times.startedAt, times.handle.startedAt, times.updatedAt].map((iso) => Date.parse(iso));
-      parts.providerStart.push(ready! - machineStart!);
-      parts.recordWrite.push(written! - ready!);
-      parts.observedAfterWrite.push(vm.runningAt - written!);
-    }
-    samples.run.push(vm.runMs);
-    samples.running.push(vm.runningMs);
-    samples.first.push(vm.firstRpcMs);
-    samples.term.push(await terminate(api, vm.microvmId));
-    // Interleaved with the polled path, so load changes on the machine hit both alike.
-    const eager = await launchEager(api);
-    samples.eager.push(eager.firstRpcMs);
-    await terminate(api, eager.microvmId);
-  }
+  let coldFirstRpcMs = NaN;
   return {
-    launches: n,
-    coldFirstRpcMs: Math.round(cold.firstRpcMs),
-    runAnswered: percentiles(samples.run),
-    running: percentiles(samples.running),
-    firstRpc: percentiles(samples.first),
-    firstRpcEager: percentiles(samples.eager),
-    terminate: percentiles(samples.term),
-    breakdown: {
-      providerStart: percentiles(parts.providerStart),
-      recordWrite: percentiles(parts.recordWrite),
-      observedAfterWrite: percentiles(parts.observedAfterWrite),
+    async cold(): Promise<void> {
+      const cold = await launchAndCall(api);
+      coldFirstRpcMs = Math.round(cold.firstRpcMs);
+      await terminate(api, cold.microvmId);
+    },
+    async step(): Promise<void> {
+      const vm = await launchAndCall(api);
+      const times = (await kv.get(idKey(vm.microvmId)!))?.json<StoredTimes>();
+      if (times?.handle) {
+        const [machineStart, ready, written] = [times.startedAt, times.handle.startedAt, times.updatedAt].map((iso) =>
+          Date.parse(iso),
+        );
+        parts.providerStart.push(ready! - machineStart!);
+        parts.recordWrite.push(written! - ready!);
+        parts.observedAfterWrite.push(vm.runningAt - written!);
+      }
+      samples.run.push(vm.runMs);
+      samples.running.push(vm.runningMs);
+      samples.first.push(vm.firstRpcMs);
+      samples.term.push(await terminate(api, vm.microvmId));
+      // Interleaved with the polled path, so load changes on the machine hit both alike.
+      const eager = await launchEager(api);
+      samples.eager.push(eager.firstRpcMs);
+      await terminate(api, eager.microvmId);
+    },
+    results(): LaunchResults {
+      return {
+        launches: samples.first.length,
+        coldFirstRpcMs,
+        runAnswered: percentiles(samples.run),
+        running: percentiles(samples.running),
+        firstRpc: percentiles(samples.first),
+        firstRpcEager: percentiles(samples.eager),
+        terminate: percentiles(samples.term),
+        breakdown: {
+          providerStart: percentiles(parts.providerStart),
+          recordWrite: percentiles(parts.recordWrite),
+          observedAfterWrite: percentiles(parts.observedAfterWrite),
+        },
+      };
     },
   };
 }
@@ -85,8 +105,20 @@ export interface SuspendResults {
 
 /** `cycles` suspend/resume cycles by the operations, then as many auto-resumes by a request. */
 export async function measureSuspendResume(api: MicrovmClient, vm: Connected, cycles: number): Promise<SuspendResults> {
-  const s = { sa: [] as number[], so: [] as number[], ra: [] as number[], ro: [] as number[], auto: [] as number[], after: [] as number[] };
-  const timed = async (op: () => Promise<unknown>, state: "SUSPENDED" | "RUNNING", answer: number[], observed: number[]) => {
+  const s = {
+    sa: [] as number[],
+    so: [] as number[],
+    ra: [] as number[],
+    ro: [] as number[],
+    auto: [] as number[],
+    after: [] as number[],
+  };
+  const timed = async (
+    op: () => Promise<unknown>,
+    state: "SUSPENDED" | "RUNNING",
+    answer: number[],
+    observed: number[],
+  ) => {
     const started = performance.now();
     await op();
     answer.push(performance.now() - started);

@@ -50,7 +50,6 @@ export function memoryOf(pids: number[]): { count: number; total: MemoryMiB; eac
   };
 }
 
-
 const clockTicks = (() => {
   try {
     return Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;

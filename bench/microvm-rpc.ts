@@ -4,12 +4,22 @@
 // req/s with N concurrent callers, and the CPU each process spends per call.
 import { randomBytes } from "node:crypto";
 import { createAuthToken as signToken, RUNTIME_PORT } from "../vm-runtime/index.ts";
-import { spawnBuilt, stopChild, waitForHttp } from "./children.ts";
+import { startBuiltServer } from "./children.ts";
 import type { Connected } from "./microvm-instances.ts";
-import { concurrent, keepAliveAgent, rawRpc, sequential, stubCall, targetOf, type Percentiles, type RawTarget, type RpcCall, type Throughput } from "./microvm-http.ts";
+import {
+  concurrent,
+  keepAliveAgent,
+  rawRpc,
+  sequential,
+  stubCall,
+  targetOf,
+  type Percentiles,
+  type RawTarget,
+  type RpcCall,
+  type Throughput,
+} from "./microvm-http.ts";
 import type { DirectRuntime } from "./microvm-direct.ts";
 import { cpuSeconds } from "./microvm-proc.ts";
-import { freePort } from "../platform/index.ts";
 
 export interface RpcSettings {
   /** Sequential calls per path (after 100 unmeasured). */
@@ -31,26 +41,48 @@ export interface RpcPath {
  * One path: 1 s of unmeasured concurrent load (a freshly started process runs cold code),
  * then sequential calls, then concurrent load with the CPU of `pids` (by name) sampled.
  */
-export async function measurePath(path: string, calls: { sequential: RpcCall; concurrent: RpcCall }, pids: Record<string, number>, settings: RpcSettings): Promise<RpcPath> {
+export async function measurePath(
+  path: string,
+  calls: { sequential: RpcCall; concurrent: RpcCall },
+  pids: Record<string, number>,
+  settings: RpcSettings,
+): Promise<RpcPath> {
   await concurrent(calls.concurrent, settings.callers, 1);
   const seq = await sequential(calls.sequential, settings.calls);
   const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuSeconds(pid)]));
   const load = await concurrent(calls.concurrent, settings.callers, settings.seconds);
   const cpuUsPerCall = Object.fromEntries(
-    Object.entries(pids).map(([name, pid]) => [name, Math.round(((cpuSeconds(pid) - before[name]!) * 1e6) / Math.max(1, load.requests))]),
+    Object.entries(pids).map(([name, pid]) => [
+      name,
+      Math.round(((cpuSeconds(pid) - before[name]!) * 1e6) / Math.max(1, load.requests)),
+    ]),
   );
   return { path, sequential: seq, concurrent: load, cpuUsPerCall };
 }
 
 /** The host's proxy: the stub (fetch) and a raw keep-alive call. */
-export async function measureHostProxy(vm: Connected, pids: Record<string, number>, settings: RpcSettings): Promise<RpcPath[]> {
+export async function measureHostProxy(
+  vm: Connected,
+  pids: Record<string, number>,
+  settings: RpcSettings,
+): Promise<RpcPath[]> {
   const target = targetOf(vm.endpoint, { "x-aws-proxy-auth": vm.token });
   const rawSequential = rawRpc(target, keepAliveAgent(1), "hello", ["x"]);
   const rawConcurrent = rawRpc(target, keepAliveAgent(settings.callers), "hello", ["x"]);
   const stub = stubCall(() => vm.stub.hello("x"));
   return [
-    await measurePath("stub.hello via host proxy (client stub)", { sequential: stub, concurrent: stub }, pids, settings),
-    await measurePath("raw http via host proxy", { sequential: rawSequential, concurrent: rawConcurrent }, pids, settings),
+    await measurePath(
+      "stub.hello via host proxy (client stub)",
+      { sequential: stub, concurrent: stub },
+      pids,
+      settings,
+    ),
+    await measurePath(
+      "raw http via host proxy",
+      { sequential: rawSequential, concurrent: rawConcurrent },
+      pids,
+      settings,
+    ),
   ];
 }
 
@@ -58,25 +90,37 @@ export async function measureHostProxy(vm: Connected, pids: Record<string, numbe
 export async function measureDirect(runtime: DirectRuntime, settings: RpcSettings): Promise<RpcPath[]> {
   const direct: RawTarget = { host: "127.0.0.1", port: runtime.port, headers: runtime.headers };
   const paths = [
-    await measurePath("raw http direct to a runtime (by hand)", rawCalls(direct, settings), { instance: runtime.pid }, settings),
+    await measurePath(
+      "raw http direct to a runtime (by hand)",
+      rawCalls(direct, settings),
+      { instance: runtime.pid },
+      settings,
+    ),
   ];
   const key = randomBytes(32).toString("base64url");
-  const port = await freePort();
-  const proxy = await spawnBuilt("bare-proxy", "bench/microvm-bare-proxy.ts", [], {
+  const { child: proxy, port } = await startBuiltServer("bare-proxy", "bench/microvm-bare-proxy.ts", {
     PATH: process.env.PATH,
-    BENCH_PORT: String(port),
     BENCH_UPSTREAM_PORT: String(runtime.port),
     BENCH_UPSTREAM_SECRET: runtime.headers["x-instance-secret"],
     BENCH_TOKEN_KEY: key,
     BENCH_MICROVM_ID: "bench-direct",
   });
   try {
-    await waitForHttp(`http://127.0.0.1:${port}`, proxy);
-    const { token } = signToken({ microvmId: "bench-direct", expirationInMinutes: 60, allowedPorts: [{ port: RUNTIME_PORT }] }, key);
+    const { token } = signToken(
+      { microvmId: "bench-direct", expirationInMinutes: 60, allowedPorts: [{ port: RUNTIME_PORT }] },
+      key,
+    );
     const proxied: RawTarget = { host: "127.0.0.1", port, headers: { "x-aws-proxy-auth": token } };
-    paths.push(await measurePath("raw http via bare proxy process → runtime (by hand)", rawCalls(proxied, settings), { proxy: proxy.pid, instance: runtime.pid }, settings));
+    paths.push(
+      await measurePath(
+        "raw http via bare proxy process → runtime (by hand)",
+        rawCalls(proxied, settings),
+        { proxy: proxy.pid, instance: runtime.pid },
+        settings,
+      ),
+    );
   } finally {
-    await stopChild(proxy);
+    await proxy.stop();
   }
   return paths;
 }

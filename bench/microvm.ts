@@ -1,17 +1,27 @@
-// `npm run bench -- --microvm`: the microVM facility of the service (process provider, the
-// `sandbox` image) measured against its targets: launch → first RPC, RPC through the proxy,
-// suspend/resume, memory per live instance and how latency changes with 1, 10, 50 instances.
-// Every instance is terminated and every child stopped, also on error and Ctrl-C.
+// `npm run bench -- --microvm`: the microVM facility of the service (the `sandbox` image)
+// under both providers in the same run, each behind a service of its own: launch → first RPC,
+// RPC through the proxy, suspend/resume, memory per live instance and how latency changes with
+// 1, 10, 50 instances; then the sandbox's cost as ratios to the process provider. Every
+// instance is terminated and every child stopped, also on error and Ctrl-C.
 import { openBuckets } from "../platform/index.ts";
 import { installShutdownHandlers } from "./environment.ts";
+import { comparisonRows, formatComparison, sandboxTargets, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";
-import { leftoverInstances, startMicrovmEnvironment, type MicrovmEnvironment } from "./microvm-environment.ts";
-import { launchAndCall, launchedIds, terminate } from "./microvm-instances.ts";
+import {
+  leftoverInstances,
+  removeCgroupsOf,
+  startMicrovmEnvironment,
+  thawCgroupsOf,
+  type MicrovmEnvironment,
+} from "./microvm-environment.ts";
+import type { ProviderName } from "./microvm-instance-procs.ts";
+import { launchAndCall, launchedIds, terminate, type Connected } from "./microvm-instances.ts";
 import { sequential, stubCall } from "./microvm-http.ts";
-import { measureLaunches, measureSuspendResume } from "./microvm-lifecycle.ts";
+import { launchSampler, measureSuspendResume, type LaunchResults } from "./microvm-lifecycle.ts";
 import { formatDensity, formatLatencies, formatRpcPaths, latencyRows, targets } from "./microvm-report.ts";
-import { measureDirect, measureHostProxy, type RpcSettings } from "./microvm-rpc.ts";
+import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from "./microvm-rpc.ts";
+import { formatImages, imageTargets, measureImages } from "./microvm-images.ts";
 import type { BenchOptions } from "./options.ts";
 import { writeResults } from "./results.ts";
 
@@ -22,7 +32,12 @@ export interface MicrovmSettings {
   /** Suspend/resume cycles (and as many auto-resumes). */
   cycles: number;
   density: DensitySettings;
+  /** Images pushed and launched uncached then cached (sandbox provider). */
+  images: number;
 }
+
+/** The baseline first: ratios are sandbox / process. */
+const providers: readonly ProviderName[] = ["process", "sandbox"];
 
 export function microvmSettings(options: BenchOptions): MicrovmSettings {
   if (options.quick) {
@@ -31,6 +46,7 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
       rpc: { calls: 500, callers: 20, seconds: 1 },
       cycles: 5,
       density: { levels: [1, 10], rpcCalls: 300, extraLaunches: 3, fillConcurrency: 4 },
+      images: 3,
     };
   }
   return {
@@ -38,77 +54,216 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
     rpc: { calls: 2_000, callers: 20, seconds: 3 },
     cycles: 20,
     density: { levels: [1, 10, 50], rpcCalls: 1_000, extraLaunches: 5, fillConcurrency: 4 },
+    images: 9,
   };
 }
 
-export async function runMicrovmBench(options: BenchOptions, header: Record<string, unknown>, startedAt: Date): Promise<void> {
+type Envs = Partial<Record<ProviderName, MicrovmEnvironment>>;
+
+export async function runMicrovmBench(
+  options: BenchOptions,
+  header: Record<string, unknown>,
+  startedAt: Date,
+): Promise<void> {
   const settings = microvmSettings(options);
-  let env: MicrovmEnvironment | undefined;
+  const envs: Envs = {};
   let direct: Awaited<ReturnType<typeof directRuntimes>> | undefined;
   let cleaning: Promise<void> | undefined;
   // Once, whether the run ends, fails or is interrupted (Ctrl-C may land mid-cleanup).
   const cleanUp = () =>
     (cleaning ??= (async () => {
       await direct?.close();
-      await env?.close();
-      // This run's directories only: another bench running beside this one keeps its instances.
-      await assertNoInstanceLeft([env?.dataDir, direct?.workDir].filter((dir): dir is string => dir !== undefined));
+      const started = Object.values(envs);
+      await Promise.all(started.map((env) => env.close()));
+      // This run's directories and cgroups only: another bench running beside this one keeps its instances.
+      const markers = [...started.map((env) => env.dataDir), ...(direct ? [direct.workDir] : [])];
+      const hostIds = started.map((env) => env.hostId);
+      await assertNoInstanceLeft(markers, hostIds).finally(() => removeCgroupsOf(hostIds));
     })());
   installShutdownHandlers(cleanUp);
   // Room for the densest level plus the launches measured at that level.
   const maxInstances = Math.max(...settings.density.levels) + 10;
-  env = await startMicrovmEnvironment({ maxInstances, ...(options.cpuProf ? { cpuProfDir: options.cpuProf } : {}) });
-  console.log(`service pid ${env.servicePid} (all roles, MICROVM_MAX_INSTANCES=${maxInstances}, DATA_DIR ${env.dataDir}), nats-server pid ${env.natsPid}`);
   let results: Record<string, unknown> | undefined;
   try {
-    results = await measureAll(env, (direct = await directRuntimes()), settings);
-  } finally {
-    await cleanUp();
+    for (const provider of providers) {
+      const env = (envs[provider] = await startMicrovmEnvironment({
+        provider,
+        maxInstances,
+        ...(options.cpuProf ? { cpuProfDir: options.cpuProf } : {}),
+      }));
+      console.log(
+        `${provider}: service pid ${env.servicePid} (all roles, MICROVM_PROVIDER=${provider}, MICROVM_HOST_ID=${env.hostId}, MICROVM_MAX_INSTANCES=${maxInstances}, DATA_DIR ${env.dataDir}), nats-server pid ${env.natsPid}`,
+      );
+    }
+    results = await measureAll(
+      envs as Record<ProviderName, MicrovmEnvironment>,
+      (direct = await directRuntimes()),
+      settings,
+    );
+  } catch (err) {
+    // The measurement's failure is the one to report; a cleanup failure after it is logged.
+    await cleanUp().catch((cleanupErr: unknown) =>
+      console.error(`cleanup after the failure: ${(cleanupErr as Error).message}`),
+    );
+    throw err;
   }
-  const file = await writeResults({ ...header, settings, targets, ...results }, startedAt, "microvm");
+  await cleanUp();
+  const file = await writeResults(
+    { ...header, settings, targets, sandboxTargets, imageTargets, ...results },
+    startedAt,
+    "microvm",
+  );
   console.log(`results: ${file}`);
 }
 
+/** `--microvm-images`: the image rows only, on one sandbox-provider service. */
+export async function runImageBench(
+  options: BenchOptions,
+  header: Record<string, unknown>,
+  startedAt: Date,
+): Promise<void> {
+  const samples = microvmSettings(options).images;
+  const env = await startMicrovmEnvironment({ provider: "sandbox", maxInstances: 10 });
+  const cleanUp = async () => {
+    await env.close();
+    await assertNoInstanceLeft([env.dataDir], [env.hostId]).finally(() => removeCgroupsOf([env.hostId]));
+  };
+  installShutdownHandlers(cleanUp);
+  console.log(
+    `sandbox: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${samples} images, each pushed, launched uncached, then cached…`,
+  );
+  let images;
+  try {
+    images = await measureImages(env, samples);
+  } finally {
+    await cleanUp();
+  }
+  console.log(`\nimages on the sandbox provider (targets from issue 13):\n\n${formatImages(images)}`);
+  console.log(
+    `results: ${await writeResults({ ...header, samples, imageTargets, images }, startedAt, "microvm-images")}`,
+  );
+}
+
 /** Every instance process of this run (host-started or by hand) must be gone; any left is killed. */
-async function assertNoInstanceLeft(markers: string[]): Promise<void> {
-  const left = await leftoverInstances(markers);
-  for (const { pid } of left) process.kill(pid, "SIGKILL");
-  if (left.length) throw new Error(`instance processes left after the bench (killed now): ${left.map((p) => `${p.pid} ${p.cmdline}`).join("; ")}`);
+async function assertNoInstanceLeft(markers: string[], hostIds: string[]): Promise<void> {
+  const left = await leftoverInstances(markers, hostIds);
+  if (left.length) await thawCgroupsOf(hostIds);
+  for (const { pid } of left) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  if (left.length)
+    throw new Error(
+      `instance processes left after the bench (killed now): ${left.map((p) => `${p.pid} ${p.cmdline}`).join("; ")}`,
+    );
   console.log(`\ncleanup: ${launchedIds.size} instances launched, all terminated; no instance process left`);
 }
 
-async function measureAll(env: MicrovmEnvironment, direct: Awaited<ReturnType<typeof directRuntimes>>, settings: MicrovmSettings) {
-  const { microvms: kv } = await openBuckets(env.nc);
-  console.log(`\nlaunches: ${settings.launches} sequential per path, each terminated…`);
-  const launches = await measureLaunches(env.api, kv, settings.launches);
+/**
+ * Phase by phase, the providers taking turns (launch by launch in the launch phase) so drift
+ * on the machine hits both alike; then the density of one provider after the other (its live
+ * instances would weigh on the other's figures).
+ */
+async function measureAll(
+  envs: Record<ProviderName, MicrovmEnvironment>,
+  direct: Awaited<ReturnType<typeof directRuntimes>>,
+  settings: MicrovmSettings,
+) {
+  console.log(
+    `\nlaunches: ${settings.launches} sequential per path and provider, each terminated, providers taking turns…`,
+  );
+  const samplers = {} as Record<ProviderName, ReturnType<typeof launchSampler>>;
+  for (const provider of providers) {
+    samplers[provider] = launchSampler(envs[provider].api, (await openBuckets(envs[provider].nc)).microvms);
+    await samplers[provider].cold();
+  }
+  for (let i = 0; i < settings.launches; i++) {
+    for (const provider of providers) await samplers[provider].step();
+  }
+  const launches = {} as Record<ProviderName, LaunchResults>;
+  for (const provider of providers) {
+    launches[provider] = samplers[provider].results();
+    console.log(`  ${provider}: RunMicrovm → first RPC p50 ${launches[provider].firstRpc.p50} ms`);
+  }
 
-  console.log(`RPC: ${settings.rpc.calls} sequential calls and ${settings.rpc.seconds} s × ${settings.rpc.callers} callers per path…`);
-  const vm = await launchAndCall(env.api);
-  const instancePid = env.instancePids()[0]!;
-  const getMicrovm = await sequential(stubCall(() => env.api.getMicrovm({ microvmIdentifier: vm.microvmId })), 500);
+  console.log(
+    `RPC: ${settings.rpc.calls} sequential calls and ${settings.rpc.seconds} s × ${settings.rpc.callers} callers per path…`,
+  );
+  const vms = {} as Record<ProviderName, Connected>;
+  const proxied = {} as Record<ProviderName, { getMicrovm: ProviderResults["getMicrovm"]; rpc: RpcPath[] }>;
+  for (const provider of providers) {
+    const env = envs[provider];
+    const vm = (vms[provider] = await launchAndCall(env.api));
+    const instance = env.instances()[0];
+    if (!instance) throw new Error(`${provider}: no instance process found under the service (pid ${env.servicePid})`);
+    const getMicrovm = await sequential(
+      stubCall(() => env.api.getMicrovm({ microvmIdentifier: vm.microvmId })),
+      500,
+    );
+    proxied[provider] = {
+      getMicrovm,
+      rpc: await measureHostProxy(vm, { service: env.servicePid, instance: instance.runtime }, settings.rpc),
+    };
+  }
   const runtime = await direct.start();
-  const rpc = [
-    ...(await measureHostProxy(vm, { service: env.servicePid, instance: instancePid }, settings.rpc)),
-    ...(await measureDirect(runtime, settings.rpc)),
-  ];
+  const directPaths = await measureDirect(runtime, settings.rpc);
   await runtime.stop();
 
   console.log(`suspend/resume: ${settings.cycles} cycles by the operations, ${settings.cycles} auto-resumes…`);
-  const suspend = await measureSuspendResume(env.api, vm, settings.cycles);
-  await terminate(env.api, vm.microvmId);
+  const results = {} as Record<ProviderName, ProviderResults>;
+  const suspends = {} as Record<ProviderName, ProviderResults["suspend"]>;
+  for (const provider of providers) {
+    suspends[provider] = await measureSuspendResume(envs[provider].api, vms[provider], settings.cycles);
+    await terminate(envs[provider].api, vms[provider].microvmId);
+  }
 
-  console.log(`density: ${settings.density.levels.join(", ")} live instances…`);
-  const density = await measureDensity(env, settings.density, (p: DensityPoint) =>
-    console.log(`  ${p.live} live: ${p.perInstance.rss} MiB VmRSS per instance (PSS ${p.perInstance.pss}), service ${p.serviceMiB.rss} MiB, RPC p50 ${p.rpc.p50} ms, Run→RUNNING p50 ${p.running.p50} ms`),
+  console.log(`images (sandbox): ${settings.images} pushed, each launched uncached then cached…`);
+  const images = await measureImages(envs.sandbox, settings.images);
+
+  for (const provider of providers) {
+    console.log(`density (${provider}): ${settings.density.levels.join(", ")} live instances…`);
+    const density = await measureDensity(envs[provider], settings.density, (p: DensityPoint) =>
+      console.log(
+        `  ${p.live} live: ${p.perInstance.pss} MiB PSS per instance (VmRSS ${p.perInstance.rss}${p.cgroupPerInstance ? `, cgroup ${p.cgroupPerInstance.usage}` : ""}), ` +
+          `service ${p.serviceMiB.rss} MiB, RPC p50 ${p.rpc.p50} ms, Run→RUNNING p50 ${p.running.p50} ms`,
+      ),
+    );
+    results[provider] = {
+      launches: launches[provider],
+      ...proxied[provider],
+      suspend: suspends[provider],
+      density,
+      deaths: envs[provider].deaths(),
+    };
+  }
+
+  for (const provider of providers) {
+    const r = results[provider];
+    console.log(`\n## ${provider} provider\n\nlatencies (sandbox image; p50 against the facility's targets):\n`);
+    const firstRpcTarget = provider === "sandbox" ? sandboxTargets.firstRpcMs : targets.firstRpcMs;
+    console.log(formatLatencies(latencyRows(r.launches, r.rpc, r.suspend, r.getMicrovm, firstRpcTarget)));
+    console.log(
+      `\ndensity (live instances have each answered one RPC; memory read 1 s after the last launch; summed over each instance's processes):\n`,
+    );
+    console.log(formatDensity(r.density));
+    if (r.deaths.length) console.log(`\nprocesses that died during the run: ${r.deaths.join("; ")}`);
+  }
+  console.log(
+    `\nRPC paths (hello("x"); sequential after 100 unmeasured, then ${settings.rpc.callers} concurrent callers for ${settings.rpc.seconds} s):\n`,
   );
-  const deaths = env.deaths();
-
-  console.log(`\nmicroVM latencies (process provider, sandbox image; p50 against the target):\n`);
-  console.log(formatLatencies(latencyRows(launches, rpc, suspend, getMicrovm)));
-  console.log(`\nRPC paths (hello("x"); sequential after 100 unmeasured, then ${settings.rpc.callers} concurrent callers for ${settings.rpc.seconds} s):\n`);
-  console.log(formatRpcPaths(rpc));
-  console.log(`\ndensity (live instances have each answered one RPC; memory read 1 s after the last launch):\n`);
-  console.log(formatDensity(density));
-  if (deaths.length) console.log(`\nprocesses that died during the run: ${deaths.join("; ")}`);
-  return { launches, getMicrovm, rpc, suspend, density, deaths };
+  console.log(
+    formatRpcPaths([
+      ...providers.flatMap((p) => results[p].rpc.map((path) => ({ ...path, path: `${p}: ${path.path}` }))),
+      ...directPaths,
+    ]),
+  );
+  console.log(`\nimages on the sandbox provider (targets from issue 13):\n`);
+  console.log(formatImages(images));
+  const comparison = comparisonRows(results.process, results.sandbox);
+  console.log(`\nsandbox vs process provider, same run (ratio = sandbox / process; targets from issue 11):\n`);
+  console.log(formatComparison(comparison));
+  return { providers: results, direct: directPaths, images, comparison };
 }

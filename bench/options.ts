@@ -16,24 +16,33 @@ export interface BenchOptions {
   seedCount: number;
   splitRoles: boolean;
   cpuProf?: string;
+  /** Extra node flags for the service processes (e.g. V8 heap flags to compare). */
+  nodeFlags: string[];
   growth: boolean;
   growthSize: number;
   /** The microVM bench instead (bench/microvm.ts). */
   microvm: boolean;
   /** The node-flag experiment on hand-started instance runtimes (bench/microvm-flags.ts). */
   microvmFlags: boolean;
+  /** Only the image rows of the microVM bench, on the sandbox provider (bench/microvm-images.ts). */
+  microvmImages: boolean;
   /** The task-object throughput bench on the 3-node cluster, 1 vs 2 actor processes (bench/placement.ts). */
   placement: boolean;
   /** Task-object names the placement bench spreads its load over. */
   placementNames: number;
   /** Send task-object requests through the shared subject only (no owner routing). */
   placementShared: boolean;
+  /** Measure the baseline again right before each workload, for its ratio (slower, steadier). */
+  pairBaseline: boolean;
+  /** HTTP load generator; undefined: wrk when installed, else autocannon. */
+  driver?: "wrk" | "autocannon";
 }
 
 export const helpText = `Usage: npm run bench -- [options]
 
 Starts a private nats-server, the service (main.ts) and a bare node:http server as child
-processes, loads each workload with autocannon (HTTP) or direct NATS requests, and prints
+processes, loads each workload with wrk (when installed; else autocannon) over HTTP or with
+direct NATS requests, and prints
 the median over rounds. Results go to bench/results/<timestamp>.json and latest.json.
 
 Options:
@@ -43,19 +52,38 @@ Options:
   --warmup S           unmeasured seconds per workload before round 1 (default 1; quick 0.5)
   --connections N      HTTP connections / NATS requests in flight (default 50)
   --only a,b,...       only these workloads (the bare node:http baseline always runs):
-                       createTask, getTask, getTaskMissing, createTaskDO, getTaskDO,
-                       createJob, getJob, nats:createTask, nats:getTask
+                       createTask, getTask, getTaskMissing, createTaskDO,
+                       createTaskDO:hot (all on one name), getTaskDO,
+                       createJob, createTask:always, createJob:always, getJob,
+                       createTask:r3, createJob:r3, createTask:r3:always, createJob:r3:always,
+                       nats:createTask, nats:getTask, createTask:noauth, getTask:noauth
+                       (the :always ones run against a second nats-server with
+                       NATS_SYNC=always; the :r3 ones against services on two 3-node
+                       clusters with R3 buckets, NATS_SYNC 1s and always, started only
+                       when an :r3 row runs; the :noauth ones against the same service with
+                       NATS auth off; the others' has NATS_SYNC as set, else 1s, e.g.
+                       NATS_SYNC=2m for nats-server's own default)
+  --pair-baseline      measure the baseline again right before each workload and take each
+                       ratio against that one (twice the time; steadier on a shared machine)
+  --driver wrk|autocannon
+                       HTTP load generator (default: wrk when installed, else autocannon)
   --seed N             records of each kind created for the read workloads (default 1000)
   --split-roles        run the service as two processes (--role actors, --role gateway)
   --cpu-prof DIR       run the service under node --cpu-prof, profiles written to DIR at exit
                        (summarize with: npx tsx bench/profile-summary.ts DIR/*.cpuprofile)
+  --node-flags "F ..." node flags for the service processes, added to the ones npm start
+                       uses (compare runs with and without, e.g. "--max-semi-space-size=8")
   --growth             growth check instead: RSS and getTask latency at 0 and 100k records
   --growth-size N      records to grow to (implies --growth; e.g. 1000000 adds a 1M point)
-  --microvm            microVM bench instead: launch → first RPC, RPC via the proxy, suspend/
-                       resume, memory per instance at 1/10/50 live (~2 min; --quick ~1 min;
-                       --cpu-prof DIR profiles the service). Not part of the default run.
+  --microvm            microVM bench instead, both providers (process, sandbox) in one run and
+                       the sandbox's cost as ratios: launch → first RPC, RPC via the proxy,
+                       suspend/resume, memory per instance at 1/10/50 live (~4 min; --quick
+                       ~1.5 min; --cpu-prof DIR profiles the services). Not in the default run.
   --microvm-flags      node-flag experiment: RSS, start and RPC latency of the sandbox runtime
                        started by hand under each candidate set of node flags
+  --microvm-images     only the image rows of --microvm, on the sandbox provider: createImage
+                       → registered, and first RPC of an image the host has not cached vs
+                       cached (9 samples; --quick 3)
   --placement          task-object throughput on the 3-node cluster (R3) with 1 vs 2 actor
                        processes, loaded over NATS (createTaskDO then getTaskDO per worker),
                        sent straight to each name's owner as the gateway does;
@@ -98,17 +126,22 @@ export function parseOptions(args: string[]): BenchOptions {
       seed: { type: "string" },
       "split-roles": { type: "boolean" },
       "cpu-prof": { type: "string" },
+      "node-flags": { type: "string" },
       growth: { type: "boolean" },
       "growth-size": { type: "string" },
       microvm: { type: "boolean" },
       "microvm-flags": { type: "boolean" },
+      "microvm-images": { type: "boolean" },
       placement: { type: "boolean" },
       "placement-names": { type: "string" },
       "placement-shared": { type: "boolean" },
+      driver: { type: "string" },
+      "pair-baseline": { type: "boolean" },
     },
   });
   const quick = values.quick ?? false;
-  const placement = (values.placement ?? false) || values["placement-names"] !== undefined || values["placement-shared"] === true;
+  const placement =
+    (values.placement ?? false) || values["placement-names"] !== undefined || values["placement-shared"] === true;
   return {
     help: values.help ?? false,
     quick,
@@ -117,16 +150,28 @@ export function parseOptions(args: string[]): BenchOptions {
     duration: positive("duration", values.duration, quick ? (placement ? 3 : 2) : 5),
     warmup: values.warmup === "0" ? 0 : positive("warmup", values.warmup, quick ? 0.5 : 1),
     connections: Math.round(positive("connections", values.connections, 50)),
-    only: values.only?.split(",").map((s) => s.trim()).filter(Boolean),
+    only: values.only
+      ?.split(",")
+      .map((s) => s.trim())
+      .filter(Boolean),
     seedCount: Math.round(positive("seed", values.seed, 1000)),
     splitRoles: values["split-roles"] ?? false,
     cpuProf: values["cpu-prof"],
+    nodeFlags: values["node-flags"]?.split(/\s+/).filter(Boolean) ?? [],
     growth: (values.growth ?? false) || values["growth-size"] !== undefined,
     growthSize: Math.round(positive("growth-size", values["growth-size"], 100_000)),
     microvm: values.microvm ?? false,
     microvmFlags: values["microvm-flags"] ?? false,
+    microvmImages: values["microvm-images"] ?? false,
     placement,
     placementNames: Math.round(positive("placement-names", values["placement-names"], 200)),
     placementShared: values["placement-shared"] ?? false,
+    driver: driverOf(values.driver),
+    pairBaseline: values["pair-baseline"] ?? false,
   };
+}
+
+function driverOf(raw: string | undefined): BenchOptions["driver"] {
+  if (raw === undefined || raw === "wrk" || raw === "autocannon") return raw;
+  throw new UsageError(`--driver must be wrk or autocannon, got "${raw}"`);
 }

@@ -3,9 +3,17 @@
 // always the shared subject, where a non-owner forwards to the owner.
 import { randomUUID } from "node:crypto";
 import { ClientError, natsClient } from "../client/index.ts";
-import { ownerRouting } from "../gateway/owner-routing.ts";
+import { leaseOwners } from "../actors/index.ts";
+import { ownerRouting } from "../gateway/index.ts";
 import { recordStores, type NatsHandle } from "../platform/index.ts";
-import { createTaskDO, getTaskDO, IDEMPOTENCY_KEY_HEADER, requestBody, taskApi, type Operation } from "../schemas/index.ts";
+import {
+  createTaskDO,
+  getTaskDO,
+  IDEMPOTENCY_KEY_HEADER,
+  requestBody,
+  taskApi,
+  type Operation,
+} from "../schemas/index.ts";
 import type { TaskClient } from "./placement-cluster.ts";
 
 export type Routing = "owner" | "shared";
@@ -13,7 +21,7 @@ export type Routing = "owner" | "shared";
 export function benchTaskClient(handle: NatsHandle, routing: Routing): TaskClient {
   const shared = natsClient(taskApi, handle.nc);
   if (routing === "shared") return shared;
-  const owners = ownerRouting(handle, recordStores(handle.requester).taskObjectLeases, "");
+  const owners = ownerRouting(handle, { byName: leaseOwners(recordStores(handle.requester).taskObjectLeases) }, "");
   const viaOwner = async (op: Operation, input: Record<string, unknown>, headers: Record<string, string>) => {
     const reply = await owners.tryOwner(op, input, requestBody(op, input), headers, 2_000);
     if (!reply) return undefined;
@@ -25,7 +33,10 @@ export function benchTaskClient(handle: NatsHandle, routing: Routing): TaskClien
     ...shared,
     async createTaskDO(input, options) {
       const idempotencyKey = options?.idempotencyKey ?? randomUUID();
-      return (await viaOwner(createTaskDO, input, { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey })) ?? shared.createTaskDO(input, { idempotencyKey });
+      return (
+        (await viaOwner(createTaskDO, input, { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey })) ??
+        shared.createTaskDO(input, { idempotencyKey })
+      );
     },
     async getTaskDO(input) {
       return (await viaOwner(getTaskDO, input, {})) ?? shared.getTaskDO(input);

@@ -1,13 +1,19 @@
 // One configuration of the placement bench as a running system: the 3-node R3 cluster with one
 // gateway and the given actor processes (cluster/topology.ts), plus the bench's own NATS
 // connection and task client. `stop()` stops every process and removes the cluster's directory.
-import { readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
-import { join } from "node:path";
-import { defaultTopology, gatewayPorts, RUN_MARKER, startCluster, type RunningCluster, type Topology } from "../cluster/index.ts";
+import {
+  belongsTo,
+  defaultTopology,
+  gatewayPorts,
+  signal,
+  startCluster,
+  type RunningCluster,
+  type Topology,
+} from "../cluster/index.ts";
 import type { Client } from "../client/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
-import { taskApi } from "../schemas/index.ts";
+import type { taskApi } from "../schemas/index.ts";
 import type { ProcessGroups } from "./types.ts";
 import { benchTaskClient, type Routing } from "./placement-client.ts";
 
@@ -42,7 +48,11 @@ process.on("exit", () => {
   for (const [pid, dir] of spawned) if (belongsTo(pid, dir)) signal(pid, "SIGKILL");
 });
 
-export async function startBenchCluster(actors: readonly string[], baseDir: string, routing: Routing = "owner"): Promise<BenchCluster> {
+export async function startBenchCluster(
+  actors: readonly string[],
+  baseDir: string,
+  routing: Routing = "owner",
+): Promise<BenchCluster> {
   const warnings = { count: 0, last: [] as string[] };
   const onLine = (name: string, line: string) => {
     if (!isWarning(line)) return;
@@ -67,7 +77,11 @@ export async function startBenchCluster(actors: readonly string[], baseDir: stri
       onLine,
       onStarted: (pid) => spawned.set(pid, baseDir),
     });
-    nats = await connectNats({ servers: cluster.nats.url, name: "bench:placement" });
+    nats = await connectNats({
+      servers: cluster.nats.url,
+      name: "bench:placement",
+      credentials: cluster.credentials.gateway,
+    });
   } catch (err) {
     await stop();
     throw err;
@@ -83,8 +97,12 @@ export async function startBenchCluster(actors: readonly string[], baseDir: stri
       nats: running.nats.nodes.flatMap((n) => (n.server ? [n.server.process.pid!] : [])),
     }),
     deaths: () => [
-      ...running.services.filter((s) => s.child.exitCode !== null || s.child.signalCode !== null).map((s) => `${s.name} (pid ${s.pid}) exited with ${s.child.exitCode ?? s.child.signalCode}`),
-      ...running.nats.nodes.filter((n) => !n.server || n.server.process.exitCode !== null || n.server.process.signalCode !== null).map((n) => `${n.name} exited`),
+      ...running.services
+        .filter((s) => s.child.exitCode !== null || s.child.signalCode !== null)
+        .map((s) => `${s.name} (pid ${s.pid}) exited with ${s.child.exitCode ?? s.child.signalCode}`),
+      ...running.nats.nodes
+        .filter((n) => !n.server || n.server.process.exitCode !== null || n.server.process.signalCode !== null)
+        .map((n) => `${n.name} exited`),
     ],
     warnings: () => ({ count: warnings.count, last: [...warnings.last] }),
     stop,
@@ -98,25 +116,5 @@ function isWarning(line: string): boolean {
     return Number((JSON.parse(line) as { level?: unknown }).level) >= 40;
   } catch {
     return true;
-  }
-}
-
-/** Only a pid whose environment or command line names this cluster's directory (pids get reused). */
-function belongsTo(pid: number, dir: string): boolean {
-  const read = (file: string) => {
-    try {
-      return readFileSync(`/proc/${pid}/${file}`, "utf8");
-    } catch {
-      return "";
-    }
-  };
-  return read("environ").split("\0").includes(`${RUN_MARKER}=${dir}`) || read("cmdline").includes(join(dir, "/"));
-}
-
-function signal(pid: number, name: NodeJS.Signals): void {
-  try {
-    process.kill(pid, name);
-  } catch {
-    /* already gone */
   }
 }

@@ -54,16 +54,27 @@ function errorRecorder() {
 }
 
 /** One create per name, so every object exists (and is placed) before anything is measured. */
-export async function seedObjects(client: TaskClient, names: readonly string[], concurrency: number): Promise<{ errors: Record<string, number> }> {
+export async function seedObjects(
+  client: TaskClient,
+  names: readonly string[],
+  concurrency: number,
+): Promise<{ errors: Record<string, number> }> {
   const recorder = errorRecorder();
   await inPool(names.length, concurrency, async (i) => {
-    await client.createTaskDO({ title: `seed ${i}`, name: names[i]! }).catch((err: unknown) => recorder.record("createTaskDO", err));
+    await client
+      .createTaskDO({ title: `seed ${i}`, name: names[i]! })
+      .catch((err: unknown) => recorder.record("createTaskDO", err));
   });
   return { errors: recorder.errors };
 }
 
 const histogram = (): Histogram =>
-  build({ useWebAssembly: false, lowestDiscernibleValue: 1, highestTrackableValue: 120_000_000, numberOfSignificantValueDigits: 3 });
+  build({
+    useWebAssembly: false,
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 120_000_000,
+    numberOfSignificantValueDigits: 3,
+  });
 
 /**
  * Runs the create-then-read loop for `settings.seconds`. No operation starts after the
@@ -72,7 +83,8 @@ const histogram = (): Histogram =>
 export async function runTaskObjectLoad(client: TaskClient, settings: LoadSettings): Promise<LoadOutcome> {
   const latency: Record<OpKind, Histogram> = { createTaskDO: histogram(), getTaskDO: histogram() };
   const recorder = errorRecorder();
-  const record = (kind: OpKind, sent: number) => latency[kind].recordValue(Math.max(1, Math.round((performance.now() - sent) * 1000)));
+  const record = (kind: OpKind, sent: number) =>
+    latency[kind].recordValue(Math.max(1, Math.round((performance.now() - sent) * 1000)));
   const started = performance.now();
   const deadline = started + settings.seconds * 1000;
   let sequence = 0;
@@ -93,7 +105,8 @@ export async function runTaskObjectLoad(client: TaskClient, settings: LoadSettin
       sent = performance.now();
       try {
         const read = await client.getTaskDO({ id: created.id, name });
-        if (read.id !== created.id || read.title !== title) throw Object.assign(new Error(`asked ${created.id}, got ${read.id}`), { name: "Mismatch" });
+        if (read.id !== created.id || read.title !== title)
+          throw Object.assign(new Error(`asked ${created.id}, got ${read.id}`), { name: "Mismatch" });
         record("getTaskDO", sent);
       } catch (err) {
         recorder.record("getTaskDO", err);

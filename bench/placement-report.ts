@@ -61,7 +61,13 @@ const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
 const actorCpu = (r: RoundMeasurement) => sum(r.actors.map((a) => r.cpuSeconds[a] ?? 0));
 
 export function summarizePlacement(records: RoundRecord[], configs: readonly PlacementConfig[]): ConfigSummary[] {
-  const medianOps = (config: string) => median(records.filter(measured).filter((r) => r.config === config).map((r) => r.load.opsPerSecond));
+  const medianOps = (config: string) =>
+    median(
+      records
+        .filter(measured)
+        .filter((r) => r.config === config)
+        .map((r) => r.load.opsPerSecond),
+    );
   const base = medianOps(configs[0]!.label);
   return configs.map(({ label, actors }) => {
     const ok = records.filter(measured).filter((r) => r.config === label);
@@ -92,11 +98,28 @@ export function summarizePlacement(records: RoundRecord[], configs: readonly Pla
 
 const fixed = (digits: number) => (n: number) => (Number.isFinite(n) ? n.toFixed(digits) : "-");
 const count = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "-");
-const perActor = (cpu: Record<string, number>, actors: readonly string[]) => actors.map((a) => fixed(2)(cpu[a] ?? NaN)).join(" + ");
+const perActor = (cpu: Record<string, number>, actors: readonly string[]) =>
+  actors.map((a) => fixed(2)(cpu[a] ?? NaN)).join(" + ");
 
 export function formatSummary(rows: ConfigSummary[]): string {
   return markdownTable(
-    ["actors", "rounds", "ops/s", "× 1 actor", "create p50 ms", "create p99 ms", "get p50 ms", "get p99 ms", "errors", "seed/warm-up errors", "actor CPU s", "actor CPU µs/op", "nats CPU s", "gateway CPU s", "bench CPU s"],
+    [
+      "actors",
+      "rounds",
+      "ops/s",
+      "× 1 actor",
+      "create p50 ms",
+      "create p99 ms",
+      "get p50 ms",
+      "get p99 ms",
+      "errors",
+      "seed/warm-up errors",
+      "actor CPU s",
+      "actor CPU µs/op",
+      "nats CPU s",
+      "gateway CPU s",
+      "bench CPU s",
+    ],
     rows.map((r) => [
       r.config,
       r.failedRounds ? `${r.rounds} (${r.failedRounds} failed)` : String(r.rounds),
@@ -123,7 +146,19 @@ export function formatSummary(rows: ConfigSummary[]): string {
  */
 export function formatRounds(records: RoundRecord[], cores: number): string {
   return markdownTable(
-    ["round", "actors", "ops/s", "errors", "CPU s per actor", "nats CPU s", "gateway CPU s", "bench CPU s", "other CPU s", "busy %", "start s"],
+    [
+      "round",
+      "actors",
+      "ops/s",
+      "errors",
+      "CPU s per actor",
+      "nats CPU s",
+      "gateway CPU s",
+      "bench CPU s",
+      "other CPU s",
+      "busy %",
+      "start s",
+    ],
     records.map((r) => {
       if (!measured(r)) return [String(r.round), `${r.config} (failed)`, "-", "-", "-", "-", "-", "-", "-", "-", "-"];
       const ours = sum(Object.values(r.cpuSeconds));
@@ -155,7 +190,9 @@ export function noisyRounds(records: RoundRecord[], cores: number): string[] {
 /** One line per finished round, printed as the rounds go. */
 export function roundLine(r: RoundRecord): string {
   if (!measured(r)) return `  round ${r.round} ${r.config}: FAILED ${r.error}`;
-  const kinds = Object.entries(r.load.byKind).map(([kind, s]) => `${kind} p50 ${fixed(2)(s.p50)} p99 ${fixed(2)(s.p99)} ms`).join(", ");
+  const kinds = Object.entries(r.load.byKind)
+    .map(([kind, s]) => `${kind} p50 ${fixed(2)(s.p50)} p99 ${fixed(2)(s.p99)} ms`)
+    .join(", ");
   const cpu = r.actors.map((a) => `${a} ${fixed(2)(r.cpuSeconds[a] ?? NaN)}`).join(", ");
   const notes = [
     r.load.errorCount ? `errors ${JSON.stringify(r.load.errors)} [${r.load.errorSamples.join("; ")}]` : "",

@@ -10,7 +10,15 @@ import type { BenchOptions } from "./options.ts";
 import { startBenchCluster, type BenchCluster } from "./placement-cluster.ts";
 import { objectNames, runTaskObjectLoad, seedObjects } from "./placement-load.ts";
 import { machineCpu } from "./placement-cpu.ts";
-import { formatRounds, formatSummary, noisyRounds, roundLine, summarizePlacement, type PlacementConfig, type RoundRecord } from "./placement-report.ts";
+import {
+  formatRounds,
+  formatSummary,
+  noisyRounds,
+  roundLine,
+  summarizePlacement,
+  type PlacementConfig,
+  type RoundRecord,
+} from "./placement-report.ts";
 import { sampleUsage } from "./proc-stats.ts";
 import { resultsDir } from "./results.ts";
 
@@ -44,9 +52,14 @@ export function placementSettings(options: BenchOptions): PlacementSettings {
 }
 
 /** Odd rounds run the configurations in order, even rounds in reverse: neither always goes first. */
-export const roundOrder = (round: number): readonly PlacementConfig[] => (round % 2 ? placementConfigs : [...placementConfigs].reverse());
+export const roundOrder = (round: number): readonly PlacementConfig[] =>
+  round % 2 ? placementConfigs : [...placementConfigs].reverse();
 
-export async function runPlacementBench(options: BenchOptions, header: Record<string, unknown>, startedAt: Date): Promise<void> {
+export async function runPlacementBench(
+  options: BenchOptions,
+  header: Record<string, unknown>,
+  startedAt: Date,
+): Promise<void> {
   const settings = placementSettings(options);
   const runDir = await mkdtemp(join(os.tmpdir(), "bench-placement-"));
   let current: BenchCluster | undefined;
@@ -66,7 +79,13 @@ export async function runPlacementBench(options: BenchOptions, header: Record<st
   try {
     for (let round = 1; round <= settings.rounds; round++) {
       for (const config of roundOrder(round)) {
-        const record = await measureRound(round, config, settings, join(runDir, `round-${round}-${config.actors.length}-actors`), (c) => (current = c));
+        const record = await measureRound(
+          round,
+          config,
+          settings,
+          join(runDir, `round-${round}-${config.actors.length}-actors`),
+          (c) => (current = c),
+        );
         current = undefined;
         records.push(record);
         console.log(roundLine(record));
@@ -79,16 +98,29 @@ export async function runPlacementBench(options: BenchOptions, header: Record<st
   const cores = os.availableParallelism();
   console.log(`\nper round (CPU seconds over the measured span; busy % of ${cores} cores):\n`);
   console.log(formatRounds(records, cores));
-  console.log(`\nmedian over ${settings.rounds} round(s) of ${settings.seconds} s, ${settings.inFlight} create-then-get workers over ${settings.names} task objects, direct NATS:\n`);
+  console.log(
+    `\nmedian over ${settings.rounds} round(s) of ${settings.seconds} s, ${settings.inFlight} create-then-get workers over ${settings.names} task objects, direct NATS:\n`,
+  );
   console.log(formatSummary(summary));
   const [one, two] = summary;
-  console.log(`\nratio median(${two!.config}) / median(${one!.config}): ${Number.isFinite(two!.ratio) ? two!.ratio.toFixed(2) : "-"}`);
+  console.log(
+    `\nratio median(${two!.config}) / median(${one!.config}): ${Number.isFinite(two!.ratio) ? two!.ratio.toFixed(2) : "-"}`,
+  );
   for (const r of records) if ("error" in r) console.log(`round ${r.round} ${r.config} failed: ${r.error}`);
   const withErrors = records.filter((r) => !("error" in r) && r.load.errorCount > 0).length;
-  if (withErrors) console.log(`\nwarning: ${withErrors} measured round(s) had errors (see above); their ops/s count successes only and are in the medians`);
+  if (withErrors)
+    console.log(
+      `\nwarning: ${withErrors} measured round(s) had errors (see above); their ops/s count successes only and are in the medians`,
+    );
   const noisy = noisyRounds(records, cores);
-  if (noisy.length) console.log(`\nwarning: other processes on the machine used over 10% of the CPU during ${noisy.join(", ")}; run again on a quiet machine`);
-  const file = await writePlacementResults({ ...header, settings, configs: placementConfigs, rounds: records, summary }, startedAt);
+  if (noisy.length)
+    console.log(
+      `\nwarning: other processes on the machine used over 10% of the CPU during ${noisy.join(", ")}; run again on a quiet machine`,
+    );
+  const file = await writePlacementResults(
+    { ...header, settings, configs: placementConfigs, rounds: records, summary },
+    startedAt,
+  );
   console.log(`\nresults: ${file}`);
 }
 
@@ -109,7 +141,10 @@ async function measureRound(
     const names = objectNames(settings.names);
     const seed = await seedObjects(cluster.client, names, settings.inFlight);
     const load = { names, inFlight: settings.inFlight };
-    const warmup = settings.warmupSeconds > 0 ? await runTaskObjectLoad(cluster.client, { ...load, seconds: settings.warmupSeconds }) : undefined;
+    const warmup =
+      settings.warmupSeconds > 0
+        ? await runTaskObjectLoad(cluster.client, { ...load, seconds: settings.warmupSeconds })
+        : undefined;
     await pause(200);
     const sampler = sampleUsage(cluster.groups());
     const benchCpu = process.cpuUsage();

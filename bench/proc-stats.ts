@@ -48,7 +48,9 @@ export function sampleUsage(groups: ProcessGroups, intervalMs = 100): { stop(): 
   const entries = Object.entries(groups);
   const cpuStart = entries.map(([, pids]) => sum(pids, cpuTicks));
   const peakKiB = entries.map(([, pids]) => sum(pids, rssKiB));
-  const sample = () => entries.forEach(([, pids], i) => (peakKiB[i] = Math.max(peakKiB[i]!, sum(pids, rssKiB))));
+  const sample = () => {
+    for (const [i, [, pids]] of entries.entries()) peakKiB[i] = Math.max(peakKiB[i]!, sum(pids, rssKiB));
+  };
   const timer = setInterval(sample, intervalMs);
   return {
     stop() {

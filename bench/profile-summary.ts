@@ -85,7 +85,10 @@ function summarize(file: string, top: number, skipMs: number): string {
   const idle = entries.find((e) => e.fn === "(idle)")?.ms ?? 0;
   const busy = total - idle;
   const pct = (ms: number) => `${((ms / busy) * 100).toFixed(1)}%`;
-  const functions = entries.filter((e) => e.fn !== "(idle)").sort((a, b) => b.ms - a.ms).slice(0, top);
+  const functions = entries
+    .filter((e) => e.fn !== "(idle)")
+    .sort((a, b) => b.ms - a.ms)
+    .slice(0, top);
   const byPlace = new Map<string, number>();
   for (const e of entries.filter((e) => e.fn !== "(idle)")) {
     byPlace.set(e.place, (byPlace.get(e.place) ?? 0) + e.ms);
@@ -94,9 +97,15 @@ function summarize(file: string, top: number, skipMs: number): string {
   return [
     `${file}: ${(total / 1000).toFixed(1)} s profiled, ${(busy / 1000).toFixed(1)} s busy (${((busy / total) * 100).toFixed(0)}%); shares below are of busy time`,
     "",
-    markdownTable(["function", "where", "self ms", "self %"], functions.map((e) => [e.fn, e.at, e.ms.toFixed(0), pct(e.ms)])),
+    markdownTable(
+      ["function", "where", "self ms", "self %"],
+      functions.map((e) => [e.fn, e.at, e.ms.toFixed(0), pct(e.ms)]),
+    ),
     "",
-    markdownTable(["package / file", "self ms", "self %"], places.map(([place, ms]) => [place, ms.toFixed(0), pct(ms)])),
+    markdownTable(
+      ["package / file", "self ms", "self %"],
+      places.map(([place, ms]) => [place, ms.toFixed(0), pct(ms)]),
+    ),
   ].join("\n");
 }
 
@@ -109,7 +118,9 @@ function numberFlag(name: string, fallback: number): number {
 const top = numberFlag("--top", 10);
 const skipSeconds = numberFlag("--skip", 0);
 if (args.length === 0) {
-  console.error("usage: npx tsx bench/profile-summary.ts FILE.cpuprofile... [--top N] [--skip S (startup seconds to leave out)]");
+  console.error(
+    "usage: npx tsx bench/profile-summary.ts FILE.cpuprofile... [--top N] [--skip S (startup seconds to leave out)]",
+  );
   process.exitCode = 1;
 }
 for (const file of args) console.log(`${summarize(file, top, skipSeconds * 1000)}\n`);

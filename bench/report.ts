@@ -8,6 +8,8 @@ export type Outcome = Measurement | { error: string };
 export interface RoundRecord {
   round: number;
   results: Record<string, Outcome>;
+  /** The baseline measured just before each workload (`--pair-baseline`), by workload name. */
+  baselineBefore?: Record<string, Outcome>;
 }
 
 export interface SummaryRow {
@@ -15,8 +17,13 @@ export interface SummaryRow {
   /** Rounds that produced a measurement. */
   rounds: number;
   rps: number;
-  /** Median over rounds of (this workload's req/s ÷ the baseline's in the same round). */
+  /** Median over rounds of (this workload's req/s ÷ the baseline's in the same round, or just before it). */
   ratio: number;
+  /**
+   * Median over rounds of (the baseline's CPU per request ÷ this workload's, service plus
+   * nats-server): the ratio the throughput would have on cores not shared with other work.
+   */
+  cpuRatio: number;
   p50: number;
   p99: number;
   /** Summed over rounds. */
@@ -29,6 +36,8 @@ export interface SummaryRow {
   natsCpuS: number;
   /** Service CPU per completed request, in microseconds. */
   serviceCpuUsPerReq: number;
+  /** nats-server CPU per completed request, in microseconds. */
+  natsCpuUsPerReq: number;
   failures: string[];
 }
 
@@ -43,16 +52,25 @@ const measured = (o: Outcome | undefined): o is Measurement => o !== undefined &
 
 export function summarize(rounds: RoundRecord[], names: string[], baselineName: string): SummaryRow[] {
   return names.map((workload) => {
-    const pairs = rounds.map((r) => ({ m: r.results[workload], base: r.results[baselineName] }));
+    const pairs = rounds.map((r) => ({
+      m: r.results[workload],
+      base: r.baselineBefore?.[workload] ?? r.results[baselineName],
+    }));
     const ok = pairs.filter((p) => measured(p.m)).map((p) => ({ m: p.m as Measurement, base: p.base }));
     const med = (pick: (m: Measurement) => number) => median(ok.map((p) => pick(p.m)));
     const total = (pick: (m: Measurement) => number) => ok.reduce((sum, p) => sum + pick(p.m), 0);
-    const ratios = ok.filter((p) => measured(p.base) && p.base.rps > 0).map((p) => p.m.rps / (p.base as Measurement).rps);
+    const ratios = ok
+      .filter((p) => measured(p.base) && p.base.rps > 0)
+      .map((p) => p.m.rps / (p.base as Measurement).rps);
+    const cpuRatios = ok
+      .filter((p) => measured(p.base) && p.base.requests > 0)
+      .map((p) => cpuPerRequest(p.base as Measurement) / cpuPerRequest(p.m));
     return {
       workload,
       rounds: ok.length,
       rps: med((m) => m.rps),
       ratio: median(ratios),
+      cpuRatio: median(cpuRatios),
       p50: med((m) => m.p50),
       p99: med((m) => m.p99),
       errors: total((m) => m.errors),
@@ -63,16 +81,21 @@ export function summarize(rounds: RoundRecord[], names: string[], baselineName: 
       serviceCpuS: med((m) => m.cpuSeconds.service ?? 0),
       natsCpuS: med((m) => m.cpuSeconds.nats ?? 0),
       serviceCpuUsPerReq: med((m) => (m.requests ? ((m.cpuSeconds.service ?? 0) * 1e6) / m.requests : NaN)),
+      natsCpuUsPerReq: med((m) => (m.requests ? ((m.cpuSeconds.nats ?? 0) * 1e6) / m.requests : NaN)),
       failures: pairs.flatMap((p) => (p.m && "error" in p.m ? [p.m.error] : [])),
     };
   });
 }
+
+/** Service plus nats-server CPU seconds per completed request. */
+const cpuPerRequest = (m: Measurement) => ((m.cpuSeconds.service ?? 0) + (m.cpuSeconds.nats ?? 0)) / m.requests;
 
 const fixed = (digits: number) => (n: number) => (Number.isFinite(n) ? n.toFixed(digits) : "-");
 const columns: [string, (row: SummaryRow) => string][] = [
   ["workload", (r) => r.workload],
   ["req/s", (r) => (Number.isFinite(r.rps) ? Math.round(r.rps).toLocaleString("en-US") : "failed")],
   ["× bare", (r) => fixed(2)(r.ratio)],
+  ["× bare per CPU", (r) => fixed(2)(r.cpuRatio)],
   ["p50 ms", (r) => fixed(2)(r.p50)],
   ["p99 ms", (r) => fixed(2)(r.p99)],
   ["errors", (r) => String(r.errors)],
@@ -80,9 +103,8 @@ const columns: [string, (row: SummaryRow) => string][] = [
   ["expected 404", (r) => (r.expected ? String(r.expected) : "-")],
   ["svc RSS MiB", (r) => fixed(0)(r.serviceRssMiB)],
   ["nats RSS MiB", (r) => fixed(0)(r.natsRssMiB)],
-  ["svc CPU s", (r) => fixed(2)(r.serviceCpuS)],
-  ["nats CPU s", (r) => fixed(2)(r.natsCpuS)],
   ["svc CPU µs/req", (r) => fixed(0)(r.serviceCpuUsPerReq)],
+  ["nats CPU µs/req", (r) => fixed(0)(r.natsCpuUsPerReq)],
 ];
 
 /** A Markdown table with aligned columns (numbers right-aligned). */

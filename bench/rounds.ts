@@ -3,7 +3,7 @@
 import type { Environment } from "./environment.ts";
 import { measure, pause } from "./measure.ts";
 import { UsageError, type BenchOptions } from "./options.ts";
-import { progressLine, summarize, type RoundRecord, type SummaryRow } from "./report.ts";
+import { progressLine, summarize, type Outcome, type RoundRecord, type SummaryRow } from "./report.ts";
 import { createSeeds, waitForService } from "./seed.ts";
 import type { LoadSettings } from "./types.ts";
 import { baseline, workloads, type Runner, type Workload, type WorkloadContext } from "./workloads.ts";
@@ -19,7 +19,8 @@ export function selectWorkloads(only: string[] | undefined): Workload[] {
   if (!only) return workloads;
   const known = new Map(workloads.map((w) => [w.name, w]));
   const unknown = only.filter((name) => !known.has(name) && name !== baseline.name);
-  if (unknown.length) throw new UsageError(`unknown workload(s) ${unknown.join(", ")}; known: ${[...known.keys()].join(", ")}`);
+  if (unknown.length)
+    throw new UsageError(`unknown workload(s) ${unknown.join(", ")}; known: ${[...known.keys()].join(", ")}`);
   return workloads.filter((w) => only.includes(w.name));
 }
 
@@ -41,7 +42,13 @@ export async function runRounds(env: Environment, options: BenchOptions): Promis
   await waitForService(env.taskUrl);
   const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count: options.seedCount, objectNames });
   console.log(`setup: seeding ${options.seedCount} records per kind for the read workloads…`);
-  const prepared = await prepareAll(selected, { ...env, seeds, objectNames });
+  const noAuthSeeds = createSeeds({
+    taskUrl: env.noAuthTaskUrl,
+    jobUrl: env.jobUrl,
+    count: options.seedCount,
+    objectNames,
+  });
+  const prepared = await prepareAll(selected, { ...env, seeds, noAuthSeeds, objectNames });
   const settings: LoadSettings = { connections: options.connections, duration: options.duration };
 
   if (options.warmup > 0) {
@@ -54,15 +61,24 @@ export async function runRounds(env: Environment, options: BenchOptions): Promis
   const rounds: RoundRecord[] = [];
   const reported = new Set<string>();
   for (let round = 1; round <= options.rounds; round++) {
-    console.log(`round ${round}/${options.rounds}: ${options.duration} s per workload, ${options.connections} connections`);
+    console.log(
+      `round ${round}/${options.rounds}: ${options.duration} s per workload, ${options.connections} connections`,
+    );
     const results: RoundRecord["results"] = {};
+    const baselineBefore: Record<string, Outcome> = {};
+    const runBaseline = prepared.get(baseline);
     for (const [workload, run] of prepared) {
+      // Paired: the baseline again right before each workload, so drift between the two is small.
+      if (options.pairBaseline && workload !== baseline && typeof runBaseline === "function") {
+        baselineBefore[workload.name] = await measure(runBaseline, env.groups(baseline.serviceGroup), settings);
+        await pause();
+      }
       const outcome =
         typeof run === "function"
           ? await measure(run, env.groups(workload.serviceGroup), settings)
           : { error: `setup failed: ${run.message}` };
       results[workload.name] = outcome;
-      const base = results[baseline.name];
+      const base = baselineBefore[workload.name] ?? results[baseline.name];
       const baseRps = base && !("error" in base) && workload !== baseline ? base.rps : undefined;
       console.log(progressLine(round, workload.name, outcome, baseRps));
       for (const death of env.deaths().filter((d) => !reported.has(d))) {
@@ -71,7 +87,14 @@ export async function runRounds(env: Environment, options: BenchOptions): Promis
       }
       await pause();
     }
-    rounds.push({ round, results });
+    rounds.push({ round, results, ...(options.pairBaseline ? { baselineBefore } : {}) });
   }
-  return { rounds, rows: summarize(rounds, selected.map((w) => w.name), baseline.name) };
+  return {
+    rounds,
+    rows: summarize(
+      rounds,
+      selected.map((w) => w.name),
+      baseline.name,
+    ),
+  };
 }

@@ -1,23 +1,32 @@
 // `npm run bench`: the service against a bare node:http baseline in the same run, or with
 // --growth the RSS and read latency as records pile up, with --microvm the microVM
 // facility, or with --placement task objects on the cluster with 1 vs 2 actor processes.
-// See bench/README-section.md.
-import { startEnvironment, installShutdownHandlers, type Environment } from "./environment.ts";
+// See docs/performance.md.
+import { startEnvironment, installShutdownHandlers, mainSync, type Environment } from "./environment.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
-import { runMicrovmBench } from "./microvm.ts";
+import { runImageBench, runMicrovmBench } from "./microvm.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
 import { runPlacementBench } from "./placement.ts";
+import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
 import { formatTable } from "./report.ts";
 import { writeResults } from "./results.ts";
 import { runRounds, selectWorkloads } from "./rounds.ts";
 
-async function compare(env: Environment, options: BenchOptions, header: Record<string, unknown>, startedAt: Date) {
+async function compare(
+  env: Environment,
+  options: BenchOptions,
+  header: { driver: HttpDriver } & Record<string, unknown>,
+  startedAt: Date,
+) {
   const { rounds, rows } = await runRounds(env, options);
-  console.log(`\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} connections:\n`);
+  console.log(
+    `\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} connections, driver ${header.driver.name}:\n`,
+  );
   console.log(formatTable(rows));
-  for (const row of rows.filter((r) => r.failures.length)) console.log(`\n${row.workload} failed: ${row.failures.join("; ")}`);
+  for (const row of rows.filter((r) => r.failures.length))
+    console.log(`\n${row.workload} failed: ${row.failures.join("; ")}`);
   const file = await writeResults({ ...header, rounds, summary: rows }, startedAt);
   console.log(`\nresults: ${file}`);
 }
@@ -32,11 +41,14 @@ async function main() {
   if (!options.growth) selectWorkloads(options.only); // reject unknown names before starting anything
   const startedAt = new Date();
   const machine = describeMachine();
-  const command = benchCommand(args);
+  const command = `${process.env.NATS_SYNC ? `NATS_SYNC=${process.env.NATS_SYNC} ` : ""}${benchCommand(args)}`;
   console.log(`command: ${command}\n${formatMachine(machine)}`);
-  if (options.microvm || options.microvmFlags) {
+  if (options.microvm || options.microvmFlags || options.microvmImages) {
     const header = { startedAt: startedAt.toISOString(), command, machine, options };
-    return options.microvmFlags ? runMicrovmFlags(options, header, startedAt) : runMicrovmBench(options, header, startedAt);
+    if (options.microvmImages) return runImageBench(options, header, startedAt);
+    return options.microvmFlags
+      ? runMicrovmFlags(options, header, startedAt)
+      : runMicrovmBench(options, header, startedAt);
   }
   if (options.placement) {
     const header = { startedAt: startedAt.toISOString(), command, machine, options };
@@ -47,16 +59,40 @@ async function main() {
   installShutdownHandlers(async () => {
     await env?.close();
   });
-  env = await startEnvironment({ splitRoles: options.splitRoles, cpuProfDir: options.cpuProf });
-  console.log(`service pid ${env.pids.service.join(",")}, nats-server pid ${env.pids.nats}, bare pid ${env.pids.bare}`);
-  const header = { startedAt: startedAt.toISOString(), command, machine, options };
+  // Two more 3-node clusters: only when an R3 row is to run.
+  const r3 = !options.growth && (options.only === undefined || options.only.some((name) => name.includes(":r3")));
+  env = await startEnvironment({
+    splitRoles: options.splitRoles,
+    cpuProfDir: options.cpuProf,
+    nodeFlags: options.nodeFlags,
+    syncAlways: !options.growth,
+    r3,
+  });
+  console.log(
+    `service pid ${env.pids.service.join(",")}, nats-server pid ${env.pids.nats} (NATS_SYNC=${mainSync()}), bare pid ${env.pids.bare}, ` +
+      `auth-off service pid ${env.pids.noAuth.join(",")}`,
+  );
+  if (env.r3)
+    console.log(
+      `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ${env.pids.r3Nats.join(",")}) and always (${env.pids.r3AlwaysNats.join(",")})`,
+    );
+  if (env.always)
+    console.log(
+      `the :always workloads: service pid ${env.pids.alwaysService.join(",")}, nats-server pid ${env.pids.alwaysNats} (NATS_SYNC=always)`,
+    );
+  const driver = chooseHttpDriver(options.driver);
+  console.log(`HTTP load generator: ${driver.name} (${driver.version})`);
+  const header = { startedAt: startedAt.toISOString(), command, machine, options, driver };
   try {
     if (options.growth) await runGrowth(env, options, header, startedAt);
     else await compare(env, options, header, startedAt);
   } finally {
     await env.close();
   }
-  if (options.cpuProf) console.log(`cpu profiles in ${options.cpuProf} (npx tsx bench/profile-summary.ts ${options.cpuProf}/*.cpuprofile)`);
+  if (options.cpuProf)
+    console.log(
+      `cpu profiles in ${options.cpuProf} (npx tsx bench/profile-summary.ts ${options.cpuProf}/*.cpuprofile)`,
+    );
 }
 
 main().catch((err) => {

@@ -41,7 +41,9 @@ function once<T>(make: () => Promise<T>): () => Promise<T> {
 export function createSeeds(options: SeedOptions): Seeds {
   const { taskUrl, jobUrl, count, objectNames } = options;
   return {
-    taskIds: once(() => inPool(count, 32, async () => ((await postJson(`${taskUrl}/`, { title: "bench" })) as { id: string }).id)),
+    taskIds: once(() =>
+      inPool(count, 32, async () => ((await postJson(`${taskUrl}/`, { title: "bench" })) as { id: string }).id),
+    ),
     doTasks: once(() =>
       inPool(count, 32, async (i) => {
         const name = objectNames[i % objectNames.length]!;

@@ -4,6 +4,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { createTask, getTask, requestSubject } from "../schemas/index.ts";
 import { runHttpLoad, type HttpRequestSpec } from "./http-load.ts";
 import { runNatsLoad } from "./nats-load.ts";
+import type { AlwaysStack, ServiceGroup } from "./environment.ts";
 import type { Seeds } from "./seed.ts";
 import type { LoadResult, LoadSettings } from "./types.ts";
 
@@ -11,6 +12,13 @@ export interface WorkloadContext {
   taskUrl: string;
   jobUrl: string;
   bareUrl: string;
+  /** The NATS_SYNC=always stack (the `:always` workloads). */
+  always?: AlwaysStack;
+  /** The R3 stacks by NATS_SYNC (the `:r3` workloads). */
+  r3?: { "1s": AlwaysStack; always: AlwaysStack };
+  /** The same service's Task API with NATS auth off, and its seeds. */
+  noAuthTaskUrl: string;
+  noAuthSeeds: Seeds;
   nc: NatsConnection;
   seeds: Seeds;
   objectNames: string[];
@@ -22,7 +30,7 @@ export interface Workload {
   name: string;
   summary: string;
   /** Whose RSS and CPU count as "service" for this row. */
-  serviceGroup: "service" | "bare";
+  serviceGroup: ServiceGroup;
   prepare(ctx: WorkloadContext): Promise<Runner>;
 }
 
@@ -43,6 +51,37 @@ function http(url: string, next: () => HttpRequestSpec, expectedStatus?: number)
 /** The same request every time. */
 function httpFixed(url: string, request: HttpRequestSpec): Runner {
   return (settings) => runHttpLoad({ url, next: () => request, fixed: true }, settings);
+}
+
+function alwaysStack(ctx: WorkloadContext): AlwaysStack {
+  if (!ctx.always) throw new Error("the NATS_SYNC=always stack was not started");
+  return ctx.always;
+}
+
+function r3Stack(ctx: WorkloadContext, sync: "1s" | "always"): AlwaysStack {
+  if (!ctx.r3) throw new Error("the R3 stacks were not started");
+  return ctx.r3[sync];
+}
+
+/** createTask and createJob on the R3 stack with NATS_SYNC `sync`. */
+function r3Creates(sync: "1s" | "always"): Workload[] {
+  const suffix = sync === "always" ? ":r3:always" : ":r3";
+  const on = `the service on a 3-node cluster (R3 buckets) with NATS_SYNC=${sync}`;
+  const serviceGroup = sync === "always" ? "r3Always" : "r3";
+  return [
+    {
+      name: `createTask${suffix}`,
+      summary: `POST / {title} on the Task API of ${on}`,
+      serviceGroup,
+      prepare: async (ctx) => httpFixed(r3Stack(ctx, sync).taskUrl, { method: "POST", path: "/", body: taskBody }),
+    },
+    {
+      name: `createJob${suffix}`,
+      summary: `POST / {content} on the Job API of ${on}`,
+      serviceGroup,
+      prepare: async (ctx) => httpFixed(r3Stack(ctx, sync).jobUrl, { method: "POST", path: "/", body: jobBody }),
+    },
+  ];
 }
 
 export const baseline: Workload = {
@@ -69,6 +108,21 @@ export const workloads: Workload[] = [
     },
   },
   {
+    name: "createTask:noauth",
+    summary: "createTask on the same service with NATS auth off (compare with createTask)",
+    serviceGroup: "noAuth",
+    prepare: async (ctx) => httpFixed(ctx.noAuthTaskUrl, { method: "POST", path: "/", body: taskBody }),
+  },
+  {
+    name: "getTask:noauth",
+    summary: "getTask on the same service with NATS auth off (compare with getTask)",
+    serviceGroup: "noAuth",
+    async prepare(ctx) {
+      const next = cycle(await ctx.noAuthSeeds.taskIds());
+      return http(ctx.noAuthTaskUrl, () => ({ method: "GET", path: `/${next()}` }));
+    },
+  },
+  {
     name: "getTaskMissing",
     summary: "GET /<random uuid v4 never created>; 404 is the expected answer",
     serviceGroup: "service",
@@ -82,6 +136,12 @@ export const workloads: Workload[] = [
       const name = cycle(ctx.objectNames);
       return http(ctx.taskUrl, () => ({ method: "POST", path: `/do?name=${name()}`, body: taskBody }));
     },
+  },
+  {
+    name: "createTaskDO:hot",
+    summary: "POST /do?name=bench-hot {title}: every create on one task object (its owner's fences group)",
+    serviceGroup: "service",
+    prepare: async (ctx) => httpFixed(ctx.taskUrl, { method: "POST", path: "/do?name=bench-hot", body: taskBody }),
   },
   {
     name: "getTaskDO",
@@ -101,6 +161,20 @@ export const workloads: Workload[] = [
     serviceGroup: "service",
     prepare: async (ctx) => httpFixed(ctx.jobUrl, { method: "POST", path: "/", body: jobBody }),
   },
+  {
+    name: "createTask:always",
+    summary: "POST / {title} on the Task API of the service whose nats-server has NATS_SYNC=always",
+    serviceGroup: "always",
+    prepare: async (ctx) => httpFixed(alwaysStack(ctx).taskUrl, { method: "POST", path: "/", body: taskBody }),
+  },
+  {
+    name: "createJob:always",
+    summary: "POST / {content} on the Job API of the service whose nats-server has NATS_SYNC=always",
+    serviceGroup: "always",
+    prepare: async (ctx) => httpFixed(alwaysStack(ctx).jobUrl, { method: "POST", path: "/", body: jobBody }),
+  },
+  ...r3Creates("1s"),
+  ...r3Creates("always"),
   {
     name: "getJob",
     summary: "GET /?jobId=<id> over the seeded jobs",

@@ -1,0 +1,146 @@
+// Where a host's instances live on this machine, for either provider: the service's child per
+// instance (node for `process`, the outer bwrap for `sandbox`) and its descendants, the
+// sandbox's cgroups (memory charged, and every pid of the host's tree, for leftover checks).
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { rmdir, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import { INSTANCE_MARKER, SANDBOX_MARKER } from "../vm-runtime/index.ts";
+
+export type ProviderName = "process" | "sandbox";
+
+/** One instance's processes (host pid namespace). */
+export interface InstanceProcs {
+  /** The service's child: the node runtime (`process`) or the outer bwrap (`sandbox`). */
+  readonly root: number;
+  /** The node runtime that runs image code (the deepest process of the tree). */
+  readonly runtime: number;
+  /** Root and every descendant: what the instance costs in processes. */
+  readonly pids: readonly number[];
+  /** The instance's memory cgroup directory (sandbox only). */
+  readonly memoryCgroup?: string;
+}
+
+const CGROUP_ROOT = "/sys/fs/cgroup";
+/** The sandbox provider's default parent of host groups (vm-runtime/host/cgroups.ts). */
+const CGROUP_PARENT = "typed-service-microvms";
+
+function read(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return "";
+  }
+}
+
+/** Live (non-zombie) pids and their parents, from one /proc scan. */
+function processTable(): Map<number, number> {
+  const table = new Map<number, number>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = read(`/proc/${entry}/stat`);
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (!stat || fields[0] === "Z" || fields[0] === "X") continue;
+    table.set(Number(entry), Number(fields[1]));
+  }
+  return table;
+}
+
+const markerOf = (provider: ProviderName) => (provider === "sandbox" ? SANDBOX_MARKER : INSTANCE_MARKER);
+
+/** The instances the service `servicePid` runs now, with their process trees. */
+export function instancesOf(servicePid: number, provider: ProviderName): InstanceProcs[] {
+  const table = processTable();
+  const children = new Map<number, number[]>();
+  for (const [pid, ppid] of table) children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+  const roots = (children.get(servicePid) ?? []).filter((pid) =>
+    read(`/proc/${pid}/cmdline`).includes(markerOf(provider)),
+  );
+  return roots.map((root) => {
+    const pids: number[] = [];
+    let runtime = root;
+    let level = [root];
+    while (level.length) {
+      pids.push(...level);
+      runtime = level[0]!;
+      level = level.flatMap((pid) => children.get(pid) ?? []);
+    }
+    const memoryCgroup = provider === "sandbox" ? memoryCgroupOf(root) : undefined;
+    return { root, runtime, pids, ...(memoryCgroup ? { memoryCgroup } : {}) };
+  });
+}
+
+/** The memory cgroup directory of `pid` (v1 `memory` hierarchy, or the v2 unified one). */
+function memoryCgroupOf(pid: number): string | undefined {
+  for (const line of read(`/proc/${pid}/cgroup`).split("\n")) {
+    const [, controllers, path] = line.split(":");
+    if (path === undefined) continue;
+    if (controllers!.split(",").includes("memory")) return join(CGROUP_ROOT, "memory", path);
+    if (controllers === "" && existsSync(join(CGROUP_ROOT, "cgroup.controllers"))) return join(CGROUP_ROOT, path);
+  }
+  return undefined;
+}
+
+/** What a memory cgroup is charged, KiB: all of it (anon, page cache, tmpfs) and anon alone. */
+export function cgroupMemoryKiB(dir: string): { usage: number; anon: number } {
+  const stat = read(join(dir, "memory.stat"));
+  const field = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, "m").exec(stat)?.[1] ?? 0);
+  const usage = Number(read(join(dir, "memory.usage_in_bytes")) || read(join(dir, "memory.current")) || 0);
+  // v1 counts anonymous memory as `rss` (per group; `total_rss` with children), v2 as `anon`.
+  return {
+    usage: Math.round(usage / 1024),
+    anon: Math.round((field("total_rss") || field("rss") || field("anon")) / 1024),
+  };
+}
+
+/** The key the service names its host cgroup by (actors/microvms/provider.ts; keep in step). */
+export const hostCgroupKey = (hostId: string) => createHash("sha256").update(hostId).digest("hex").slice(0, 16);
+
+/** The host's group in every hierarchy that has one (v1: one per controller; v2: one). */
+function hostCgroupDirs(hostId: string): string[] {
+  const key = hostCgroupKey(hostId);
+  const dirs = existsSync(join(CGROUP_ROOT, "cgroup.controllers"))
+    ? [join(CGROUP_ROOT, CGROUP_PARENT, key)]
+    : ["memory", "cpu", "pids", "freezer"].map((controller) => join(CGROUP_ROOT, controller, CGROUP_PARENT, key));
+  return dirs.filter((dir) => existsSync(dir));
+}
+
+/** Every pid in the host's cgroup tree (instances of a sandbox host, whoever their parent is now). */
+export function pidsInHostCgroups(hostId: string): number[] {
+  const pids = new Set<number>();
+  const walk = (dir: string) => {
+    for (const line of read(join(dir, "cgroup.procs")).split("\n")) if (line.trim()) pids.add(Number(line));
+    for (const entry of safeDirs(dir)) walk(join(dir, entry));
+  };
+  hostCgroupDirs(hostId).forEach(walk);
+  return [...pids];
+}
+
+/** Thaws every group of the host (a SIGKILL waits while its target is frozen). */
+export async function thawHostCgroups(hostId: string): Promise<void> {
+  const thaw = async (dir: string): Promise<void> => {
+    const [file, value] = existsSync(join(dir, "freezer.state")) ? ["freezer.state", "THAWED"] : ["cgroup.freeze", "0"];
+    if (existsSync(join(dir, file))) await writeFile(join(dir, file), value).catch(() => undefined);
+    for (const entry of safeDirs(dir)) await thaw(join(dir, entry));
+  };
+  for (const dir of hostCgroupDirs(hostId)) await thaw(dir);
+}
+
+/** Removes the host's (now empty) groups, deepest first, so runs leave no cgroup behind. */
+export async function removeHostCgroups(hostId: string): Promise<void> {
+  const remove = async (dir: string): Promise<void> => {
+    for (const entry of safeDirs(dir)) await remove(join(dir, entry));
+    await rmdir(dir).catch(() => undefined);
+  };
+  for (const dir of hostCgroupDirs(hostId)) await remove(dir);
+}
+
+function safeDirs(dir: string): string[] {
+  try {
+    return readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name);
+  } catch {
+    return [];
+  }
+}
