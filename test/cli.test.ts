@@ -34,7 +34,11 @@ function run(file: string, args: string[], env: Record<string, string> = {}): Pr
 async function runHere(args: string[], env: Record<string, string>): Promise<Run> {
   let stdout = "";
   let stderr = "";
-  const code = await runCli(args, { out: (text) => void (stdout += `${text}\n`), err: (text) => void (stderr += `${text}\n`), env });
+  const code = await runCli(args, {
+    out: (text) => void (stdout += `${text}\n`),
+    err: (text) => void (stderr += `${text}\n`),
+    env,
+  });
   return { code, stdout, stderr };
 }
 
@@ -52,7 +56,13 @@ describe("cli", () => {
 
   before(async () => {
     [svc, vms] = await Promise.all([startService(defer), startMicrovmService(defer, { retentionSeconds: 60 })]);
-    env = { TASK_API_URL: svc.taskUrl, JOB_API_URL: svc.jobUrl, MICROVM_API_URL: vms.microvmUrl };
+    // --nats joins as the `internal` user of the task service's NATS (its generated credentials).
+    env = {
+      TASK_API_URL: svc.taskUrl,
+      JOB_API_URL: svc.jobUrl,
+      MICROVM_API_URL: vms.microvmUrl,
+      ...(svc.nats.authDir ? { NATS_AUTH_DIR: svc.nats.authDir } : {}),
+    };
   });
   after(() => assertNoInstanceLeft());
 
@@ -99,7 +109,13 @@ describe("cli", () => {
   it("cli - --nats calls the actors straight over NATS; the record is the one HTTP reads", async () => {
     const task = await json("tasks", "create", "over nats", "--nats", svc.nats.url);
     assert.deepEqual(await json("tasks", "get", String(task.id)), task);
-    const job = await json("jobs", "get", await json("jobs", "create", "x", "--nats", svc.nats.url), "--nats", svc.nats.url);
+    const job = await json(
+      "jobs",
+      "get",
+      await json("jobs", "create", "x", "--nats", svc.nats.url),
+      "--nats",
+      svc.nats.url,
+    );
     assert.equal(job.content, "x");
   });
 
@@ -110,7 +126,10 @@ describe("cli", () => {
       taskctl("jobs", "create", "x", "--nats", `nats://127.0.0.1:${port}`),
     ]);
     assert.equal(http.code, 1);
-    assert.match(http.stderr, new RegExp(`cannot reach the Task API at http://127\\.0\\.0\\.1:${port} \\(connection refused\\)`));
+    assert.match(
+      http.stderr,
+      new RegExp(`cannot reach the Task API at http://127\\.0\\.0\\.1:${port} \\(connection refused\\)`),
+    );
     assert.match(http.stderr, /hint: .*`npm start`/);
     assert.equal(nats.code, 1);
     assert.match(nats.stderr, /cannot connect to NATS at nats:\/\/127\.0\.0\.1:\d+/);
@@ -138,7 +157,11 @@ describe("cli", () => {
   });
 
   it("cli - --help works per command and exits 0", async () => {
-    const [top, group, command] = await Promise.all([taskctl("--help"), taskctl("microvm", "--help"), taskctl("microvm", "run", "--help")]);
+    const [top, group, command] = await Promise.all([
+      taskctl("--help"),
+      taskctl("microvm", "--help"),
+      taskctl("microvm", "run", "--help"),
+    ]);
     for (const r of [top, group, command]) assert.equal(r.code, 0, r.stderr);
     assert.match(top.stdout, /tasks create\s+Create a task/);
     assert.match(group.stdout, /taskctl microvm token ID \[--minutes MINUTES\] \[--port PORT\]\.\.\./);
@@ -149,7 +172,11 @@ describe("cli", () => {
     const vm = await json("microvm", "run", "--idle", "120", "--suspended", "300", "--no-auto-resume", "--wait");
     const id = String(vm.microvmId);
     assert.equal(vm.state, "RUNNING");
-    assert.deepEqual(vm.idlePolicy, { maxIdleDurationSeconds: 120, suspendedDurationSeconds: 300, autoResumeEnabled: false });
+    assert.deepEqual(vm.idlePolicy, {
+      maxIdleDurationSeconds: 120,
+      suspendedDurationSeconds: 300,
+      autoResumeEnabled: false,
+    });
     const got = await taskctl("microvm", "get", id);
     assert.match(got.stdout, /state\s+RUNNING/);
     assert.match(got.stdout, /policy\s+suspends after 120 s idle, terminates after 300 s suspended, auto-resume off/);
@@ -157,7 +184,11 @@ describe("cli", () => {
     assert.equal(token.code, 0, token.stderr);
     const header = /^X-aws-proxy-auth: (\S+)$/.exec(token.stdout.trim())?.[1];
     assert.ok(header, token.stdout);
-    const hello = await fetch(`http://${vm.endpoint}/__rpc__/hello`, { method: "POST", headers: { "X-aws-proxy-auth": header }, body: '["cli"]' });
+    const hello = await fetch(`http://${vm.endpoint}/__rpc__/hello`, {
+      method: "POST",
+      headers: { "X-aws-proxy-auth": header },
+      body: '["cli"]',
+    });
     assert.equal(await hello.json(), "hello, cli!");
     assert.equal((await taskctl("microvm", "suspend", id)).stdout.trim(), `${id} SUSPENDED`);
     const again = await taskctl("microvm", "suspend", id);
@@ -167,8 +198,12 @@ describe("cli", () => {
     const ls = await taskctl("microvm", "ls");
     assert.match(ls.stdout, /^ID\s+STATE\s+IMAGE\s+ENDPOINT\s+STARTED$/m);
     assert.match(ls.stdout, new RegExp(`^${id}\\s+RUNNING\\s+sandbox\\s+`, "m"));
-    const overNats = await json("microvm", "get", id, "--nats", vms.nats.url);
-    assert.equal(overNats.state, "RUNNING");
+    // Over NATS the caller is the `internal` user, another principal than HTTP's: not its instance.
+    const overNats = await runHere(["microvm", "get", id, "--nats", vms.nats.url], {
+      ...env,
+      NATS_AUTH_DIR: vms.nats.authDir ?? "",
+    });
+    assert.equal(overNats.stderr.trim(), `error: no microVM with id ${id}`);
     assert.equal((await taskctl("microvm", "terminate", id)).stdout.trim(), `${id} TERMINATED`);
     const missing = await taskctl("microvm", "get", "no-such-vm");
     assert.equal(missing.stderr.trim(), "error: no microVM with id no-such-vm");

@@ -44,7 +44,13 @@ const body = fc.oneof(
 const contentType = fc.oneof(
   { arbitrary: fc.constant("application/json"), weight: 4 },
   fc.constant(undefined),
-  fc.constantFrom("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/vnd.api+json", "APPLICATION/JSON; charset=utf-8"),
+  fc.constantFrom(
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    "application/vnd.api+json",
+    "APPLICATION/JSON; charset=utf-8",
+  ),
   fc.stringMatching(/^[a-z]{1,10}\/[a-z+.-]{1,10}$/),
 );
 const segment = fc.oneof(
@@ -116,7 +122,8 @@ describe("fuzz", () => {
           // A declared route with ids from the path arbitrary and, half the time, a body of
           // the right shape holding fuzzed strings.
           r.method = r.route.method;
-          r.path = r.route.path.endsWith("/") && r.route.path !== "/" ? `${r.route.path}${r.path.slice(1)}` : r.route.path;
+          r.path =
+            r.route.path.endsWith("/") && r.route.path !== "/" ? `${r.route.path}${r.path.slice(1)}` : r.route.path;
           if (r.wellFormed) r.body = JSON.stringify(r.api === "job" ? { content: r.text } : { title: r.text });
         }
         const hasBody = r.method !== "GET" && r.method !== "HEAD";
@@ -130,7 +137,10 @@ describe("fuzz", () => {
         });
         const text = await res.text();
         seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
-        assert.ok(DECLARED.has(res.status), `status ${res.status} for ${r.method} ${r.path}${r.query}: ${text.slice(0, 200)}`);
+        assert.ok(
+          DECLARED.has(res.status),
+          `status ${res.status} for ${r.method} ${r.path}${r.query}: ${text.slice(0, 200)}`,
+        );
         if (res.status >= 400 && r.method !== "HEAD") {
           const error = JSON.parse(text) as { _tag?: unknown };
           assert.equal(typeof error._tag, "string");
@@ -149,9 +159,23 @@ describe("fuzz", () => {
     const codes = new Map<string, number>();
     // Every field any subject takes, with fuzzed strings: right for one subject of each kind.
     const wellFormed = fc
-      .record({ id: fc.string({ unit: "binary" }), title: fc.string({ unit: "binary" }), jobId: fc.string({ unit: "binary" }), content: fc.string({ unit: "binary" }) })
+      .record({
+        id: fc.string({ unit: "binary" }),
+        title: fc.string({ unit: "binary" }),
+        jobId: fc.string({ unit: "binary" }),
+        content: fc.string({ unit: "binary" }),
+      })
       .map((v) => JSON.stringify(v));
-    const subjects = ["tasks.get", "tasks.create", "jobs.get", "jobs.create", `taskobjects.${nameToken("kept")}.get`, `taskobjects.${nameToken("f")}.create`, "taskobjects.%%%.get", "taskobjects.YQ==.create"];
+    const subjects = [
+      "tasks.get",
+      "tasks.create",
+      "jobs.get",
+      "jobs.create",
+      `taskobjects.${nameToken("kept")}.get`,
+      `taskobjects.${nameToken("f")}.create`,
+      "taskobjects.%%%.get",
+      "taskobjects.YQ==.create",
+    ];
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom(...subjects),
@@ -164,7 +188,10 @@ describe("fuzz", () => {
           const msg = await svc.handle.nc.request(subject, payload, { timeout: 5_000, headers: h });
           const code = msg.headers?.get("Nats-Service-Error-Code") ?? "";
           codes.set(code || "ok", (codes.get(code || "ok") ?? 0) + 1);
-          assert.ok(["", "400", "404", "409"].includes(code), `code ${code} on ${subject}: ${msg.string().slice(0, 200)}`);
+          assert.ok(
+            ["", "400", "404", "409"].includes(code),
+            `code ${code} on ${subject}: ${msg.string().slice(0, 200)}`,
+          );
         },
       ),
       { numRuns: RUNS },
@@ -178,6 +205,9 @@ describe("fuzz", () => {
     const taskDO = before1.taskDO as { id: string };
     assert.deepEqual((await getJson(`${svc.taskUrl}/${task.id}`)).body, task);
     assert.deepEqual((await getJson(`${svc.taskUrl}/do/${taskDO.id}?name=kept`)).body, taskDO);
-    assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=${before1.job}`)).body, { id: before1.job, content: "kept job" });
+    assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=${before1.job}`)).body, {
+      id: before1.job,
+      content: "kept job",
+    });
   });
 });

@@ -50,13 +50,26 @@ describe("job api", () => {
     assert.equal((await postJson(`${svc.jobUrl}/`, "<x/>", { "content-type": "text/xml" })).status, 415);
   });
 
-  it("job api - a stored item lacking id or content answers the requested id and \"\"", async () => {
+  it('job api - a stored item lacking id or content answers the requested id and ""', async () => {
     await svc.buckets.jobs.put("legacy-1", JSON.stringify({ content: "from elsewhere" }));
     await svc.buckets.jobs.put("legacy-2", JSON.stringify({ id: "legacy-2" }));
     await svc.buckets.jobs.put("legacy-3", JSON.stringify({}));
-    assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=legacy-1`)).body, { id: "legacy-1", content: "from elsewhere" });
+    assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=legacy-1`)).body, {
+      id: "legacy-1",
+      content: "from elsewhere",
+    });
     assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=legacy-2`)).body, { id: "legacy-2", content: "" });
     assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=legacy-3`)).body, { id: "legacy-3", content: "" });
+  });
+
+  it("job api - a job another service rewrites reads as rewritten (job reads are never cached)", async () => {
+    await svc.buckets.jobs.put("rewritten-1", JSON.stringify({ id: "rewritten-1", content: "first" }));
+    assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=rewritten-1`)).body, { id: "rewritten-1", content: "first" });
+    await svc.buckets.jobs.put("rewritten-1", JSON.stringify({ id: "rewritten-1", content: "second" }));
+    assert.deepEqual((await getJson(`${svc.jobUrl}/?jobId=rewritten-1`)).body, {
+      id: "rewritten-1",
+      content: "second",
+    });
   });
 
   it("job api - unknown routes are 404 and there is no CORS on the job host", async () => {

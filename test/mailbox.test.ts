@@ -20,7 +20,11 @@ describe("mailbox", () => {
       running--;
       return name;
     };
-    const results = await Promise.all([boxes.run("k", work("a", 20)), boxes.run("k", work("b", 1)), boxes.run("k", work("c", 5))]);
+    const results = await Promise.all([
+      boxes.run("k", work("a", 20)),
+      boxes.run("k", work("b", 1)),
+      boxes.run("k", work("c", 5)),
+    ]);
     assert.deepEqual(results, ["a", "b", "c"]);
     assert.equal(most, 1);
     assert.deepEqual(log, ["start a", "end a", "start b", "end b", "start c", "end c"]);

@@ -9,13 +9,20 @@ import { join } from "node:path";
 import type { Subscription } from "@nats-io/transport-node";
 import { ClientError } from "../client/index.ts";
 import { startMicrovmHost } from "../actors/index.ts";
-import { hostGoneReason, hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
+import {
+  hostGoneReason,
+  hostSubject,
+  hostWorkDir,
+  MicrovmStore,
+  type MicrovmRecord,
+} from "../actors/microvms/index.ts";
 import { connectMicrovm, readProcStat, type SandboxShape } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
   policy,
-  processState,
+  isGone,
+  isSuspended,
   startMicrovmService,
   waitForState,
   type MicrovmService,
@@ -45,7 +52,10 @@ async function runOn(hostId: string): Promise<{ microvmId: string; endpoint: str
 }
 
 /** Counts requests forwarded to `hostId`'s own subject for `op` (a plain subscriber sees each). */
-function watchForwards(hostId: string, op: "token" | "suspend" | "resume" | "terminate"): { count(): number; sub: Subscription } {
+function watchForwards(
+  hostId: string,
+  op: "token" | "suspend" | "resume" | "terminate",
+): { count(): number; sub: Subscription } {
   let seen = 0;
   const sub = svc.handle.nc.subscribe(hostSubject("", hostId, op), {
     callback: () => {
@@ -63,18 +73,25 @@ describe("microvm hosts", () => {
     // Each request lands on either host; keep asking until one was forwarded (and all work).
     let token = "";
     for (let i = 0; i < 30 && forwards.count() === 0; i++) {
-      const answer = await svc.overNats.createAuthToken({ microvmIdentifier: vm.microvmId, expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] });
+      const answer = await svc.overNats.createAuthToken({
+        microvmIdentifier: vm.microvmId,
+        expirationInMinutes: 5,
+        allowedPorts: [{ port: 8080 }],
+      });
       token = answer.authToken["X-aws-proxy-auth"];
       await svc.handle.nc.flush();
     }
     forwards.sub.unsubscribe();
     assert.ok(forwards.count() > 0, "a token request was forwarded to the owner");
     // Only the owner's key verifies: a token minted by the wrong host would be a 403 here.
-    assert.equal(await connectMicrovm<SandboxShape>({ endpoint: vm.endpoint, authToken: token }).hello("b"), "hello, b!");
+    assert.equal(
+      await connectMicrovm<SandboxShape>({ endpoint: vm.endpoint, authToken: token }).hello("b"),
+      "hello, b!",
+    );
 
     const refused = watchForwards(hostB, "resume");
     for (let i = 0; i < 30 && refused.count() === 0; i++) {
-      const err = await svc.overHttp.resumeMicrovm({ microvmIdentifier: vm.microvmId }).catch((e: unknown) => e);
+      const err = await svc.overNats.resumeMicrovm({ microvmIdentifier: vm.microvmId }).catch((e: unknown) => e);
       assert.ok(err instanceof ClientError && err._tag === "InvalidStateTransition" && err.status === 409, String(err));
       assert.deepEqual([err.error.microvmId, err.error.state], [vm.microvmId, "RUNNING"]);
       await svc.handle.nc.flush();
@@ -83,10 +100,10 @@ describe("microvm hosts", () => {
     assert.ok(refused.count() > 0, "a refused resume was forwarded and its 409 relayed");
 
     const pid = (await store.read(vm.microvmId))!.record.handle!.pid!;
-    assert.equal((await svc.overHttp.suspendMicrovm({ microvmIdentifier: vm.microvmId })).state, "SUSPENDED");
-    assert.equal(processState(pid), "T");
+    assert.equal((await svc.overNats.suspendMicrovm({ microvmIdentifier: vm.microvmId })).state, "SUSPENDED");
+    assert.ok(isSuspended(pid));
     assert.equal((await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId })).state, "TERMINATED");
-    assert.equal(processState(pid), undefined);
+    assert.ok(isGone(pid));
     await Promise.all(vm.others.map((id) => svc.overNats.terminateMicrovm({ microvmIdentifier: id })));
   });
 
@@ -102,7 +119,10 @@ describe("microvm hosts", () => {
     forwards.sub.unsubscribe();
     assert.ok(forwards.count() > 0);
     assert.equal(state, "TERMINATED");
-    assert.equal((await svc.overNats.getMicrovm({ microvmIdentifier: vm.microvmId })).stateReason, "TerminateRequested");
+    assert.equal(
+      (await svc.overNats.getMicrovm({ microvmIdentifier: vm.microvmId })).stateReason,
+      "TerminateRequested",
+    );
     await Promise.all(vm.others.map((id) => svc.overNats.terminateMicrovm({ microvmIdentifier: id })));
   });
 
@@ -112,8 +132,27 @@ describe("microvm hosts", () => {
     const workDir = hostWorkDir(dataDir, "taken");
     await mkdir(workDir, { recursive: true });
     // Process 1 is alive and is not this process: the lock is held.
-    await writeFile(join(workDir, "host.lock"), JSON.stringify({ pid: 1, startTime: readProcStat(1)!.startTime }));
-    await assert.rejects(startMicrovmHost(svc.handle.nc, { kv: svc.kv, dataDir, hostId: "taken" }), /in use by process 1/);
+    await writeFile(
+      join(workDir, "host.lock"),
+      JSON.stringify({ pid: 1, startTime: readProcStat(1)!.startTime, urls: [] }),
+    );
+    await assert.rejects(
+      startMicrovmHost(svc.handle.nc, { kv: svc.kv, dataDir, hostId: "taken" }),
+      /in use by process 1/,
+    );
+  });
+
+  it("microvm hosts - of two hosts with one id starting at the same moment, one refuses", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "microvm-lock-"));
+    defer(() => rm(dataDir, { recursive: true, force: true }));
+    const starts = await Promise.allSettled(
+      [1, 2].map(() => startMicrovmHost(svc.handle.nc, { kv: svc.kv, dataDir, hostId: "twin" })),
+    );
+    const started = starts.filter((s) => s.status === "fulfilled");
+    const refused = starts.filter((s) => s.status === "rejected");
+    await Promise.all(started.map((s) => s.value.close()));
+    assert.equal(started.length, 1, "exactly one host runs");
+    assert.match(String(refused[0]?.reason), /in use by process/);
   });
 
   it("microvm hosts - the sweep ends records of a host that stays silent for two sweeps", async () => {
@@ -125,6 +164,7 @@ describe("microvm hosts", () => {
       idlePolicy: policy(),
       startedAt: new Date().toISOString(),
       hostId: "ghost-host",
+      owner: "nats:internal",
       updatedAt: new Date().toISOString(),
     };
     assert.ok(await store.create(ghost));
@@ -138,15 +178,26 @@ describe("microvm hosts", () => {
     const ended = await runOn(svc.host.hostId);
     const deleted = await runOn(svc.host.hostId);
     for (const vm of [ended, deleted]) await waitForState(svc.overNats, vm.microvmId, ["RUNNING"]);
-    const pids = await Promise.all([ended, deleted].map(async (vm) => (await store.read(vm.microvmId))!.record.handle!.pid!));
-    await store.update(ended.microvmId, (record) => ({ ...record, state: "TERMINATED", stateReason: "Operator", terminalAt: new Date().toISOString() }));
+    const pids = await Promise.all(
+      [ended, deleted].map(async (vm) => (await store.read(vm.microvmId))!.record.handle!.pid!),
+    );
+    await store.update(ended.microvmId, (record) => ({
+      ...record,
+      state: "TERMINATED",
+      stateReason: "Operator",
+      terminalAt: new Date().toISOString(),
+    }));
     await svc.kv.delete(deleted.microvmId);
     await svc.host.sweep();
     const deadline = Date.now() + 5_000;
-    while (pids.some((pid) => processState(pid) !== undefined) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    assert.deepEqual(pids.map(processState), [undefined, undefined]);
+    while (pids.some((pid) => !isGone(pid)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(pids.every(isGone));
     assert.equal((await svc.overNats.getMicrovm({ microvmIdentifier: ended.microvmId })).stateReason, "Operator");
-    assert.ok(!svc.host.liveInstances().includes(ended.microvmId) && !svc.host.liveInstances().includes(deleted.microvmId));
-    await Promise.all([...ended.others, ...deleted.others].map((id) => svc.overNats.terminateMicrovm({ microvmIdentifier: id })));
+    assert.ok(
+      !svc.host.liveInstances().includes(ended.microvmId) && !svc.host.liveInstances().includes(deleted.microvmId),
+    );
+    await Promise.all(
+      [...ended.others, ...deleted.others].map((id) => svc.overNats.terminateMicrovm({ microvmIdentifier: id })),
+    );
   });
 });

@@ -3,8 +3,7 @@
 // step fails. Also measures launch latencies (printed as diagnostics).
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { createActor, fromPromise, toPromise } from "xstate";
-import { ClientError, launchMachine, launchMicrovm, MicrovmLaunchError } from "../client/index.ts";
+import { ClientError, launchMicrovm, MicrovmLaunchError, type MicrovmApiClient } from "../client/index.ts";
 import { MicrovmStore } from "../actors/microvms/index.ts";
 import { connectMicrovm, type SandboxShape } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -22,7 +21,7 @@ let svc: MicrovmService;
 let store: MicrovmStore;
 
 before(async () => {
-  svc = await startMicrovmService(defer);
+  svc = await startMicrovmService(defer, { quotaPerPrincipal: 50 }); // 20 launches at once by one principal
   store = new MicrovmStore(svc.kv, svc.handle.nc);
 });
 after(assertNoInstanceLeft);
@@ -35,57 +34,62 @@ class WorkFailed extends Error {
   override readonly name = "WorkFailed";
 }
 
-describe("launch machine", () => {
-  const steps = (log: string[], fail: Partial<Record<"run" | "work" | "terminate", boolean>>) =>
-    launchMachine.provide({
-      actors: {
-        run: fromPromise(async () => {
-          log.push("run");
-          if (fail.run) throw new Error("run failed");
-          return { endpoint: "127.0.0.1:1" };
-        }),
-        waitRunning: fromPromise(async (): Promise<void> => void log.push("waitRunning")),
-        token: fromPromise(async () => (log.push("token"), "token")),
-        connect: fromPromise(async (): Promise<void> => void log.push("connect")),
-        work: fromPromise(async (): Promise<unknown> => {
-          log.push("work");
-          if (fail.work) throw new WorkFailed("work failed");
-          return 42;
-        }),
-        terminate: fromPromise(async (): Promise<void> => {
-          log.push("terminate");
-          if (fail.terminate) throw new Error("terminate failed");
-        }),
+describe("launch steps", () => {
+  type Failing = Partial<Record<"run" | "work" | "terminate", boolean>>;
+  /** A microVM API whose operations only log; `fail` makes one of them throw. */
+  const fakeApi = (log: string[], fail: Failing) =>
+    ({
+      async runMicrovm() {
+        log.push("run");
+        if (fail.run) throw new Error("run failed");
+        return { microvmId: "vm", endpoint: "127.0.0.1:1", state: "PENDING" };
       },
-    });
-  const outcome = (machine: typeof launchMachine) => {
-    const actor = createActor(machine, { input: { microvmId: "vm" } });
-    const done = toPromise(actor);
-    actor.start();
-    return done;
-  };
+      async getMicrovm() {
+        log.push("waitRunning");
+        return { state: "RUNNING" };
+      },
+      async createAuthToken() {
+        log.push("token");
+        return { authToken: { "X-aws-proxy-auth": "token" } };
+      },
+      async terminateMicrovm() {
+        log.push("terminate");
+        if (fail.terminate) throw new Error("terminate failed");
+        return { microvmId: "vm", state: "TERMINATED" };
+      },
+    }) as unknown as MicrovmApiClient;
+  const launch = (log: string[], fail: Failing) =>
+    launchMicrovm(
+      fakeApi(log, fail),
+      async () => {
+        log.push("work");
+        if (fail.work) throw new WorkFailed("work failed");
+        return 42;
+      },
+      { microvmId: "vm", firstCall: async () => void log.push("connect") },
+    );
 
-  it("launch machine - every step in order, the work's result as output", async () => {
+  it("launch steps - every step in order, the work's result returned", async () => {
     const log: string[] = [];
-    assert.deepEqual(await outcome(steps(log, {})), { ok: true, result: 42 });
+    assert.equal(await launch(log, {}), 42);
     assert.deepEqual(log, ["run", "waitRunning", "token", "connect", "work", "terminate"]);
   });
 
-  it("launch machine - a failed step or work still terminates, and the first error wins", async () => {
-    for (const [fail, expected] of [
-      [{ run: true }, ["run", "terminate"]],
-      [{ work: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"]],
-      [{ work: true, terminate: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"]],
+  it("launch steps - a failed step or work still terminates, and the first error wins", async () => {
+    for (const [fail, expected, error] of [
+      [{ run: true }, ["run", "terminate"], /run failed/],
+      [{ work: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"], WorkFailed],
+      [{ work: true, terminate: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"], WorkFailed],
     ] as const) {
       const log: string[] = [];
-      const result = await outcome(steps(log, fail));
-      assert.equal(result.ok, false);
+      await assert.rejects(launch(log, fail), error);
       assert.deepEqual(log, expected);
-      if ("work" in fail) assert.ok((result as { error: unknown }).error instanceof WorkFailed);
     }
-    const log: string[] = [];
-    const result = await outcome(steps(log, { terminate: true }));
-    assert.equal(result.ok, false, "a result is not handed back when terminate failed");
+    await assert.rejects(
+      launch([], { terminate: true }),
+      /terminate failed/,
+      "a result is not handed back when terminate failed",
+    );
   });
 });
 
@@ -152,7 +156,10 @@ describe("launch - failing steps", () => {
     assert.equal(ids.length, 20);
     assert.deepEqual(instanceChildren(), []);
     const { items } = await svc.overNats.listMicrovms({});
-    assert.deepEqual(items.filter((item) => item.state !== "TERMINATED").map((item) => item.microvmId), []);
+    assert.deepEqual(
+      items.filter((item) => item.state !== "TERMINATED").map((item) => item.microvmId),
+      [],
+    );
     assert.deepEqual(svc.host.liveInstances(), []);
   });
 });
@@ -168,7 +175,11 @@ describe("launch - latency", () => {
       const run = await svc.overNats.runMicrovm({ idlePolicy: policy() });
       await waitForState(svc.overNats, run.microvmId, ["RUNNING"]);
       toRunning.push(performance.now() - began);
-      const { authToken } = await svc.overNats.createAuthToken({ microvmIdentifier: run.microvmId, expirationInMinutes: 1, allowedPorts: [{ port: 8080 }] });
+      const { authToken } = await svc.overNats.createAuthToken({
+        microvmIdentifier: run.microvmId,
+        expirationInMinutes: 1,
+        allowedPorts: [{ port: 8080 }],
+      });
       const stub = connectMicrovm<SandboxShape>({ endpoint: run.endpoint, authToken });
       assert.equal(await stub.hello("t"), "hello, t!");
       toFirstRpc.push(performance.now() - began);
@@ -181,7 +192,11 @@ describe("launch - latency", () => {
       await svc.overNats.terminateMicrovm({ microvmIdentifier: run.microvmId });
     }
     const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!.toFixed(1);
-    t.diagnostic(`RunMicrovm → RUNNING p50 ${p50(toRunning)} ms; → first RPC p50 ${p50(toFirstRpc)} ms (10 launches, NATS)`);
-    t.diagnostic(`SuspendMicrovm (answered SUSPENDED) p50 ${p50(suspend)} ms; ResumeMicrovm (answered RUNNING) p50 ${p50(resume)} ms`);
+    t.diagnostic(
+      `RunMicrovm → RUNNING p50 ${p50(toRunning)} ms; → first RPC p50 ${p50(toFirstRpc)} ms (10 launches, NATS)`,
+    );
+    t.diagnostic(
+      `SuspendMicrovm (answered SUSPENDED) p50 ${p50(suspend)} ms; ResumeMicrovm (answered RUNNING) p50 ${p50(resume)} ms`,
+    );
   });
 });

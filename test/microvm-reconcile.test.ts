@@ -8,11 +8,11 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { natsClient } from "../client/index.ts";
+import { instanceProcessesUnder } from "../vm-runtime/index.ts";
 import { startMicrovmHost } from "../actors/index.ts";
 import {
   hostGoneReason,
   hostWorkDir,
-  instanceProcessesUnder,
   MicrovmStore,
   REASON_PROCESS_GONE,
   REASON_PROCESS_KILLED,
@@ -22,7 +22,16 @@ import { microvmApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
-import { assertNoInstanceLeft, policy, processState, waitForState, type MicrovmClient } from "./helpers/microvm.ts";
+import {
+  assertNoInstanceLeft,
+  hostCgroupPids,
+  isGone,
+  isSuspended,
+  policy,
+  processState,
+  waitForState,
+  type MicrovmClient,
+} from "./helpers/microvm.ts";
 
 const defer = lifo(after);
 const hostId = "reconcile-host";
@@ -35,7 +44,7 @@ let workDir: string;
 
 before(async () => {
   nats = await testNats(defer);
-  handle = await connectNats({ servers: nats.url, name: "reconcile-test" });
+  handle = await connectNats({ ...nats.login("admin"), name: "reconcile-test" });
   defer(() => handle.close());
   api = natsClient(microvmApi, handle.nc);
   store = new MicrovmStore((await openBuckets(handle.nc)).microvms, handle.nc);
@@ -45,9 +54,13 @@ before(async () => {
 });
 after(assertNoInstanceLeft);
 after(() => assert.deepEqual(instanceProcessesUnder(workDir), [], "an instance of the host process was left running"));
+after(() => assert.deepEqual(hostCgroupPids(hostId), [], "a process was left in the host's sandbox cgroup"));
 
 async function startHostProcess(): Promise<ServiceProcess> {
-  const proc = await startServiceProcess({ NATS_URL: nats.url, DATA_DIR: dataDir, MICROVM_HOST_ID: hostId }, ["--role", "microvms"]);
+  const proc = await startServiceProcess({ ...nats.env(), DATA_DIR: dataDir, MICROVM_HOST_ID: hostId }, [
+    "--role",
+    "microvms",
+  ]);
   defer(() => proc.stop("SIGKILL"));
   return proc;
 }
@@ -62,7 +75,8 @@ async function running(): Promise<{ microvmId: string; pid: number }> {
 
 async function gone(pid: number, timeoutMs = 5_000): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
-  while (processState(pid) !== undefined && processState(pid) !== "Z" && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  while (processState(pid) !== undefined && processState(pid) !== "Z" && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 20));
   return processState(pid) === undefined || processState(pid) === "Z";
 }
 
@@ -71,17 +85,22 @@ describe("microvm reconcile", () => {
     const first = await startHostProcess();
     const [lost, orphan, suspended] = [await running(), await running(), await running()];
     await api.suspendMicrovm({ microvmIdentifier: suspended.microvmId });
-    assert.equal(processState(suspended.pid), "T");
+    assert.ok(isSuspended(suspended.pid));
 
     await first.stop("SIGKILL");
     assert.ok(await gone(lost.pid), "a running instance exits with its host (stdin pipe closed)");
     assert.ok(await gone(orphan.pid));
-    assert.equal(processState(suspended.pid), "T", "a stopped instance outlives its host");
+    assert.ok(isSuspended(suspended.pid), "a stopped instance outlives its host");
 
     // Another host answers for the dead owner: terminate marks the record at once.
     const otherDir = await mkdtemp(join(tmpdir(), "microvm-other-"));
     defer(() => rm(otherDir, { recursive: true, force: true }));
-    const other = await startMicrovmHost(handle.nc, { kv: store.kv, dataDir: otherDir, hostId: "other", sweepIntervalMs: 600_000 });
+    const other = await startMicrovmHost(handle.nc, {
+      kv: store.kv,
+      dataDir: otherDir,
+      hostId: "other",
+      sweepIntervalMs: 600_000,
+    });
     const answer = await api.terminateMicrovm({ microvmIdentifier: lost.microvmId });
     assert.equal(answer.state, "TERMINATED");
     assert.equal((await api.getMicrovm({ microvmIdentifier: lost.microvmId })).stateReason, hostGoneReason(hostId));
@@ -90,14 +109,21 @@ describe("microvm reconcile", () => {
     const second = await startHostProcess();
     assert.ok(await gone(suspended.pid, 1_000), "the suspended instance of the old run was killed at start");
     assert.deepEqual(instanceProcessesUnder(workDir), []);
+    assert.deepEqual(hostCgroupPids(hostId), []);
     const reconciled = second.logs.find((entry) => entry.msg === "microvm host reconciled");
     assert.deepEqual([reconciled?.terminated, reconciled?.killed], [2, 1]);
-    for (const [vm, reason] of [[orphan, REASON_PROCESS_GONE], [suspended, REASON_PROCESS_KILLED]] as const) {
+    for (const [vm, reason] of [
+      [orphan, REASON_PROCESS_GONE],
+      [suspended, REASON_PROCESS_KILLED],
+    ] as const) {
       const record = await api.getMicrovm({ microvmIdentifier: vm.microvmId });
       assert.deepEqual([record.state, record.stateReason], ["TERMINATED", reason]);
     }
     const { items } = await api.listMicrovms({});
-    assert.deepEqual(items.filter((item) => item.state !== "TERMINATED"), []);
+    assert.deepEqual(
+      items.filter((item) => item.state !== "TERMINATED"),
+      [],
+    );
     assert.equal(await second.stop("SIGTERM"), 0);
   });
 
@@ -106,9 +132,10 @@ describe("microvm reconcile", () => {
     const [a, b] = [await running(), await running()];
     await api.suspendMicrovm({ microvmIdentifier: b.microvmId });
     assert.equal(await proc.stop("SIGTERM"), 0);
-    assert.equal(processState(a.pid), undefined);
-    assert.equal(processState(b.pid), undefined);
+    assert.ok(isGone(a.pid));
+    assert.ok(isGone(b.pid));
     assert.deepEqual(instanceProcessesUnder(workDir), []);
+    assert.deepEqual(hostCgroupPids(hostId), []);
     for (const vm of [a, b]) {
       const record = (await store.read(vm.microvmId))!.record;
       assert.deepEqual([record.state, record.stateReason], ["TERMINATED", "HostShutdown"]);

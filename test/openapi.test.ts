@@ -32,14 +32,18 @@ describe("openapi", () => {
     for (const [name, url, api] of apis()) {
       const res = await fetch(`${url}/openapi.json`);
       assert.equal(res.status, 200);
-      const doc = (await res.json()) as { openapi: string; paths: Record<string, Record<string, { operationId: string; responses: Record<string, unknown> }>> };
+      const doc = (await res.json()) as {
+        openapi: string;
+        paths: Record<string, Record<string, { operationId: string; responses: Record<string, unknown> }>>;
+      };
       assert.equal(doc.openapi, "3.1.0");
       const result = await validate(structuredClone(doc) as never);
       assert.equal(result.valid, true, `${name}: ${JSON.stringify(result)}`);
       for (const op of Object.values(api)) {
         const entry = doc.paths[openApiPath(op.http.path)]?.[op.http.method.toLowerCase()];
         assert.equal(entry?.operationId, op.name, `${name} lists ${op.name}`);
-        for (const error of op.errors) assert.ok(entry!.responses[String(error.status)], `${op.name} documents ${error.tag}`);
+        for (const error of op.errors)
+          assert.ok(entry!.responses[String(error.status)], `${op.name} documents ${error.tag}`);
         assert.ok(entry!.responses["400"] && entry!.responses["503"]);
       }
       const operationCount = Object.values(doc.paths).flatMap((p) => Object.keys(p)).length;
@@ -56,7 +60,15 @@ describe("openapi", () => {
     const { chromium } = await import("playwright-core");
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+      args: [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
     });
     t.after(() => browser.close());
     const page = await browser.newPage();
@@ -67,7 +79,8 @@ describe("openapi", () => {
     await page.goto(`${svc.taskUrl}/docs`);
     await page.waitForSelector(".opblock-summary-path", { timeout: 20_000 });
     const listed = await page.$$eval(".opblock-summary-path", (els) => els.map((e) => e.textContent?.trim()));
-    for (const op of Object.values(taskApi)) assert.ok(listed.includes(openApiPath(op.http.path)), `lists ${op.http.path}`);
+    for (const op of Object.values(taskApi))
+      assert.ok(listed.includes(openApiPath(op.http.path)), `lists ${op.http.path}`);
     assert.deepEqual(outside, [], "no request leaves the service (works offline)");
   });
 });

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Kvm } from "@nats-io/kv";
-import { startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
+import { gatewayDispatch, Placement, startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
 import { bucketNames, connectNats, openBuckets, recordStores, registry, type NatsHandle } from "../platform/index.ts";
@@ -28,7 +28,7 @@ interface ActorProcess {
 
 /** An actor set on its own connection, like one actor process. */
 async function actorProcess(ownerId: string, settings: { idleMs?: number } = {}): Promise<ActorProcess> {
-  const handle = await connectNats({ servers: nats.url, name: ownerId });
+  const handle = await connectNats({ ...nats.login("actors"), name: ownerId });
   const actors = startActors(handle.nc, recordStores(handle.requester), {
     publisher: handle.publisher,
     requester: handle.requester,
@@ -52,7 +52,7 @@ const startsOf = (name: string) => events.filter((e) => e.name === name && e.eve
 
 before(async () => {
   nats = await testNats(defer, { private: true });
-  client = await connectNats({ servers: nats.url, name: "test:client" });
+  client = await connectNats({ ...nats.login("admin"), name: "test:client" });
   defer(() => client.close());
   await openBuckets(client.nc);
 });
@@ -63,15 +63,22 @@ describe("placement", () => {
     const api = natsClient(taskApi, client.nc);
     const names = ["alpha", "beta", "gamma", "delta", "epsilon"].map((n) => `one-${n}`);
     // Many requests per name at once, entering at random processes (queue groups).
-    const created = await Promise.all(names.flatMap((name) => Array.from({ length: 12 }, (_, i) => api.createTaskDO({ title: `${name} ${i}`, name }))));
+    const created = await Promise.all(
+      names.flatMap((name) => Array.from({ length: 12 }, (_, i) => api.createTaskDO({ title: `${name} ${i}`, name }))),
+    );
     assert.equal(created.length, 60);
     for (const task of created) {
       const name = names.find((n) => task.title.startsWith(`${n} `))!;
       assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
     }
-    for (const name of names) assert.equal(startsOf(name).length, 1, `${name}: one activation, got ${JSON.stringify(startsOf(name))}`);
+    for (const name of names)
+      assert.equal(startsOf(name).length, 1, `${name}: one activation, got ${JSON.stringify(startsOf(name))}`);
     const held = processes.map((p) => p.actors.activations);
-    assert.equal(held.reduce((a, b) => a + b, 0), names.length, `held per process: ${held}`);
+    assert.equal(
+      held.reduce((a, b) => a + b, 0),
+      names.length,
+      `held per process: ${held}`,
+    );
     // The lease key names the owner that logged the activation.
     const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
     for (const name of names) {
@@ -94,7 +101,10 @@ describe("placement", () => {
     const later = await retryUntilOk(() => api.createTaskDO({ title: "after", name }), 10_000);
     const takeover = startsOf(name).find((e) => e.owner === "crash-b2");
     assert.ok(takeover, "crash-b2 activated the name");
-    assert.ok(takeover.at - diedAt >= TTL_MS, `taken over ${takeover.at - diedAt} ms after the crash, not before the ${TTL_MS} ms TTL`);
+    assert.ok(
+      takeover.at - diedAt >= TTL_MS,
+      `taken over ${takeover.at - diedAt} ms after the crash, not before the ${TTL_MS} ms TTL`,
+    );
     assert.deepEqual(await api.getTaskDO({ id: first.id, name }), first);
     assert.deepEqual(await api.getTaskDO({ id: later.value.id, name }), later.value);
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name)), { "crash-a": diedAt }), []);
@@ -113,17 +123,28 @@ describe("placement", () => {
     let moved;
     for (let i = 0; i < 5 && typeof moved !== "number"; i++) {
       const entry = await taskObjectLeases.get(nameToken(name)); // `a` renews it meanwhile: retry
-      moved = await taskObjectLeases.put(nameToken(name), JSON.stringify({ owner: "fence-thief", ttlMs: 60_000 }), entry.revision);
+      moved = await taskObjectLeases.put(
+        nameToken(name),
+        JSON.stringify({ owner: "fence-thief", ttlMs: 60_000 }),
+        entry.revision,
+      );
     }
     assert.equal(typeof moved, "number");
     const id = crypto.randomUUID();
     // `a`'s next fence or renewal fails: it ends its activation; the request goes to the new
     // owner (no one serves its subject, and its lease is long), so nothing is written.
-    await assert.rejects(api.createTaskDO({ title: "stale", name }, { idempotencyKey: id }), (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable");
+    await assert.rejects(
+      api.createTaskDO({ title: "stale", name }, { idempotencyKey: id }),
+      (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable",
+    );
     const lost = events.find((e) => e.name === name && e.event === "end");
     assert.equal(lost?.reason, "lost");
     const { taskObjects } = recordStores(client.requester);
-    assert.equal(await taskObjects.get(`${nameToken(name)}.${id}`), undefined, "no record written by the fenced process");
+    assert.equal(
+      await taskObjects.get(`${nameToken(name)}.${id}`),
+      undefined,
+      "no record written by the fenced process",
+    );
     await a.actors.close();
   });
 
@@ -165,9 +186,32 @@ describe("placement", () => {
     await b.actors.close();
   });
 
+  it("placement - fences asked for together share one lease write (group commit)", async () => {
+    const { taskObjectLeases } = recordStores(client.requester);
+    let puts = 0;
+    const leases = {
+      ...taskObjectLeases,
+      put: (key: string, value: string, revision: number) => (puts++, taskObjectLeases.put(key, value, revision)),
+    };
+    const placement = new Placement({ ownerId: "group-a", leases, ttlMs: 60_000 });
+    defer(() => placement.close());
+    const route = await placement.route("group-name");
+    if (route.kind !== "local") throw new Error(`group-name not claimed here: ${route.kind}`);
+    puts = 0;
+    const fenced = (activation: typeof route.activation) => placement.fence(activation).then(() => activation.revision);
+    const revisions = await Promise.all(
+      Array.from({ length: 40 }, () => placement.run(route.activation, fenced, { exclusive: false })),
+    );
+    assert.equal(puts, 1, "one compare-and-set for the 40 fences");
+    assert.equal(new Set(revisions).size, 1);
+    // A fence asked for after that write was sent needs a write of its own.
+    await placement.run(route.activation, fenced, { exclusive: false });
+    assert.equal(puts, 2);
+  });
+
   it("placement - a gateway sends a name's requests straight to its owner, and past a silent one", async () => {
     const a = await actorProcess("gw-a");
-    const gateways = createGateways({ nats: client, stores: recordStores(client.requester) });
+    const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
     const port = await gateways.task.listen(0, "127.0.0.1");
     defer(() => gateways.task.close());
     const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
@@ -198,8 +242,48 @@ describe("placement", () => {
       assert.equal(startsOf(name).at(-1)?.owner, "gw-b", `${name} moved to gw-b`);
       assert.deepEqual(await api.getTaskDO({ id: later.value.id, name }), later.value);
     }
-    assert.deepEqual(overlaps(activationIntervals(events.filter((e) => names.includes(e.name))), { "gw-a": silentAt }), []);
+    assert.deepEqual(
+      overlaps(activationIntervals(events.filter((e) => names.includes(e.name))), { "gw-a": silentAt }),
+      [],
+    );
     await a.actors.close();
+    await b.actors.close();
+  });
+
+  it("placement - a request its frozen owner leaves unanswered is answered, in that one request, by the process taking the name over", async () => {
+    const a = await actorProcess("frozen-a");
+    const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
+    const port = await gateways.task.listen(0, "127.0.0.1");
+    defer(() => gateways.task.close());
+    const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
+    const name = "frozen-name";
+    const first = await api.createTaskDO({ title: "on a", name }); // placed on `a`, alone then
+    const b = await actorProcess("frozen-b");
+    // A name placed on `b` (wherever a first request lands), then read straight from `b`: the
+    // gateway has seen `b` answer.
+    let onB: { name: string; id: string } | undefined;
+    for (let i = 0; !onB && i < 50; i++) {
+      const other = `frozen-other-${i}`;
+      const created = await api.createTaskDO({ title: "elsewhere", name: other });
+      if (startsOf(other).at(-1)?.owner === "frozen-b") onB = { name: other, id: created.id };
+    }
+    assert.ok(onB, "some name was placed on b");
+    await api.getTaskDO(onB);
+    // `a` freezes: its subjects stay subscribed (by a stand-in that never answers), its lease lapses.
+    await a.handle.nc.drain().catch(() => undefined);
+    const frozen = client.nc.subscribe(`taskobjects.owner.${nameToken("frozen-a")}.>`);
+    defer(() => frozen.unsubscribe());
+    await client.nc.flush();
+    const frozenAt = Date.now();
+    // One request, no retry: the gateway's hedge waits at `b` for the takeover and is answered there.
+    const task = await api.createTaskDO({ title: "after a froze", name });
+    assert.equal(startsOf(name).at(-1)?.owner, "frozen-b", "the name moved to b");
+    assert.deepEqual(await api.getTaskDO({ id: first.id, name }), first);
+    assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
+    assert.deepEqual(
+      overlaps(activationIntervals(events.filter((e) => e.name === name)), { "frozen-a": frozenAt }),
+      [],
+    );
     await b.actors.close();
   });
 });

@@ -65,7 +65,10 @@ describe("task api", () => {
     const res = await postJson(`${svc.taskUrl}/`, { title: 42 });
     assert.equal(res.status, 400);
     const body = res.body as { issues: { _tag: string; path: string[] }[] };
-    assert.deepEqual(body.issues.map((i) => [i._tag, i.path]), [["Type", ["title"]]]);
+    assert.deepEqual(
+      body.issues.map((i) => [i._tag, i.path]),
+      [["Type", ["title"]]],
+    );
   });
 
   it("task api - invalid JSON, an empty body and a non-object body are 400", async () => {
@@ -77,7 +80,7 @@ describe("task api", () => {
   });
 
   it("task api - a body without content-type is read as JSON", async () => {
-    const res = await fetch(`${svc.taskUrl}/`, { method: "POST", body: '{"title":"bare"}' , headers: {} });
+    const res = await fetch(`${svc.taskUrl}/`, { method: "POST", body: '{"title":"bare"}', headers: {} });
     // fetch adds text/plain for string bodies unless told otherwise: send raw bytes instead.
     const raw = await fetch(`${svc.taskUrl}/`, { method: "POST", body: new TextEncoder().encode('{"title":"bare"}') });
     assert.equal(res.status, 415, "text/plain is not JSON");
@@ -100,7 +103,13 @@ describe("task api", () => {
   });
 
   it("task api - unknown routes and methods are 404", async () => {
-    for (const [method, path] of [["GET", "/"], ["DELETE", "/x"], ["PUT", "/"], ["GET", "/a/b/c"], ["PATCH", "/do"]]) {
+    for (const [method, path] of [
+      ["GET", "/"],
+      ["DELETE", "/x"],
+      ["PUT", "/"],
+      ["GET", "/a/b/c"],
+      ["PATCH", "/do"],
+    ]) {
       const res = await fetch(`${svc.taskUrl}${path}`, { method });
       assert.equal(res.status, 404, `${method} ${path}`);
       assert.equal(((await res.json()) as { _tag: string })._tag, "RouteNotFound");
@@ -111,7 +120,11 @@ describe("task api", () => {
     for (const res of [
       await fetch(`${svc.taskUrl}/missing`),
       await fetch(`${svc.taskUrl}/`, { method: "POST", body: "{" }),
-      await fetch(`${svc.taskUrl}/`, { method: "POST", body: '{"title":"c"}', headers: { "content-type": "application/json" } }),
+      await fetch(`${svc.taskUrl}/`, {
+        method: "POST",
+        body: '{"title":"c"}',
+        headers: { "content-type": "application/json" },
+      }),
     ]) {
       assert.equal(res.headers.get("access-control-allow-origin"), "*");
       assert.equal(res.headers.get("vary"), "Origin");
@@ -125,7 +138,8 @@ describe("task api", () => {
       assert.equal(res.status, 204, path);
       assert.equal(res.headers.get("access-control-allow-origin"), "*");
       assert.equal(res.headers.get("access-control-allow-methods"), "GET, POST, OPTIONS");
-      assert.equal(res.headers.get("access-control-allow-headers"), "Content-Type");
+      // Without API keys no Authorization: the original's Content-Type plus the service's headers.
+      assert.equal(res.headers.get("access-control-allow-headers"), "Content-Type, Idempotency-Key, X-Request-Id");
     }
   });
 
@@ -171,7 +185,10 @@ describe("task api", () => {
   });
 
   it("task api - poison keys in the body neither pollute prototypes nor get stored", async () => {
-    const res = await postJson(`${svc.taskUrl}/`, '{"title":"p","__proto__":{"polluted":true},"constructor":{"prototype":{"polluted":true}}}');
+    const res = await postJson(
+      `${svc.taskUrl}/`,
+      '{"title":"p","__proto__":{"polluted":true},"constructor":{"prototype":{"polluted":true}}}',
+    );
     assert.equal(res.status, 200);
     assert.deepEqual(Object.keys(res.body as object).sort(), ["completed", "id", "title"]);
     assert.equal(({} as { polluted?: boolean }).polluted, undefined);
@@ -201,12 +218,31 @@ describe("task objects", () => {
 
   it("task objects - different names have separate storage", async () => {
     const inA = (await postJson(`${svc.taskUrl}/do?name=a`, { title: "a" })).body as { id: string };
-    const inB = (await postJson(`${svc.taskUrl}/do?name=${encodeURIComponent("b.ü/*")}`, { title: "b" })).body as { id: string };
+    const inB = (await postJson(`${svc.taskUrl}/do?name=${encodeURIComponent("b.ü/*")}`, { title: "b" })).body as {
+      id: string;
+    };
     assert.equal((await getJson(`${svc.taskUrl}/do/${inA.id}?name=a`)).status, 200);
     assert.equal((await getJson(`${svc.taskUrl}/do/${inA.id}?name=b`)).status, 404);
     assert.equal((await getJson(`${svc.taskUrl}/do/${inA.id}`)).status, 404);
     assert.equal((await getJson(`${svc.taskUrl}/do/${inB.id}?name=${encodeURIComponent("b.ü/*")}`)).status, 200);
     assert.equal((await getJson(`${svc.taskUrl}/${inA.id}`)).status, 404, "object store is separate too");
+  });
+
+  it("task objects - a miss is never cached: a task created after a 404 is found at once", async () => {
+    const id = crypto.randomUUID();
+    assert.equal((await getJson(`${svc.taskUrl}/do/${id}?name=late`)).status, 404);
+    const created = await postJson(`${svc.taskUrl}/do?name=late`, { title: "late" }, { "idempotency-key": id });
+    assert.equal(created.status, 200);
+    assert.deepEqual((await getJson(`${svc.taskUrl}/do/${id}?name=late`)).body, {
+      id,
+      title: "late",
+      completed: false,
+    });
+    assert.deepEqual((await getJson(`${svc.taskUrl}/do/${id}?name=late`)).body, {
+      id,
+      title: "late",
+      completed: false,
+    });
   });
 
   it("task objects - an empty or overlong name is 400", async () => {

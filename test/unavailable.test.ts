@@ -1,7 +1,7 @@
 // What the gateway answers when actors are missing, slow, failing, or NATS is gone.
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { serveOperation } from "../actors/index.ts";
+import { gatewayDispatch, serveOperation } from "../actors/index.ts";
 import { createGateways } from "../gateway/index.ts";
 import { connectNats, recordStores, startNatsServer } from "../platform/index.ts";
 import { getTask } from "../schemas/index.ts";
@@ -11,7 +11,10 @@ import { getJson, postJson, startService } from "./helpers/service.ts";
 
 describe("unavailable", () => {
   it("unavailable - no actors answering is 503 with Retry-After, within about a second", async (t) => {
-    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false });
+    const svc = await startService(
+      lifo((fn) => t.after(fn)),
+      { actors: false },
+    );
     const started = Date.now();
     const res = await postJson(`${svc.taskUrl}/`, { title: "t" });
     const elapsed = Date.now() - started;
@@ -22,7 +25,10 @@ describe("unavailable", () => {
   });
 
   it("unavailable - an actor that never answers is 504 GatewayTimeout", async (t) => {
-    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false, requestTimeoutMs: 300, localReads: false });
+    const svc = await startService(
+      lifo((fn) => t.after(fn)),
+      { actors: false, requestTimeoutMs: 300, localReads: false },
+    );
     const silent = svc.handle.nc.subscribe("tasks.get", { callback: () => {} });
     const silentCreate = svc.handle.nc.subscribe("jobs.create", { callback: () => {} });
     t.after(() => silent.unsubscribe());
@@ -35,10 +41,18 @@ describe("unavailable", () => {
   });
 
   it("unavailable - an undeclared failure is a bare 500 without stack or cause", async (t) => {
-    const svc = await startService(lifo((fn) => t.after(fn)), { actors: false, localReads: false });
-    const sub = serveOperation(svc.handle.nc, getTask, async () => {
-      throw new Error("db password is hunter2");
-    }, { prefix: "", queue: "q" });
+    const svc = await startService(
+      lifo((fn) => t.after(fn)),
+      { actors: false, localReads: false },
+    );
+    const sub = serveOperation(
+      svc.handle.nc,
+      getTask,
+      async () => {
+        throw new Error("db password is hunter2");
+      },
+      { prefix: "", queue: "q" },
+    );
     t.after(() => sub.unsubscribe());
     const res = await fetch(`${svc.taskUrl}/x`);
     const text = await res.text();
@@ -50,17 +64,17 @@ describe("unavailable", () => {
     const defer = lifo((fn) => t.after(fn));
     if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
-    const handle = await connectNats({ servers: nats.url, name: "gw" });
+    const handle = await connectNats({ ...nats.login("gateway"), name: "gw" });
     defer(() => handle.close());
-    const gateways = createGateways({ nats: handle, stores: recordStores(handle.requester) });
+    const gateways = createGateways({ nats: handle, ...gatewayDispatch(recordStores(handle.requester)) });
     const port = await gateways.task.listen(0, "127.0.0.1");
     defer(() => gateways.task.close());
     // Actors in their own connection, as in a separate process.
     const { startActors } = await import("../actors/index.ts");
     const { openBuckets } = await import("../platform/index.ts");
-    const actorConn = await connectNats({ servers: nats.url, name: "actors" });
+    const actorConn = await connectNats({ ...nats.login("actors"), name: "actors" });
     defer(() => actorConn.close());
-    await openBuckets(actorConn.nc);
+    await openBuckets(actorConn.nc, { only: ["tasks", "taskObjects", "jobs", "taskObjectLeases"] });
     const actors = startActors(actorConn.nc, recordStores(actorConn.requester));
     defer(() => actors.close());
 
@@ -76,7 +90,11 @@ describe("unavailable", () => {
     assert.equal(readDuring.status, 503, "a read with NATS down is 503, not a 404");
     assert.ok(Date.now() - started < 1_000, "answered within a second");
 
-    const restarted = await startNatsServer({ storeDir: nats.storeDir!, port: nats.server!.port });
+    const restarted = await startNatsServer({
+      storeDir: nats.storeDir!,
+      port: nats.server!.port,
+      authorization: nats.authorization,
+    });
     defer(() => restarted.stop());
     const back = Date.now();
     let after = during;

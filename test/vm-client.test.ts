@@ -14,7 +14,7 @@ import {
   isRpcError,
   microvmConnection,
   MicrovmRpcError,
-  realPort,
+  upstreamOf,
   type InstanceProxy,
   type MicrovmHandle,
   type SandboxShape,
@@ -32,7 +32,7 @@ before(async () => {
     microvmId: "vm-client",
     tokenKey: key,
     state: () => "RUNNING",
-    resolvePort: (port) => realPort(handle, port),
+    resolveUpstream: (port) => upstreamOf(handle, port),
     upstreamHeaders: () => handle.upstreamHeaders,
   });
   endpoint = await proxy.listen();
@@ -44,7 +44,8 @@ after(async () => {
   assert.deepEqual(childProcessesWith(process.pid, INSTANCE_MARKER), [], "an instance process was left running");
 });
 
-const authToken = () => createAuthToken({ microvmId: "vm-client", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] }, key).token;
+const authToken = () =>
+  createAuthToken({ microvmId: "vm-client", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] }, key).token;
 const connectSandbox = () => connectMicrovm<SandboxShape>({ endpoint, authToken: authToken() });
 
 async function collect<T>(iterable: AsyncIterable<T>): Promise<T[]> {
@@ -108,7 +109,10 @@ test("client - arguments violating the schema reject with the issues", async () 
 
 test("client - an unknown method rejects with RpcMethodNotFound", async () => {
   const stub = connectMicrovm({ endpoint, authToken: authToken() });
-  await assert.rejects(stub.nope!(), (error: unknown) => isRpcError(error, "RpcMethodNotFound") && error.status === 404);
+  await assert.rejects(
+    stub.nope!(),
+    (error: unknown) => isRpcError(error, "RpcMethodNotFound") && error.status === 404,
+  );
 });
 
 test("client - a streamed method resolves to an async iterable", async () => {
@@ -145,7 +149,11 @@ test("client - stub.fetch reaches the image's fetch handler", async () => {
 });
 
 test("client - accepts CreateAuthToken's authToken object and an explicit port", async () => {
-  const stub = connectMicrovm<SandboxShape>({ endpoint: `http://${endpoint}/`, authToken: { "X-aws-proxy-auth": authToken() }, port: 8080 });
+  const stub = connectMicrovm<SandboxShape>({
+    endpoint: `http://${endpoint}/`,
+    authToken: { "X-aws-proxy-auth": authToken() },
+    port: 8080,
+  });
   assert.equal(await stub.hello("object"), "hello, object!");
 });
 
@@ -186,6 +194,9 @@ test("client - an injected fetch carries the RPC calls, streams and refusals too
   assert.equal(await stub.hello("injected"), "hello, injected!");
   assert.deepEqual(await collect(await stub.count(3)), [1, 2, 3]);
   const forged = connectMicrovm<SandboxShape>({ endpoint, authToken: "forged.token", fetch: fetchImpl });
-  await assert.rejects(forged.hello("x"), (error: unknown) => isRpcError(error, "MicrovmProxyForbidden") && error.status === 403);
+  await assert.rejects(
+    forged.hello("x"),
+    (error: unknown) => isRpcError(error, "MicrovmProxyForbidden") && error.status === 403,
+  );
   assert.equal(seen.length, 3);
 });

@@ -27,7 +27,12 @@ after(async () => {
   assert.deepEqual(childProcessesWith(process.pid, INSTANCE_MARKER), [], "an instance process was left running");
 });
 
-async function launch(t: TestContext, microvmId: string, idlePolicy: Partial<IdlePolicy> = {}, image: string = builtinImages.sandbox) {
+async function launch(
+  t: TestContext,
+  microvmId: string,
+  idlePolicy: Partial<IdlePolicy> = {},
+  image: string = builtinImages.sandbox,
+) {
   const instance = await launchMicrovmInstance({
     microvmId,
     image,
@@ -41,7 +46,10 @@ async function launch(t: TestContext, microvmId: string, idlePolicy: Partial<Idl
 }
 
 function stubFor(instance: MicrovmInstance) {
-  const authToken = createAuthToken({ microvmId: instance.microvmId, expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] }, key).token;
+  const authToken = createAuthToken(
+    { microvmId: instance.microvmId, expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] },
+    key,
+  ).token;
   return connectMicrovm<SandboxShape>({ endpoint: instance.endpoint, authToken });
 }
 
@@ -61,7 +69,7 @@ test("instance - idles into SUSPENDED, auto-resumes on a request, terminates aft
 
   await instance.waitForState(["SUSPENDED"], 3_000);
   assert.equal(readProcStat(pid)?.state, "T", "a suspended instance is a stopped process");
-  assert.equal(instance.describe().stateReason, "IdleTimeout");
+  assert.equal(instance.actor.getSnapshot().context.stateReason, "IdleTimeout");
 
   const began = performance.now();
   assert.equal(await stub.hello("again"), "hello, again!");
@@ -71,7 +79,7 @@ test("instance - idles into SUSPENDED, auto-resumes on a request, terminates aft
 
   await instance.waitForState(["SUSPENDED"], 3_000);
   await instance.waitForState(["TERMINATED"], 3_000);
-  assert.equal(instance.describe().stateReason, "SuspendedDurationElapsed");
+  assert.equal(instance.actor.getSnapshot().context.stateReason, "SuspendedDurationElapsed");
   assert.equal(readProcStat(pid), undefined, "the process is gone");
 });
 
@@ -103,7 +111,10 @@ test("instance - without auto-resume a suspended instance answers 409 until Resu
   assert.equal(instance.send({ type: "SUSPEND" }), true);
   await instance.waitForState(["SUSPENDED"]);
   assert.equal(instance.send({ type: "SUSPEND" }), false, "SUSPEND of a suspended instance is refused");
-  await assert.rejects(stub.hello("x"), (error: unknown) => isRpcError(error, "MicrovmSuspended") && error.status === 409);
+  await assert.rejects(
+    stub.hello("x"),
+    (error: unknown) => isRpcError(error, "MicrovmSuspended") && error.status === 409,
+  );
   const began = performance.now();
   assert.equal(instance.send({ type: "RESUME" }), true);
   await instance.waitForState(["RUNNING"]);
@@ -111,23 +122,10 @@ test("instance - without auto-resume a suspended instance answers 409 until Resu
   assert.equal(await stub.hello("back"), "hello, back!");
 });
 
-test("instance - describe() has GetMicrovm's fields", async (t) => {
-  const instance = await launch(t, "vm-describe");
-  await instance.waitForState(["RUNNING"], 10_000);
-  const description = instance.describe();
-  assert.equal(description.microvmId, "vm-describe");
-  assert.equal(description.state, "RUNNING");
-  assert.equal(description.endpoint, instance.endpoint);
-  assert.deepEqual(description.idlePolicy, { maxIdleDurationSeconds: 60, suspendedDurationSeconds: 60, autoResumeEnabled: true });
-  assert.ok(!Number.isNaN(Date.parse(description.startedAt)));
-  assert.equal(description.imageIdentifier, "sandbox");
-  assert.equal(description.stateReason, undefined);
-});
-
 test("instance - an image that cannot start is FAILED with a stateReason", async (t) => {
   const instance = await launch(t, "vm-broken", {}, "/nonexistent/image.ts");
   assert.equal(await instance.waitForState(["FAILED", "RUNNING"], 10_000), "FAILED");
-  assert.match(instance.describe().stateReason ?? "", /^StartFailed: cannot build image/);
+  assert.match(instance.actor.getSnapshot().context.stateReason ?? "", /^StartFailed: cannot build image/);
   assert.equal(instance.send({ type: "TERMINATE" }), true);
   await instance.waitForState(["TERMINATED"]);
 });

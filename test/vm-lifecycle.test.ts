@@ -1,15 +1,14 @@
 // Tests of the instance lifecycle machine: each transition, the idle policy, deadlines,
-// refusals an operation maps to 409, and the persisted-snapshot round trip.
+// refusals an operation maps to 409, and the persisted-snapshot round trip. Time is mocked
+// (setTimeout and Date): a test advances the clock to a millisecond and asserts the snapshot.
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
-import { setTimeout as sleep } from "node:timers/promises";
-import { createActor, fromPromise, waitFor } from "xstate";
+import { setImmediate as macrotask } from "node:timers/promises";
+import { createActor, fromPromise } from "xstate";
 import {
   canAccept,
-  isResuming,
   lifecycleMachine,
   microvmState,
-  restoreLifecycle,
   type LifecycleActor,
   type LifecycleTimeouts,
   type MicrovmHandle,
@@ -36,7 +35,31 @@ interface Harness {
   readonly calls: string[];
   readonly machine: ReturnType<typeof machineWith>;
   state(): MicrovmState;
-  reach(state: MicrovmState, timeoutMs?: number): Promise<void>;
+  /** Asserts the state once the I/O promises already settled have been handled. */
+  expect(state: MicrovmState): Promise<void>;
+  /** Moves the mocked clock on by `ms`, firing due timers, then lets the I/O promises settle. */
+  advance(ms: number): Promise<void>;
+}
+
+/** Past the longest timer Node arms (2^31-1 ms): a disabled timer would have fired by then. */
+const LONGER_THAN_ANY_TIMER_MS = 2 ** 31;
+
+/** Lets settled promise chains run (the machine's I/O actors answer in microtasks). */
+const settle = () => macrotask();
+
+/** Mocks setTimeout (XState's default clock) and Date (the machine's timer anchor) for one test. */
+function mockClock(t: TestContext): void {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: Date.parse("2025-01-01T00:00:00.000Z") });
+}
+
+async function advance(t: TestContext, ms: number): Promise<void> {
+  t.mock.timers.tick(ms);
+  await settle();
+}
+
+async function expectState(actor: LifecycleActor, state: MicrovmState): Promise<void> {
+  await settle();
+  assert.equal(microvmState(actor.getSnapshot()), state);
 }
 
 function deferred<T = void>() {
@@ -76,12 +99,17 @@ function harness(
   t: TestContext,
   options: { idle?: number; suspended?: number; timeouts?: Partial<LifecycleTimeouts>; io?: Io } = {},
 ): Harness {
+  mockClock(t);
   const calls: string[] = [];
   const machine = machineWith(options.io ?? {}, calls);
   const actor = createActor(machine, {
     input: {
       microvmId: "vm-1",
-      idlePolicy: { maxIdleDurationSeconds: options.idle ?? 60, suspendedDurationSeconds: options.suspended ?? 60, autoResumeEnabled: true },
+      idlePolicy: {
+        maxIdleDurationSeconds: options.idle ?? 60,
+        suspendedDurationSeconds: options.suspended ?? 60,
+        autoResumeEnabled: true,
+      },
       timeouts: { terminateGraceMs: 7, ...options.timeouts },
     },
   });
@@ -92,9 +120,8 @@ function harness(
     calls,
     machine,
     state: () => microvmState(actor.getSnapshot()),
-    async reach(state, timeoutMs = 2_000) {
-      await waitFor(actor, (snapshot) => microvmState(snapshot) === state, { timeout: timeoutMs });
-    },
+    expect: (state) => expectState(actor, state),
+    advance: (ms) => advance(t, ms),
   };
 }
 
@@ -103,17 +130,17 @@ test("lifecycle - PENDING until start resolves, then RUNNING with the handle", a
   const h = harness(t, { io: { start: () => started.promise } });
   assert.equal(h.state(), "PENDING");
   assert.ok(!Number.isNaN(Date.parse(h.actor.getSnapshot().context.startedAt)), "startedAt is the launch time");
-  await sleep(20);
+  await h.advance(20_000);
   assert.equal(h.state(), "PENDING");
   started.resolve(handle);
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   assert.deepEqual(h.actor.getSnapshot().context.handle, handle);
   assert.equal(h.actor.getSnapshot().context.stateReason, undefined);
 });
 
 test("lifecycle - a failed start is FAILED with the cause in stateReason", async (t) => {
   const h = harness(t, { io: { start: () => Promise.reject(new Error("image not found")) } });
-  await h.reach("FAILED");
+  await h.expect("FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "StartFailed: image not found");
 });
 
@@ -128,21 +155,22 @@ test("lifecycle - a start past its deadline is FAILED and the start is aborted",
       },
     },
   });
-  await h.reach("FAILED");
+  await h.advance(39);
+  assert.equal(h.state(), "PENDING");
+  assert.equal(aborted, false);
+  await h.advance(1);
+  assert.equal(h.state(), "FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "StartTimedOut");
   assert.equal(aborted, true);
 });
 
 test("lifecycle - idle for maxIdleDurationSeconds suspends", async (t) => {
   const h = harness(t, { idle: 0.05 });
-  let suspendingAt = 0;
-  h.actor.subscribe((snapshot) => {
-    if (!suspendingAt && microvmState(snapshot) === "SUSPENDING") suspendingAt = Date.now();
-  });
-  await h.reach("RUNNING");
-  const idleSince = h.actor.getSnapshot().context.timerAnchor;
-  await h.reach("SUSPENDED");
-  assert.ok(suspendingAt - idleSince >= 48, `suspended after ${suspendingAt - idleSince} ms idle`);
+  await h.expect("RUNNING");
+  await h.advance(49);
+  assert.equal(h.state(), "RUNNING", "not suspended before 50 ms idle");
+  await h.advance(1);
+  assert.equal(h.state(), "SUSPENDED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "IdleTimeout");
   assert.deepEqual(h.calls, ["start", "suspend:vm-1"]);
 });
@@ -150,41 +178,53 @@ test("lifecycle - idle for maxIdleDurationSeconds suspends", async (t) => {
 test("lifecycle - SUSPENDING is reported while the suspend runs", async (t) => {
   const suspended = deferred();
   const h = harness(t, { idle: 0.01, io: { suspend: () => suspended.promise } });
-  await h.reach("SUSPENDING");
+  await h.expect("RUNNING");
+  await h.advance(10);
+  assert.equal(h.state(), "SUSPENDING");
   suspended.resolve();
-  await h.reach("SUSPENDED");
+  await h.expect("SUSPENDED");
 });
 
-test("lifecycle - ACTIVITY restarts the idle clock", async (t) => {
+test("lifecycle - a request that ends restarts the idle clock", async (t) => {
   const h = harness(t, { idle: 0.1 });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   for (let i = 0; i < 6; i++) {
-    await sleep(40);
-    h.actor.send({ type: "ACTIVITY" });
+    await h.advance(40);
+    h.actor.send({ type: "REQUEST_START", inFlight: 1 });
+    h.actor.send({ type: "REQUEST_END", inFlight: 0 });
   }
-  assert.equal(h.state(), "RUNNING");
-  await h.reach("SUSPENDED");
+  assert.equal(h.state(), "RUNNING", "240 ms of activity every 40 ms with a 100 ms idle limit");
+  await h.advance(99);
+  assert.equal(h.state(), "RUNNING", "the clock restarted when the last request ended");
+  await h.advance(1);
+  assert.equal(h.state(), "SUSPENDED");
 });
 
 test("lifecycle - requests in flight keep it running; the idle clock starts when the last ends", async (t) => {
   const h = harness(t, { idle: 0.05 });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "REQUEST_START", inFlight: 1 });
   h.actor.send({ type: "REQUEST_START", inFlight: 2 });
   h.actor.send({ type: "REQUEST_END", inFlight: 1 });
-  await sleep(150);
+  await h.advance(150);
   assert.equal(h.state(), "RUNNING");
   assert.equal(h.actor.getSnapshot().context.inFlight, 1);
-  const endedAt = Date.now();
   h.actor.send({ type: "REQUEST_END", inFlight: 0 });
-  await h.reach("SUSPENDED");
-  assert.ok(Date.now() - endedAt >= 45, "suspended before the idle duration after the last request");
+  await h.advance(49);
+  assert.equal(h.state(), "RUNNING", "suspended before the idle duration after the last request");
+  await h.advance(1);
+  assert.equal(h.state(), "SUSPENDED");
 });
 
 test("lifecycle - suspended for suspendedDurationSeconds terminates", async (t) => {
   const h = harness(t, { idle: 0.01, suspended: 0.05 });
-  await h.reach("SUSPENDED");
-  await h.reach("TERMINATED");
+  await h.expect("RUNNING");
+  await h.advance(10);
+  assert.equal(h.state(), "SUSPENDED");
+  await h.advance(49);
+  assert.equal(h.state(), "SUSPENDED");
+  await h.advance(1);
+  assert.equal(h.state(), "TERMINATED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "SuspendedDurationElapsed");
   assert.equal(h.actor.getSnapshot().context.handle, undefined);
   assert.deepEqual(h.calls, ["start", "suspend:vm-1", "terminate:vm-1:7"]);
@@ -194,33 +234,37 @@ test("lifecycle - suspended for suspendedDurationSeconds terminates", async (t) 
 test("lifecycle - RESUME reports SUSPENDED while resuming, then RUNNING", async (t) => {
   const resumed = deferred();
   const h = harness(t, { io: { resume: () => resumed.promise } });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
+  await h.expect("SUSPENDED");
   h.actor.send({ type: "RESUME" });
   assert.equal(h.state(), "SUSPENDED");
-  assert.equal(isResuming(h.actor.getSnapshot()), true);
-  assert.equal(canAccept(h.actor.getSnapshot(), { type: "RESUME" }), true, "a second RESUME while resuming is accepted");
+  assert.equal(h.actor.getSnapshot().matches({ SUSPENDED: "resuming" }), true);
+  assert.equal(
+    canAccept(h.actor.getSnapshot(), { type: "RESUME" }),
+    true,
+    "a second RESUME while resuming is accepted",
+  );
   resumed.resolve();
-  await h.reach("RUNNING");
-  assert.equal(isResuming(h.actor.getSnapshot()), false);
+  await h.expect("RUNNING");
+  assert.equal(h.actor.getSnapshot().matches({ SUSPENDED: "resuming" }), false);
   assert.equal(h.actor.getSnapshot().context.stateReason, undefined);
 });
 
 test("lifecycle - SUSPEND from RUNNING suspends with a reason", async (t) => {
   const h = harness(t);
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
+  await h.expect("SUSPENDED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "SuspendRequested");
 });
 
 test("lifecycle - TERMINATE from RUNNING terminates with the handle and grace", async (t) => {
   const h = harness(t);
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "TERMINATE" });
   assert.equal(h.state(), "TERMINATING");
-  await h.reach("TERMINATED");
+  await h.expect("TERMINATED");
   assert.deepEqual(h.calls, ["start", "terminate:vm-1:7"]);
   assert.equal(h.actor.getSnapshot().context.stateReason, "TerminateRequested");
 });
@@ -236,7 +280,7 @@ test("lifecycle - TERMINATE while PENDING aborts the start and terminates", asyn
     },
   });
   h.actor.send({ type: "TERMINATE", reason: "Cancelled" });
-  await h.reach("TERMINATED");
+  await h.expect("TERMINATED");
   assert.equal(aborted, true);
   assert.deepEqual(h.calls, ["start", "terminate:none:7"]);
   assert.equal(h.actor.getSnapshot().context.stateReason, "Cancelled");
@@ -244,42 +288,49 @@ test("lifecycle - TERMINATE while PENDING aborts the start and terminates", asyn
 
 test("lifecycle - invalid transitions are detectable (an operation answers 409)", async (t) => {
   const h = harness(t);
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   const can = (type: "SUSPEND" | "RESUME" | "TERMINATE") => canAccept(h.actor.getSnapshot(), { type });
   assert.deepEqual([can("SUSPEND"), can("RESUME"), can("TERMINATE")], [true, false, true]);
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
+  await h.expect("SUSPENDED");
   assert.deepEqual([can("SUSPEND"), can("RESUME"), can("TERMINATE")], [false, true, true]);
   h.actor.send({ type: "TERMINATE" });
   assert.equal(h.state(), "TERMINATING");
   assert.equal(can("TERMINATE"), true, "a repeated TERMINATE while terminating is accepted");
-  await h.reach("TERMINATED");
+  await h.expect("TERMINATED");
   assert.deepEqual([can("SUSPEND"), can("RESUME"), can("TERMINATE")], [false, false, false]);
 });
 
 test("lifecycle - a suspend past its deadline is FAILED", async (t) => {
   const h = harness(t, { timeouts: { suspendMs: 40 }, io: { suspend: () => new Promise(() => undefined) } });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("FAILED");
+  await h.advance(39);
+  assert.equal(h.state(), "SUSPENDING");
+  await h.advance(1);
+  assert.equal(h.state(), "FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "SuspendTimedOut");
 });
 
 test("lifecycle - a failed suspend is FAILED with the cause", async (t) => {
   const h = harness(t, { io: { suspend: () => Promise.reject(new Error("no such process")) } });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("FAILED");
+  await h.expect("FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "SuspendFailed: no such process");
 });
 
 test("lifecycle - a resume past its deadline is FAILED", async (t) => {
   const h = harness(t, { timeouts: { resumeMs: 40 }, io: { resume: () => new Promise(() => undefined) } });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
+  await h.expect("SUSPENDED");
   h.actor.send({ type: "RESUME" });
-  await h.reach("FAILED");
+  await h.advance(39);
+  assert.equal(h.state(), "SUSPENDED");
+  assert.equal(h.actor.getSnapshot().matches({ SUSPENDED: "resuming" }), true);
+  await h.advance(1);
+  assert.equal(h.state(), "FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "ResumeTimedOut");
 });
 
@@ -289,74 +340,52 @@ test("lifecycle - a terminate past its deadline is FAILED, and FAILED still acce
     timeouts: { terminateMs: 40 },
     io: { terminate: () => (++attempts === 1 ? new Promise(() => undefined) : Promise.resolve()) },
   });
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "TERMINATE" });
-  await h.reach("FAILED");
+  await h.advance(39);
+  assert.equal(h.state(), "TERMINATING");
+  await h.advance(1);
+  assert.equal(h.state(), "FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "TerminateTimedOut");
   assert.equal(canAccept(h.actor.getSnapshot(), { type: "TERMINATE" }), true);
   assert.equal(canAccept(h.actor.getSnapshot(), { type: "RESUME" }), false);
   h.actor.send({ type: "TERMINATE" });
-  await h.reach("TERMINATED");
+  await h.expect("TERMINATED");
   assert.equal(attempts, 2);
 });
 
 test("lifecycle - idle and suspended durations of 0 disable those timers", async (t) => {
   const h = harness(t, { idle: 0, suspended: 0 });
-  await h.reach("RUNNING");
-  await sleep(60);
+  await h.expect("RUNNING");
+  await h.advance(LONGER_THAN_ANY_TIMER_MS);
   assert.equal(h.state(), "RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
-  await sleep(60);
+  await h.expect("SUSPENDED");
+  await h.advance(LONGER_THAN_ANY_TIMER_MS);
   assert.equal(h.state(), "SUSPENDED");
 });
 
 test("lifecycle - the persisted snapshot round-trips through JSON", async (t) => {
   const h = harness(t);
-  await h.reach("RUNNING");
+  await h.expect("RUNNING");
   h.actor.send({ type: "REQUEST_START", inFlight: 1 });
   h.actor.send({ type: "REQUEST_END", inFlight: 0 });
   h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
+  await h.expect("SUSPENDED");
   const persisted = JSON.parse(JSON.stringify(h.actor.getPersistedSnapshot())) as unknown;
   const before = h.actor.getSnapshot();
   h.actor.stop();
 
-  const restored = createActor(h.machine, { snapshot: persisted as typeof before, input: { microvmId: "ignored", idlePolicy: before.context.idlePolicy } });
+  const restored = createActor(h.machine, {
+    snapshot: persisted as typeof before,
+    input: { microvmId: "ignored", idlePolicy: before.context.idlePolicy },
+  });
   restored.start();
   t.after(() => restored.stop());
   assert.equal(microvmState(restored.getSnapshot()), "SUSPENDED");
   assert.deepEqual(restored.getSnapshot().value, before.value);
   assert.deepEqual(restored.getSnapshot().context, before.context);
   restored.send({ type: "RESUME" });
-  await waitFor(restored, (snapshot) => microvmState(snapshot) === "RUNNING", { timeout: 2_000 });
+  await expectState(restored, "RUNNING");
   assert.deepEqual(h.calls, ["start", "suspend:vm-1", "resume"]);
-});
-
-test("lifecycle - a restored machine keeps its timers' original deadlines", async (t) => {
-  const h = harness(t, { suspended: 0.6 });
-  await h.reach("RUNNING");
-  h.actor.send({ type: "SUSPEND" });
-  await h.reach("SUSPENDED");
-  await sleep(400);
-  const persisted = JSON.parse(JSON.stringify(h.actor.getPersistedSnapshot())) as unknown;
-  h.actor.stop();
-  const restoredAt = Date.now();
-  const restored = restoreLifecycle(h.machine, persisted);
-  t.after(() => restored.stop());
-  await waitFor(restored, (snapshot) => microvmState(snapshot) === "TERMINATED", { timeout: 2_000 });
-  const waited = Date.now() - restoredAt;
-  assert.ok(waited < 520, `timer restarted from scratch (${waited} ms of 600)`);
-  assert.equal(restored.getSnapshot().context.stateReason, "SuspendedDurationElapsed");
-});
-
-test("lifecycle - a restored RUNNING machine still suspends when idle", async (t) => {
-  const h = harness(t, { idle: 0.1 });
-  await h.reach("RUNNING");
-  const persisted = JSON.parse(JSON.stringify(h.actor.getPersistedSnapshot())) as unknown;
-  h.actor.stop();
-  const restored = restoreLifecycle(h.machine, persisted);
-  t.after(() => restored.stop());
-  await waitFor(restored, (snapshot) => microvmState(snapshot) === "SUSPENDED", { timeout: 2_000 });
-  assert.equal(restored.getSnapshot().context.stateReason, "IdleTimeout");
 });

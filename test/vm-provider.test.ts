@@ -7,6 +7,7 @@ import { spawn } from "node:child_process";
 import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { createInterface } from "node:readline";
 import { tmpdir } from "node:os";
+import { testImages } from "./images/paths.ts";
 import { join } from "node:path";
 import {
   builtinImages,
@@ -36,7 +37,7 @@ async function call(handle: MicrovmHandle, method: string, args: unknown[] = [],
   return (await response.json()) as unknown;
 }
 
-async function start(id: string, image: string = builtinImages.probe, memoryMiB?: number) {
+async function start(id: string, image: string = testImages.probe, memoryMiB?: number) {
   return provider.start({ microvmId: id, image, ...(memoryMiB === undefined ? {} : { memoryMiB }) });
 }
 
@@ -48,7 +49,10 @@ test("provider - start resolves once the runtime answers HTTP", async (t) => {
   assert.equal(handle.provider, "process");
   assert.equal(readProcStat(handle.pid!)?.pgrp, handle.pid, "the instance leads its own process group");
   assert.equal(await call(handle, "pid"), handle.pid);
-  assert.deepEqual(provider.live().map((h) => h.microvmId), ["p-start"]);
+  assert.deepEqual(
+    provider.live().map((h) => h.microvmId),
+    ["p-start"],
+  );
   const warmBegan = performance.now();
   const warm = await start("p-start-warm");
   const warmMs = performance.now() - warmBegan;
@@ -145,7 +149,7 @@ test("provider - the permission model denies host files and child processes", as
 
 test("provider - the heap cap stops a memory hog without harming the host", async (t) => {
   const hostRssBefore = process.memoryUsage().rss;
-  const handle = await start("p-hog", builtinImages.hog, 64);
+  const handle = await start("p-hog", testImages.hog, 64);
   t.after(() => provider.terminate(handle));
   assert.equal(await call(handle, "ping"), "pong");
   await assert.rejects(call(handle, "hog", [], 20_000));
@@ -155,7 +159,7 @@ test("provider - the heap cap stops a memory hog without harming the host", asyn
 });
 
 test("provider - the data limit stops off-heap allocation", async (t) => {
-  const handle = await start("p-buffers", builtinImages.hog, 64);
+  const handle = await start("p-buffers", testImages.hog, 64);
   t.after(() => provider.terminate(handle));
   await assert.rejects(call(handle, "hogBuffers", [], 20_000));
   await waitUntil(() => readProcStat(handle.pid!) === undefined, 5_000);
@@ -178,7 +182,7 @@ test("provider - an image that fails to load rejects start with its error and le
 
 test("provider - aborting a start kills the half-started instance", async () => {
   const controller = new AbortController();
-  const starting = provider.start({ microvmId: "p-abort", image: builtinImages.probe }, controller.signal);
+  const starting = provider.start({ microvmId: "p-abort", image: testImages.probe }, controller.signal);
   setTimeout(() => controller.abort(), 30);
   await assert.rejects(starting, MicrovmProviderError);
   assert.ok(!provider.live().some((h) => h.microvmId === "p-abort"));
@@ -191,9 +195,9 @@ test("provider - an instance exits when its host process dies", async (t) => {
   const index = new URL("../vm-runtime/index.ts", import.meta.url).href;
   await writeFile(
     hostScript,
-    `import { createProcessProvider, builtinImages } from ${JSON.stringify(index)};\n` +
+    `import { createProcessProvider } from ${JSON.stringify(index)};\n` +
       `const provider = createProcessProvider({ workDir: ${JSON.stringify(join(dir, "work"))} });\n` +
-      `const handle = await provider.start({ microvmId: "orphan", image: builtinImages.probe });\n` +
+      `const handle = await provider.start({ microvmId: "orphan", image: ${JSON.stringify(testImages.probe)} });\n` +
       `console.log(JSON.stringify({ pid: handle.pid }));\n` +
       `setInterval(() => undefined, 1000);\n`,
   );
@@ -224,8 +228,10 @@ test("provider - prepare bundles images ahead of their first start; close waits 
   const own = createProcessProvider({ workDir });
   await own.prepare([builtinImages.sandbox]);
   const [instanceDir] = await readdir(workDir);
-  assert.equal((await readdir(join(workDir, instanceDir!, "images"))).filter((name) => name.endsWith(".mjs")).length, 1);
-  const pending = own.prepare([builtinImages.probe, builtinImages.hog]);
+  const built = (await readdir(join(workDir, instanceDir!, "images"))).filter((name) => name.endsWith(".mjs")).sort();
+  assert.equal(built.length, 2, "the runtime bundle and the image's module");
+  assert.equal(built[1], "runtime.mjs");
+  const pending = own.prepare([testImages.probe, testImages.hog]);
   await own.close();
   await pending.catch(() => undefined);
   assert.deepEqual(await readdir(workDir), [], "nothing is written after close");

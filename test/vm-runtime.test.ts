@@ -3,7 +3,13 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "node:net";
-import { builtinImages, childProcessesWith, createProcessProvider, INSTANCE_MARKER, type MicrovmHandle } from "../vm-runtime/index.ts";
+import {
+  builtinImages,
+  childProcessesWith,
+  createProcessProvider,
+  INSTANCE_MARKER,
+  type MicrovmHandle,
+} from "../vm-runtime/index.ts";
 
 const provider = createProcessProvider();
 let base = "";
@@ -21,11 +27,18 @@ after(async () => {
 
 /** fetch to the runtime with the instance secret the proxy would add. */
 function get(path: string, init: RequestInit = {}): Promise<Response> {
-  return fetch(`${base}${path}`, { ...init, headers: { ...instance.upstreamHeaders, ...(init.headers as Record<string, string>) } });
+  return fetch(`${base}${path}`, {
+    ...init,
+    headers: { ...instance.upstreamHeaders, ...(init.headers as Record<string, string>) },
+  });
 }
 
 async function rpc(method: string, body?: string, init: RequestInit = {}) {
-  const response = await get(`/__rpc__/${method}`, { method: "POST", ...(body === undefined ? {} : { body }), ...init });
+  const response = await get(`/__rpc__/${method}`, {
+    method: "POST",
+    ...(body === undefined ? {} : { body }),
+    ...init,
+  });
   const text = await response.text();
   let json: unknown;
   try {
@@ -38,7 +51,10 @@ async function rpc(method: string, body?: string, init: RequestInit = {}) {
 
 test("runtime - a request without the instance secret is refused, so only the proxy gets in", async () => {
   for (const path of ["/__rpc__/hello", "/__rpc__/", "/echo?message=x"]) {
-    const response = await fetch(`${base}${path}`, { method: path === "/__rpc__/hello" ? "POST" : "GET", body: path === "/__rpc__/hello" ? '["x"]' : null });
+    const response = await fetch(`${base}${path}`, {
+      method: path === "/__rpc__/hello" ? "POST" : "GET",
+      body: path === "/__rpc__/hello" ? '["x"]' : null,
+    });
     assert.equal(response.status, 403, path);
     assert.equal(((await response.json()) as { _tag: string })._tag, "Forbidden");
   }
@@ -116,7 +132,15 @@ test("runtime - an unknown method is 404", async () => {
 });
 
 test("runtime - inherited names are 404", async () => {
-  for (const name of ["constructor", "toString", "__proto__", "hasOwnProperty", "valueOf", "isPrototypeOf", "__defineGetter__"]) {
+  for (const name of [
+    "constructor",
+    "toString",
+    "__proto__",
+    "hasOwnProperty",
+    "valueOf",
+    "isPrototypeOf",
+    "__defineGetter__",
+  ]) {
     assert.equal((await rpc(encodeURIComponent(name), "[]")).status, 404, name);
   }
 });
@@ -153,10 +177,20 @@ test("runtime - non-POST on /__rpc__/ is 405", async () => {
   }
 });
 
-test("runtime - GET /__rpc__/ is the readiness probe", async () => {
+test("runtime - GET /__rpc__/ is the readiness probe, listing the image's methods", async () => {
   const response = await get("/__rpc__/");
   assert.equal(response.status, 200);
-  assert.deepEqual(await response.json(), { _tag: "~alchemy/rpc/health", status: "ok" });
+  const body = (await response.json()) as { _tag: string; status: string; methods: { name: string; args?: unknown }[] };
+  assert.equal(body._tag, "~alchemy/rpc/health");
+  assert.equal(body.status, "ok");
+  const hello = body.methods.find((m) => m.name === "hello");
+  assert.deepEqual(hello?.args, {
+    type: "array",
+    items: [{ type: "string" }],
+    additionalItems: false,
+    minItems: 1,
+    maxItems: 1,
+  });
 });
 
 test("runtime - only the path prefix selects RPC", async () => {
@@ -195,11 +229,17 @@ test("runtime - a streamed method answers NDJSON", async () => {
 test("runtime - a stream that fails part-way ends with a stream-error line", async () => {
   const answer = await rpc("countThenFail", "[5, 2]");
   assert.equal(answer.status, 200);
-  const lines = answer.text.trim().split("\n").map((line) => JSON.parse(line));
+  const lines = answer.text
+    .trim()
+    .split("\n")
+    .map((line) => JSON.parse(line));
   assert.deepEqual(lines, [
     1,
     2,
-    { _tag: "~alchemy/rpc/stream-error", error: { _tag: "CountInterrupted", at: 2, message: "count interrupted after 2" } },
+    {
+      _tag: "~alchemy/rpc/stream-error",
+      error: { _tag: "CountInterrupted", at: 2, message: "count interrupted after 2" },
+    },
   ]);
 });
 
@@ -220,10 +260,18 @@ test("runtime - a caller leaving a stream early does not hurt the runtime", asyn
 });
 
 test("runtime - garbage on the socket never crashes the runtime", async () => {
-  for (const garbage of ["\x00\x01\x02\r\n\r\n", "GET / HTTP/9.9\r\n\r\n", "POST /__rpc__/hello HTTP/1.1\r\nContent-Length: -5\r\n\r\n", "GET * HTTP/1.1\r\nHost: x\r\n\r\n"]) {
+  for (const garbage of [
+    "\x00\x01\x02\r\n\r\n",
+    "GET / HTTP/9.9\r\n\r\n",
+    "POST /__rpc__/hello HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+    "GET * HTTP/1.1\r\nHost: x\r\n\r\n",
+  ]) {
     await new Promise<void>((resolve) => {
       const socket = connect(instance.ports["8080"]!, "127.0.0.1", () => socket.end(garbage));
-      socket.on("data", () => undefined).on("close", () => resolve()).on("error", () => resolve());
+      socket
+        .on("data", () => undefined)
+        .on("close", () => resolve())
+        .on("error", () => resolve());
     });
   }
   assert.equal((await rpc("hello", '["ok"]')).json, "hello, ok!");

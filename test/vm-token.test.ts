@@ -2,14 +2,22 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createAuthToken, InvalidTokenRequest, verifyAuthToken, type AllowedPort } from "../vm-runtime/index.ts";
-import { createTokenVerifier } from "../vm-runtime/token-cache.ts";
+import { createTokenVerifier } from "../vm-runtime/host/token-cache.ts";
 
 const key = "k".repeat(32);
 const otherKey = "o".repeat(32);
 
-function sign(allowedPorts: AllowedPort[] = [{ port: 8080 }], extra: { now?: number; minutes?: number; id?: string } = {}) {
+function sign(
+  allowedPorts: AllowedPort[] = [{ port: 8080 }],
+  extra: { now?: number; minutes?: number; id?: string } = {},
+) {
   return createAuthToken(
-    { microvmId: extra.id ?? "vm-1", expirationInMinutes: extra.minutes ?? 5, allowedPorts, ...(extra.now === undefined ? {} : { now: extra.now }) },
+    {
+      microvmId: extra.id ?? "vm-1",
+      expirationInMinutes: extra.minutes ?? 5,
+      allowedPorts,
+      ...(extra.now === undefined ? {} : { now: extra.now }),
+    },
     key,
   ).token;
 }
@@ -31,12 +39,19 @@ test("token - a missing or empty token is refused as missing", () => {
 
 test("token - garbage is refused as malformed", () => {
   for (const garbage of ["abc", "a.b.c", "!!!.???", ".", "x".repeat(10_000), "a. b"]) {
-    assert.deepEqual(verifyAuthToken(garbage, key, { microvmId: "vm-1" }), { ok: false, reason: "malformed" }, garbage.slice(0, 20));
+    assert.deepEqual(
+      verifyAuthToken(garbage, key, { microvmId: "vm-1" }),
+      { ok: false, reason: "malformed" },
+      garbage.slice(0, 20),
+    );
   }
 });
 
 test("token - a token signed with another key is refused as forged", () => {
-  const forged = createAuthToken({ microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] }, otherKey).token;
+  const forged = createAuthToken(
+    { microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] },
+    otherKey,
+  ).token;
   assert.deepEqual(verifyAuthToken(forged, key, { microvmId: "vm-1" }), { ok: false, reason: "forged" });
 });
 
@@ -44,7 +59,10 @@ test("token - a tampered payload is refused as forged", () => {
   const [payload, mac] = sign().split(".") as [string, string];
   const claims = JSON.parse(Buffer.from(payload, "base64url").toString()) as Record<string, unknown>;
   const widened = Buffer.from(JSON.stringify({ ...claims, ports: [{ allPorts: {} }] })).toString("base64url");
-  assert.deepEqual(verifyAuthToken(`${widened}.${mac}`, key, { microvmId: "vm-1", port: 22 }), { ok: false, reason: "forged" });
+  assert.deepEqual(verifyAuthToken(`${widened}.${mac}`, key, { microvmId: "vm-1", port: 22 }), {
+    ok: false,
+    reason: "forged",
+  });
 });
 
 test("token - a truncated mac is refused as forged", () => {
@@ -61,7 +79,10 @@ test("token - expiry is exact to the millisecond", () => {
   const now = 1_700_000_000_000;
   const token = sign([{ port: 8080 }], { now, minutes: 1 });
   assert.equal(verifyAuthToken(token, key, { microvmId: "vm-1", now: now + 59_999 }).ok, true);
-  assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", now: now + 60_000 }), { ok: false, reason: "expired" });
+  assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", now: now + 60_000 }), {
+    ok: false,
+    reason: "expired",
+  });
 });
 
 test("token - a token for another instance is refused", () => {
@@ -71,14 +92,21 @@ test("token - a token for another instance is refused", () => {
 test("token - a single port allows only that port", () => {
   const token = sign([{ port: 3000 }]);
   assert.equal(verifyAuthToken(token, key, { microvmId: "vm-1", port: 3000 }).ok, true);
-  assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", port: 8080 }), { ok: false, reason: "port-not-allowed" });
+  assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", port: 8080 }), {
+    ok: false,
+    reason: "port-not-allowed",
+  });
 });
 
 test("token - a range allows its bounds and nothing outside", () => {
   const token = sign([{ range: { startPort: 3000, endPort: 3010 } }]);
-  for (const port of [3000, 3005, 3010]) assert.equal(verifyAuthToken(token, key, { microvmId: "vm-1", port }).ok, true);
+  for (const port of [3000, 3005, 3010])
+    assert.equal(verifyAuthToken(token, key, { microvmId: "vm-1", port }).ok, true);
   for (const port of [2999, 3011, 8080]) {
-    assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", port }), { ok: false, reason: "port-not-allowed" });
+    assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", port }), {
+      ok: false,
+      reason: "port-not-allowed",
+    });
   }
 });
 
@@ -101,12 +129,23 @@ test("token - expiration outside 1..60 minutes is rejected at creation", () => {
 });
 
 test("token - malformed allowed ports are rejected at creation", () => {
-  const bad = [[], [{ port: 0 }], [{ port: 70_000 }], [{ range: { startPort: 10, endPort: 5 } }], [{ allPorts: { x: 1 } }], [{ port: 80, allPorts: {} }]];
-  for (const allowedPorts of bad) assert.throws(() => sign(allowedPorts as AllowedPort[]), InvalidTokenRequest, JSON.stringify(allowedPorts));
+  const bad = [
+    [],
+    [{ port: 0 }],
+    [{ port: 70_000 }],
+    [{ range: { startPort: 10, endPort: 5 } }],
+    [{ allPorts: { x: 1 } }],
+    [{ port: 80, allPorts: {} }],
+  ];
+  for (const allowedPorts of bad)
+    assert.throws(() => sign(allowedPorts as AllowedPort[]), InvalidTokenRequest, JSON.stringify(allowedPorts));
 });
 
 test("token - a key shorter than 32 bytes is refused", () => {
-  assert.throws(() => createAuthToken({ microvmId: "vm-1", expirationInMinutes: 1, allowedPorts: [{ port: 1 }] }, "short"), TypeError);
+  assert.throws(
+    () => createAuthToken({ microvmId: "vm-1", expirationInMinutes: 1, allowedPorts: [{ port: 1 }] }, "short"),
+    TypeError,
+  );
 });
 
 test("token - two tokens issued at once differ", () => {
@@ -126,7 +165,10 @@ test("token cache - a remembered token still expires and is still checked per po
 
 test("token cache - refused tokens are refused every time and are not remembered", () => {
   const verifier = createTokenVerifier(key, "vm-1", 2);
-  const forged = createAuthToken({ microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] }, otherKey).token;
+  const forged = createAuthToken(
+    { microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] },
+    otherKey,
+  ).token;
   const foreign = sign([{ port: 8080 }], { id: "vm-2" });
   for (let i = 0; i < 2; i++) {
     assert.deepEqual(verifier.verify(forged, 8080, Date.now()), { ok: false, reason: "forged" });
@@ -134,5 +176,6 @@ test("token cache - refused tokens are refused every time and are not remembered
   }
   const tokens = [sign(), sign(), sign()];
   for (const token of tokens) assert.equal(verifier.verify(token, 8080, Date.now()).ok, true);
-  for (const token of tokens) assert.equal(verifier.verify(token, 8080, Date.now()).ok, true, "evicted ones verify again");
+  for (const token of tokens)
+    assert.equal(verifier.verify(token, 8080, Date.now()).ok, true, "evicted ones verify again");
 });

@@ -20,7 +20,7 @@ describe("faults: actor kill", () => {
     const defer = lifo((fn) => t.after(fn));
     if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
-    const env = { NATS_URL: nats.url };
+    const env = nats.env();
     const actorA = await startServiceProcess(env, ["--role", "actors"]);
     defer(() => actorA.stop("SIGKILL"));
     const actorB = await startServiceProcess(env, ["--role", "actors"]);
@@ -48,7 +48,9 @@ describe("faults: actor kill", () => {
     const answers = load.answers;
     const errors = answers.filter((a) => a.status !== 200);
     const TASK_OBJECT = 2; // the target index of `/do?name=kill`
-    const lateErrors = errors.filter((a) => (a.target === TASK_OBJECT ? a.at > killedAt + FAILOVER_BOUND_MS : a.at > killedAt + 1_000));
+    const lateErrors = errors.filter((a) =>
+      a.target === TASK_OBJECT ? a.at > killedAt + FAILOVER_BOUND_MS : a.at > killedAt + 1_000,
+    );
     let lost = 0;
     const urls = [
       (id: string) => `${gateway.taskUrl}/${id}`,
@@ -61,10 +63,16 @@ describe("faults: actor kill", () => {
     const objectAfterKill = ok.filter((a) => a.target === TASK_OBJECT && a.at > killedAt + FAILOVER_BOUND_MS).length;
     const objectErrors = errors.filter((a) => a.target === TASK_OBJECT).map((a) => a.at - killedAt);
     const objectFailover = objectErrors.length > 0 ? Math.max(...objectErrors) : 0;
-    console.log(`# actor kill: ${JSON.stringify({ requests: answers.length, acknowledged: ok.length, afterKill, errors: errors.length, lateErrors: lateErrors.length, lost, lastTaskObjectErrorMs: objectFailover })}`);
+    console.log(
+      `# actor kill: ${JSON.stringify({ requests: answers.length, acknowledged: ok.length, afterKill, errors: errors.length, lateErrors: lateErrors.length, lost, lastTaskObjectErrorMs: objectFailover })}`,
+    );
     assert.equal(lost, 0);
     assert.ok(afterKill > 50, "the surviving actor kept serving");
-    assert.equal(lateErrors.length, 0, "no task or job errors a second after the kill, no task-object errors after the failover bound");
+    assert.equal(
+      lateErrors.length,
+      0,
+      "no task or job errors a second after the kill, no task-object errors after the failover bound",
+    );
     assert.ok(objectAfterKill > 10, "the task object answered again after the failover");
   });
 });

@@ -5,7 +5,12 @@ import assert from "node:assert/strict";
 import { launchMicrovm } from "../../client/index.ts";
 import type { SandboxShape } from "../../vm-runtime/index.ts";
 import { lifo } from "../helpers/defer.ts";
-import { assertNoInstanceLeft, instanceChildren, startMicrovmService, type MicrovmService } from "../helpers/microvm.ts";
+import {
+  assertNoInstanceLeft,
+  instanceChildren,
+  startMicrovmService,
+  type MicrovmService,
+} from "../helpers/microvm.ts";
 
 const LAUNCHES = Number(process.env.MICROVM_LAUNCHES ?? 100);
 const AT_ONCE = 10;
@@ -45,11 +50,17 @@ describe("faults: microVM launches", () => {
     await Promise.all(Array.from({ length: AT_ONCE }, worker));
     const { items } = await svc.overNats.listMicrovms({});
     const live = items.filter((item) => item.state !== "TERMINATED");
-    console.log(`# microvm launches: ${JSON.stringify({ launches: LAUNCHES, atOnce: AT_ONCE, workRan: answered.length, seconds: (Date.now() - started) / 1000, processesLeft: instanceChildren().length, liveRecords: live.length })}`);
+    console.log(
+      `# microvm launches: ${JSON.stringify({ launches: LAUNCHES, atOnce: AT_ONCE, workRan: answered.length, seconds: (Date.now() - started) / 1000, processesLeft: instanceChildren().length, liveRecords: live.length })}`,
+    );
     assert.equal(rejectedWithWork, LAUNCHES, "every launch rejected with the work's own error");
     assert.equal(answered.length, LAUNCHES, "every instance answered before the work threw");
     assert.deepEqual(instanceChildren(), [], "no instance process left");
-    assert.deepEqual(live.map((item) => `${item.microvmId} ${item.state}`), [], "no live record left");
+    assert.deepEqual(
+      live.map((item) => `${item.microvmId} ${item.state}`),
+      [],
+      "no live record left",
+    );
     assert.deepEqual(svc.host.liveInstances(), []);
   });
 });

@@ -8,52 +8,35 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
-import type { ActivationEvent } from "../../actors/index.ts";
 import { httpClient } from "../../client/index.ts";
-import { bucketLeader, defaultTopology, gatewayPorts, startCluster, startRole, type RoleProcess, type Topology } from "../../cluster/index.ts";
-import { bucketNames } from "../../platform/index.ts";
+import { bucketLeader, startCluster, startRole, type RoleProcess } from "../../cluster/index.ts";
+import { authDirOf, bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside, type ActivationInterval } from "../helpers/activations.ts";
 import { lifo } from "../helpers/defer.ts";
+import { activationLog, activationLogEnv, faultTopology } from "../helpers/fault-cluster.ts";
 import { natsSource } from "../helpers/nats.ts";
-import { failureTally, longestOutage, startObjectLoad } from "../helpers/object-load.ts";
+import { FAILOVER_BOUND_MS, NATS_NODE_BOUND_MS, PAUSED_OWNER_BOUND_MS } from "../helpers/fault-bounds.ts";
+import { recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const noLocalNats = await natsSource({ private: true }).then(
-  (source) => (source === "local" ? undefined : "needs nats-server on PATH to run a cluster"),
-  () => "needs nats-server on PATH to run a cluster",
+  (source) => (source === "local" ? undefined : "needs a local nats-server to run a cluster"),
+  () => "needs a local nats-server to run a cluster",
 );
 
-const LEASE_MS = 2_000; // the default TASK_OBJECT_LEASE_MS
-/** Failover target: a silent owner noticed (≤ 1 s) + lease TTL + 0.5 s margin, rounded up. */
-const FAILOVER_BOUND_MS = 5_000;
-/** A killed NATS node also costs JetStream leader elections and client reconnects. */
-const NATS_NODE_BOUND_MS = 15_000;
 const STEADY_MS = 3_000;
 
-it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill, NATS node kill, SIGSTOP of an owner", { skip: noLocalNats, timeout: 240_000 }, async (t) => {
+it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill, NATS node kill, SIGSTOP of an owner", {
+  skip: noLocalNats,
+  timeout: 240_000,
+}, async (t) => {
   const defer = lifo((fn) => t.after(fn));
   const baseDir = await mkdtemp(join(tmpdir(), "placement-cluster-"));
   defer(() => rm(baseDir, { recursive: true, force: true }));
-  const topology: Topology = {
-    ...defaultTopology,
-    nats: defaultTopology.nats.map((n) => ({ ...n, port: 0, routePort: 0 })),
-    gateways: [
-      { name: "gateway-1", ports: gatewayPorts(0) },
-      { name: "gateway-2", ports: gatewayPorts(0) },
-    ],
-    actors: ["actors-1", "actors-2", "actors-3"],
-    microvmHosts: [],
-  };
-  const events: (ActivationEvent & { process: string })[] = [];
-  const ownerOf = new Map<string, string>(); // lease owner id → process name
-  const onLine = (process: string, line: string) => {
-    if (!line.includes('"activation"')) return;
-    const event = (JSON.parse(line) as { activation: ActivationEvent }).activation;
-    ownerOf.set(event.owner, process);
-    events.push({ ...event, process });
-  };
-  const env = { TASK_OBJECT_LOG_WRITES: "1", LOG_LEVEL: "info" };
+  const topology = faultTopology;
+  const { events, processOf: ownerOf, onLine } = activationLog();
+  const env = activationLogEnv;
   const cluster = await startCluster(topology, { baseDir, onLine, env });
   defer(() => cluster.stop());
   const extra: RoleProcess[] = [];
@@ -76,24 +59,29 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
     assert.ok(owner, "some process holds names");
     return { owner, held: held!, process: actors.get(ownerOf.get(owner)!)! };
   };
-  /**
-   * Gives the fault `boundMs`, then waits until every name answers again and checks that no
-   * name went longer than `boundMs` without a 200 across the fault.
-   */
+  /** Gives the fault `boundMs`, then checks that no name went longer without a 200 across it. */
   const recovery = async (label: string, since: number, boundMs: number) => {
-    await sleep(boundMs);
-    const checkpoint = Date.now();
-    const answeringAgain = () => names.every((name) => load.attempts.some((a) => a.name === name && a.ok && a.at >= checkpoint));
-    for (const deadline = checkpoint + 30_000; !answeringAgain(); await sleep(200)) {
-      assert.ok(Date.now() < deadline, `${label}: names still failing 30 s after the bound: ${failureTally(load.attempts, since)}`);
-    }
-    const outage = longestOutage(load.attempts, names, since, Date.now())!;
-    const line = `${label}: longest time a name went without a 200: ${outage.ms} ms (${outage.name}); failed attempts: ${failureTally(load.attempts, since)}`;
+    const outage = await recoveryAfter(load, names, since, boundMs).catch((err: Error) =>
+      assert.fail(`${label}: ${err.message}`),
+    );
+    const line = `${label}: longest time a name went without a 200: ${outage.ms} ms (${outage.name}); failed attempts: ${outage.failures}`;
     report.push(line);
     t.diagnostic(line);
     if (process.env.DEBUG_PLACEMENT) {
-      t.diagnostic(`DEBUG ${outage.name}: ` + load.attempts.filter((a) => a.name === outage.name && a.at >= since - 500 && a.at < since + outage.ms + 1000).map((a) => `${a.at - since}:${a.outcome}`).join(" "));
-      t.diagnostic("DEBUG events: " + events.filter((e) => e.name === outage.name && e.event !== "write").map((e) => `${e.process}:${e.event}@${e.at - since}:${e.reason ?? ""}`).join(" "));
+      t.diagnostic(
+        `DEBUG ${outage.name}: ` +
+          load.attempts
+            .filter((a) => a.name === outage.name && a.at >= since - 500 && a.at < since + outage.ms + 1000)
+            .map((a) => `${a.at - since}:${a.outcome}`)
+            .join(" "),
+      );
+      t.diagnostic(
+        "DEBUG events: " +
+          events
+            .filter((e) => e.name === outage.name && e.event !== "write")
+            .map((e) => `${e.process}:${e.event}@${e.at - since}:${e.reason ?? ""}`)
+            .join(" "),
+      );
     }
     assert.ok(outage.ms <= boundMs, `${label}: a name was unanswered for ${outage.ms} ms (bound ${boundMs} ms)`);
   };
@@ -105,7 +93,8 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   const victim = busiestOwner();
   const killedAt = Date.now();
   victim.process.child.kill("SIGKILL");
-  diedAt[victim.owner] = killedAt;
+  // Dead once the kill has returned: a write it logged between `killedAt` and the signal is its own.
+  diedAt[victim.owner] = Date.now();
   t.diagnostic(`SIGKILL ${victim.process.name} holding ${victim.held} names`);
   await recovery(`actor SIGKILL (${victim.held} names)`, killedAt, FAILOVER_BOUND_MS);
   const replacement = await startRole({
@@ -114,7 +103,7 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
     natsUrl: cluster.nats.url,
     dataDir: join(baseDir, `${victim.process.name}-replacement`),
     runDir: baseDir,
-    env: { ...env, KV_REPLICAS: String(topology.replicas) },
+    env: { ...env, KV_REPLICAS: String(topology.replicas), NATS_AUTH_DIR: authDirOf(baseDir) },
     onLine,
   });
   extra.push(replacement);
@@ -123,7 +112,7 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   await sleep(STEADY_MS);
 
   // 2. SIGKILL the NATS node leading the lease bucket; start it again once all names answer.
-  const leader = await bucketLeader(cluster.nats.url, bucketNames.taskObjectLeases);
+  const leader = await bucketLeader(cluster.nats.url, bucketNames.taskObjectLeases, cluster.credentials.gateway);
   const node = cluster.nats.nodes.find((n) => n.name === leader);
   assert.ok(node, `lease bucket leader ${leader} is a node of the cluster`);
   const nodeKilledAt = Date.now();
@@ -136,7 +125,9 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   // 3. SIGSTOP the busiest owner until every name it held is activated elsewhere, then
   // SIGCONT: it must notice its leases lapsed, and neither serve nor write on.
   const paused = busiestOwner();
-  const pausedNames = activationIntervals(events).filter((i) => i.owner === paused.owner && i.end === undefined).map((i) => i.name);
+  const pausedNames = activationIntervals(events)
+    .filter((i) => i.owner === paused.owner && i.end === undefined)
+    .map((i) => i.name);
   const stoppedAt = Date.now();
   process.kill(paused.process.pid, "SIGSTOP");
   defer(() => {
@@ -147,15 +138,20 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
     }
   });
   t.diagnostic(`SIGSTOP ${paused.process.name} holding ${paused.held} names`);
-  const takenOver = () => pausedNames.every((name) => events.some((e) => e.name === name && e.event === "start" && e.owner !== paused.owner && e.at > stoppedAt));
+  const takenOver = () =>
+    pausedNames.every((name) =>
+      events.some((e) => e.name === name && e.event === "start" && e.owner !== paused.owner && e.at > stoppedAt),
+    );
   for (const deadline = Date.now() + 30_000; !takenOver(); await sleep(100)) {
     assert.ok(Date.now() < deadline, "the paused owner's names were taken over within 30 s");
   }
   const takeoverMs = Date.now() - stoppedAt;
   await sleep(500);
   process.kill(paused.process.pid, "SIGCONT");
-  t.diagnostic(`SIGCONT after ${Date.now() - stoppedAt} ms; all ${pausedNames.length} names activated elsewhere after ${takeoverMs} ms`);
-  await recovery(`owner SIGSTOP (${paused.held} names)`, stoppedAt, FAILOVER_BOUND_MS);
+  t.diagnostic(
+    `SIGCONT after ${Date.now() - stoppedAt} ms; all ${pausedNames.length} names activated elsewhere after ${takeoverMs} ms`,
+  );
+  await recovery(`owner SIGSTOP (${paused.held} names)`, stoppedAt, PAUSED_OWNER_BOUND_MS);
   await sleep(STEADY_MS);
   await load.stop();
 
@@ -174,7 +170,10 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   // Each name the paused process held: its activation there ended by expiry at the lease's
   // end (logged after SIGCONT), before the next owner started.
   for (const name of pausedNames) {
-    const ended = intervals.find((i) => i.name === name && i.owner === paused.owner && i.start < stoppedAt && i.end !== undefined && i.end >= stoppedAt);
+    const ended = intervals.find(
+      (i) =>
+        i.name === name && i.owner === paused.owner && i.start < stoppedAt && i.end !== undefined && i.end >= stoppedAt,
+    );
     assert.ok(ended, `${name}: the paused owner's activation ended`);
     assert.ok(ended.reason === "expired" || ended.reason === "lost", `${name}: ended by ${ended.reason}`);
   }

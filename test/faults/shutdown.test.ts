@@ -16,8 +16,10 @@ function slowCreate(url: string, ms: number): Promise<{ status: number; body: st
       res.on("end", () => resolve({ status: res.statusCode!, body }));
     });
     req.on("error", reject);
-    const parts = ['{"title":', '"slow', ' but', ' sure"', "}"];
-    parts.forEach((part, i) => setTimeout(() => (i === parts.length - 1 ? req.end(part) : req.write(part)), (ms / parts.length) * i));
+    const parts = ['{"title":', '"slow', " but", ' sure"', "}"];
+    for (const [i, part] of parts.entries()) {
+      setTimeout(() => (i === parts.length - 1 ? req.end(part) : req.write(part)), (ms / parts.length) * i);
+    }
   });
 }
 
@@ -26,7 +28,7 @@ describe("faults: graceful shutdown", () => {
     const defer = lifo((fn) => t.after(fn));
     if (await skipUnlessRestartable(t)) return;
     const nats = await testNats(defer, { private: true });
-    const svc = await startServiceProcess({ NATS_URL: nats.url });
+    const svc = await startServiceProcess(nats.env());
     defer(() => svc.stop("SIGKILL"));
     assert.equal((await fetch(`${svc.taskUrl}/readyz`)).status, 200);
     assert.equal((await fetch(`${svc.taskUrl}/livez`)).status, 200);

@@ -4,7 +4,7 @@
 // the test quick; the defaults are 10 s, 30 s and 5 s.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { connect, type Socket } from "node:net";
+import { connect } from "node:net";
 import { lifo } from "../helpers/defer.ts";
 import { getJson, postJson, startService, type TestService } from "../helpers/service.ts";
 
@@ -56,13 +56,18 @@ describe("faults: slow clients", () => {
     assert.equal(open, 0, `${open} slowloris sockets still open after 5 s`);
     const latest = Math.max(...sockets.map((s) => s.closedAt)) - started;
     assert.ok(latest < 3_500, `all closed ${latest} ms after they started`);
-    assert.ok(sockets.every((s) => !s.answer.includes("200 OK")), "none got an answer");
+    assert.ok(
+      sockets.every((s) => !s.answer.includes("200 OK")),
+      "none got an answer",
+    );
   });
 
   it("slow clients - a body trickled byte by byte is cut off after the request timeout", async () => {
     const s = rawSocket(svc.taskUrl);
-    const body = '{"title":"' + "x".repeat(80) + '"}';
-    s.socket.write(`POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+    const body = `{"title":"${"x".repeat(80)}"}`;
+    s.socket.write(
+      `POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,
+    );
     const started = Date.now();
     let sent = 0;
     const drip = setInterval(() => {

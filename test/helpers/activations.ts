@@ -40,7 +40,10 @@ export function activationIntervals(events: readonly ActivationEvent[]): Activat
  * with no end belongs to a live process (it must be the name's last) or to one killed at
  * `diedAt[owner]`, which ends it.
  */
-export function overlaps(intervals: readonly ActivationInterval[], diedAt: Readonly<Record<string, number>> = {}): string[] {
+export function overlaps(
+  intervals: readonly ActivationInterval[],
+  diedAt: Readonly<Record<string, number>> = {},
+): string[] {
   const problems: string[] = [];
   const byName = new Map<string, ActivationInterval[]>();
   for (const i of intervals) byName.set(i.name, [...(byName.get(i.name) ?? []), i]);
@@ -50,9 +53,16 @@ export function overlaps(intervals: readonly ActivationInterval[], diedAt: Reado
       const prev = sorted[i - 1]!;
       const next = sorted[i]!;
       const prevEnd = prev.end ?? diedAt[prev.owner];
-      if (prevEnd === undefined) problems.push(`${name}: ${prev.owner}@${prev.revision} never ended, yet ${next.owner}@${next.revision} started at ${next.start}`);
-      else if (prevEnd > next.start) problems.push(`${name}: ${prev.owner}@${prev.revision} ran to ${prevEnd}, ${next.owner}@${next.revision} started at ${next.start} (${prevEnd - next.start} ms overlap)`);
-      if (next.revision <= prev.revision) problems.push(`${name}: revision went back from ${prev.revision} to ${next.revision}`);
+      if (prevEnd === undefined)
+        problems.push(
+          `${name}: ${prev.owner}@${prev.revision} never ended, yet ${next.owner}@${next.revision} started at ${next.start}`,
+        );
+      else if (prevEnd > next.start)
+        problems.push(
+          `${name}: ${prev.owner}@${prev.revision} ran to ${prevEnd}, ${next.owner}@${next.revision} started at ${next.start} (${prevEnd - next.start} ms overlap)`,
+        );
+      if (next.revision <= prev.revision)
+        problems.push(`${name}: revision went back from ${prev.revision} to ${next.revision}`);
     }
   }
   return problems;
@@ -71,7 +81,8 @@ export function writesOutside(
     const interval = byId.get(`${w.owner}\0${w.name}\0${w.revision}`);
     const end = interval?.end ?? diedAt[w.owner] ?? Number.POSITIVE_INFINITY;
     if (!interval) problems.push(`${w.name}: write by ${w.owner}@${w.revision} at ${w.at} without an activation`);
-    else if (w.at < interval.start || w.at > end) problems.push(`${w.name}: write by ${w.owner}@${w.revision} at ${w.at} outside [${interval.start}, ${end}]`);
+    else if (w.at < interval.start || w.at > end)
+      problems.push(`${w.name}: write by ${w.owner}@${w.revision} at ${w.at} outside [${interval.start}, ${end}]`);
   }
   return problems;
 }

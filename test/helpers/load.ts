@@ -58,3 +58,37 @@ export function startLoad(targets: LoadTarget[], concurrency: number): Load {
     },
   };
 }
+
+/** How many answers had each status (0: no answer). */
+export function statusCounts(answers: readonly Answer[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const a of answers) counts[a.status] = (counts[a.status] ?? 0) + 1;
+  return counts;
+}
+
+/** Creates answered 200 whose record does not read back 200 from the Task and Job APIs. */
+export async function lostCreates(
+  answers: readonly Answer[],
+  api: { taskUrl: string; jobUrl: string },
+): Promise<number> {
+  let lost = 0;
+  for (const answer of answers.filter((a) => a.status === 200)) {
+    const url =
+      answer.target === 0 ? `${api.taskUrl}/${answer.id}` : `${api.jobUrl}/?jobId=${encodeURIComponent(answer.id!)}`;
+    if ((await fetch(url)).status !== 200) lost++;
+  }
+  return lost;
+}
+
+/**
+ * Waits for the first create sent at or after `since` to answer 200; resolves to when that
+ * answer arrived. Rejects with `what` once `limitMs` passes without one.
+ */
+export async function firstOkAfter(load: Load, since: number, limitMs: number, what: string): Promise<number> {
+  const oks = () => load.answers.filter((a) => a.at >= since && a.status === 200);
+  while (oks().length === 0) {
+    if (Date.now() - since >= limitMs) throw new Error(`${what}: no create answered 200 within ${limitMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return Math.min(...oks().map((a) => a.at + a.ms));
+}

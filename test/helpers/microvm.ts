@@ -2,16 +2,24 @@
 // microVM API gateway on port 0, and typed clients over both transports. Plus the checks
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import { startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "../../actors/index.ts";
 import { httpClient, natsClient, type Client } from "../../client/index.ts";
-import { createGateways } from "../../gateway/index.ts";
+import { createGateways, type GatewayOptions } from "../../gateway/index.ts";
 import { connectNats, openBuckets, type NatsHandle } from "../../platform/index.ts";
 import { microvmApi } from "../../schemas/index.ts";
-import { childProcessesWith, INSTANCE_MARKER, readProcStat, type MicrovmState } from "../../vm-runtime/index.ts";
+import {
+  childProcessesWith,
+  INSTANCE_MARKER,
+  readProcStat,
+  SANDBOX_MARKER,
+  type MicrovmState,
+} from "../../vm-runtime/index.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
@@ -19,7 +27,9 @@ export type MicrovmClient = Client<typeof microvmApi>;
 
 export interface MicrovmService {
   nats: TestNats;
+  /** The test's own connection (user `admin`), to set up and inspect. */
   handle: NatsHandle;
+  /** The `microvms` bucket, opened by the test's connection. */
   kv: KV;
   host: MicrovmHost;
   dataDir: string;
@@ -30,38 +40,56 @@ export interface MicrovmService {
   addHost(options?: Partial<MicrovmHostOptions>): Promise<{ host: MicrovmHost; handle: NatsHandle }>;
 }
 
-export const policy = (overrides: Partial<{ maxIdleDurationSeconds: number; suspendedDurationSeconds: number; autoResumeEnabled: boolean }> = {}) => ({
+export const policy = (
+  overrides: Partial<{
+    maxIdleDurationSeconds: number;
+    suspendedDurationSeconds: number;
+    autoResumeEnabled: boolean;
+  }> = {},
+) => ({
   maxIdleDurationSeconds: 600,
   suspendedDurationSeconds: 600,
   autoResumeEnabled: true,
   ...overrides,
 });
 
-export async function startMicrovmService(defer: Defer, options: Partial<MicrovmHostOptions> = {}): Promise<MicrovmService> {
+export async function startMicrovmService(
+  defer: Defer,
+  options: Partial<MicrovmHostOptions> = {},
+  gatewayOptions: Pick<GatewayOptions, "apiKeys" | "microvmHostNames"> = {},
+): Promise<MicrovmService> {
   const nats = await testNats(defer);
   const addHost = async (hostOptions: Partial<MicrovmHostOptions> = {}) => {
-    const handle = await connectNats({ servers: nats.url, name: "test-microvm-host" });
+    const handle = await connectNats({ ...nats.login("microvms"), name: "test-microvm-host" });
     defer(() => handle.close());
-    const { microvms } = await openBuckets(handle.nc);
+    const { microvms } = await openBuckets(handle.nc, { only: ["microvms"] });
     const dataDir = await mkdtemp(join(tmpdir(), "microvm-host-"));
     defer(() => rm(dataDir, { recursive: true, force: true }));
     const host = await startMicrovmHost(handle.nc, { kv: microvms, dataDir, ...hostOptions });
+    await handle.nc.flush(); // its queue subscriptions are known to the server before any request
     defer(() => host.close());
     return { host, handle, dataDir, kv: microvms };
   };
   const first = await addHost(options);
-  const gateway = createGateways({ nats: first.handle }).microvm;
+  const admin = await connectNats({ ...nats.login("admin"), name: "test" });
+  defer(() => admin.close());
+  const { microvms } = await openBuckets(admin.nc, { only: ["microvms"] });
+  const gatewayNats = await connectNats({ ...nats.login("gateway"), name: "test:gateway" });
+  defer(() => gatewayNats.close());
+  const internal = await connectNats({ ...nats.login("internal"), name: "test:internal" });
+  defer(() => internal.close());
+  const gateway = createGateways({ nats: gatewayNats, ...gatewayOptions }).microvm;
   const port = await gateway.listen(0, "127.0.0.1");
   defer(() => gateway.close());
   const microvmUrl = `http://127.0.0.1:${port}`;
   return {
     nats,
-    handle: first.handle,
-    kv: first.kv,
+    handle: admin,
+    kv: microvms,
     host: first.host,
     dataDir: first.dataDir,
     microvmUrl,
-    overNats: natsClient(microvmApi, first.handle.nc),
+    overNats: natsClient(microvmApi, internal.nc),
     overHttp: httpClient(microvmApi, microvmUrl),
     addHost: async (hostOptions) => {
       const { host, handle } = await addHost(hostOptions);
@@ -71,19 +99,25 @@ export async function startMicrovmService(defer: Defer, options: Partial<Microvm
 }
 
 /** Polls GetMicrovm until the state is one of `states`; fails the test after `timeoutMs`. */
-export async function waitForState(client: MicrovmClient, microvmId: string, states: readonly MicrovmState[], timeoutMs = 10_000) {
+export async function waitForState(
+  client: MicrovmClient,
+  microvmId: string,
+  states: readonly MicrovmState[],
+  timeoutMs = 10_000,
+) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const vm = await client.getMicrovm({ microvmIdentifier: microvmId });
     if (states.includes(vm.state as MicrovmState)) return vm;
-    if (Date.now() > deadline) assert.fail(`${microvmId} is ${vm.state} (${vm.stateReason ?? ""}), expected ${states.join("|")}`);
+    if (Date.now() > deadline)
+      assert.fail(`${microvmId} is ${vm.state} (${vm.stateReason ?? ""}), expected ${states.join("|")}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
 
-/** Instance processes started by this test process (the in-process hosts' children). */
+/** Instance processes started by this test process (the in-process hosts' children), either provider. */
 export function instanceChildren(): number[] {
-  return childProcessesWith(process.pid, INSTANCE_MARKER);
+  return [...childProcessesWith(process.pid, INSTANCE_MARKER), ...childProcessesWith(process.pid, SANDBOX_MARKER)];
 }
 
 /** The file's last check: every instance process of this test process is gone. */
@@ -95,3 +129,49 @@ export async function assertNoInstanceLeft(): Promise<void> {
 
 /** One-letter process state from /proc ('T' stopped), or undefined when gone. */
 export const processState = (pid: number) => readProcStat(pid)?.state;
+
+/** True while the process is suspended: stopped (process provider) or in a frozen cgroup (sandbox). */
+export function isSuspended(pid: number): boolean {
+  if (processState(pid) === "T") return true;
+  let groups: string;
+  try {
+    groups = readFileSync(`/proc/${pid}/cgroup`, "utf8");
+  } catch {
+    return false;
+  }
+  const v1 = /^\d+:freezer:(.*)$/m.exec(groups)?.[1];
+  if (v1 !== undefined) return readText(`/sys/fs/cgroup/freezer${v1}/freezer.state`) === "FROZEN";
+  const v2 = /^0::(.*)$/m.exec(groups)?.[1];
+  return v2 !== undefined && /^frozen 1$/m.test(readText(`/sys/fs/cgroup${v2}/cgroup.events`) ?? "");
+}
+
+/** Pids left in the sandbox cgroups of host `hostId` (the kernel's list; empty when none). */
+export function hostCgroupPids(hostId: string): number[] {
+  const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
+  const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer";
+  const hostDir = join(root, "typed-service-microvms", hostKey);
+  const pids: number[] = [];
+  for (const group of existsSync(hostDir) ? readdirSync(hostDir, { withFileTypes: true }) : []) {
+    if (!group.isDirectory()) continue;
+    const text = readText(join(hostDir, group.name, "cgroup.procs")) ?? "";
+    pids.push(
+      ...text
+        .split("\n")
+        .filter(Boolean)
+        .map(Number)
+        .filter((pid) => !isGone(pid)),
+    );
+  }
+  return pids;
+}
+
+/** Gone, or a zombie nobody has reaped yet. */
+export const isGone = (pid: number) => processState(pid) === undefined || processState(pid) === "Z";
+
+function readText(path: string): string | undefined {
+  try {
+    return readFileSync(path, "utf8").trim();
+  } catch {
+    return undefined;
+  }
+}

@@ -1,5 +1,8 @@
 // A NATS container with JetStream for the tests (testcontainers, @testcontainers/nats). Loaded
-// by `nats.ts` only where no NATS_URL or local nats-server exists and a Docker engine answers.
+// by `nats.ts` only where no NATS_URL or local nats-server exists and a Docker engine answers,
+// or TEST_NATS=testcontainers. Each test file's container is stopped and removed by its
+// `defer`; `npm run test:containers` runs with ryuk off (TESTCONTAINERS_RYUK_DISABLED=true)
+// and removes whatever a crashed run left (label org.testcontainers=true) at its end.
 import { NatsContainer } from "@testcontainers/nats";
 
 /** The image; override with TEST_NATS_IMAGE. */
@@ -22,6 +25,28 @@ class OpenNatsContainer extends NatsContainer {
     }
     return super.withCommand(open);
   }
+
+  /** With a local engine, published on loopback only: the test NATS takes anonymous clients. */
+  override async start() {
+    if (loopbackOnly()) {
+      for (const bindings of Object.values(this.hostConfig.PortBindings ?? {})) {
+        for (const binding of (bindings ?? []) as { HostIp?: string }[]) binding.HostIp ??= "127.0.0.1";
+      }
+    }
+    return super.start();
+  }
+}
+
+/**
+ * A local engine (a unix socket) with no TESTCONTAINERS_HOST_OVERRIDE: the container is
+ * reached on 127.0.0.1. (testcontainers would pick the bridge's gateway wherever /.dockerenv
+ * exists, as on machines that are themselves containers, and that address is not loopback.)
+ */
+function loopbackOnly(env = process.env): boolean {
+  return (
+    env.TESTCONTAINERS_HOST_OVERRIDE === undefined &&
+    (env.DOCKER_HOST === undefined || env.DOCKER_HOST.startsWith("unix://"))
+  );
 }
 
 export interface NatsContainerHandle {
@@ -36,7 +61,7 @@ export async function startNatsContainer(): Promise<NatsContainerHandle> {
     .withCopyContentToContainer([{ content: CONFIG, target: CONFIG_PATH }])
     .start();
   return {
-    url: `nats://${container.getHost()}:${container.getMappedPort(4222)}`,
+    url: `nats://${loopbackOnly() ? "127.0.0.1" : container.getHost()}:${container.getMappedPort(4222)}`,
     async stop() {
       await container.stop();
     },

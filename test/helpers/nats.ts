@@ -1,12 +1,23 @@
-// Test NATS, first that applies: `NATS_URL`; a private `nats-server -js` from PATH on a free port
+// Test NATS, first that applies: `NATS_URL`; a private `nats-server -js` (the binary
+// `natsServerPath()` resolves: NATS_SERVER_BIN, `.tools/`, PATH, /usr/sbin) on a free port
 // with a temporary store; a NATS container (testcontainers) where a Docker engine answers; else
 // an error naming the three. testcontainers is imported only on that path.
-import { constants } from "node:fs";
-import { access, mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { request } from "node:http";
 import { homedir, tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
-import { startNatsServer, type NatsServer } from "../../platform/index.ts";
+import { join } from "node:path";
+import {
+  authorizationConfig,
+  ensureNatsCredentials,
+  findNatsServer,
+  startNatsServer,
+  type NatsCredentials,
+  type NatsRole,
+  type NatsServer,
+  type NatsServerBinary,
+  publicKeyOf,
+} from "../../platform/index.ts";
+import * as nkeys from "@nats-io/nkeys";
 import type { Defer } from "./defer.ts";
 
 /** Where a test's NATS comes from. */
@@ -18,44 +29,90 @@ export interface TestNats {
   /** The private server, when the test owns a local one (restart tests need it). */
   server?: NatsServer;
   storeDir?: string;
+  /** The generated per-role credentials (`NATS_AUTH_DIR`); absent when NATS takes anyone. */
+  authDir?: string;
+  /** The server's `authorization {}` block: pass it when starting the server again. */
+  authorization?: string;
+  /** Connect options as `role`; `admin` (tests only) may do anything, to set up and inspect. */
+  login(role: TestRole): { servers: string; credentials?: NatsCredentials };
+  /** Environment of a service process joining this NATS (`NATS_URL`, `NATS_AUTH_DIR`). */
+  env(): Record<string, string>;
 }
+
+/** A service role, `internal`, or the tests' own all-powerful `admin`. */
+export type TestRole = NatsRole | "admin";
 
 export interface TestNatsOptions {
   /** An own server, to stop or restart it: never `NATS_URL`, and never a container. */
   private?: boolean;
+  /** Start an own server without authorization (default: the generated config, `TEST_NATS_AUTH=0` turns it off). */
+  anonymous?: boolean;
 }
 
 /** A NATS for a test file; `private` forces an own local server (to stop or restart it). */
 export async function testNats(defer: Defer, options: TestNatsOptions = {}): Promise<TestNats> {
   const source = await natsSource({ private: options.private });
-  if (source === "env") return { url: process.env.NATS_URL!, source };
+  if (source === "env") return open(process.env.NATS_URL!, source);
   if (source === "testcontainers") {
     if (options.private) throw new Error(RESTART_UNSUPPORTED);
     const { startNatsContainer } = await import("./nats-container.ts");
     const container = await startNatsContainer();
     defer(() => container.stop());
-    return { url: container.url, source };
+    return open(container.url, source);
   }
   const storeDir = await mkdtemp(join(tmpdir(), "nats-test-"));
-  const server = await startNatsServer({ storeDir });
+  const auth = options.anonymous || process.env.TEST_NATS_AUTH === "0" ? undefined : await testAuth(storeDir);
+  const server = await startNatsServer({ storeDir, authorization: auth?.config });
   defer(async () => {
     await server.stop();
     await rm(storeDir, { recursive: true, force: true });
   });
-  return { url: server.url, source, server, storeDir };
+  return { ...open(server.url, source, auth), server, storeDir, authorization: auth?.config };
+}
+
+/** The service's generated credentials plus an `admin` user for the tests themselves. */
+export async function testAuth(storeDir: string) {
+  const dir = join(storeDir, "auth");
+  const credentials: Record<TestRole, NatsCredentials> = {
+    ...(await ensureNatsCredentials(dir)),
+    admin: { nkeySeed: new TextDecoder().decode(nkeys.createUser().getSeed()) },
+  };
+  const admin = {
+    nkey: publicKeyOf(credentials.admin.nkeySeed!),
+    permissions: { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true },
+  };
+  return { dir, credentials, config: authorizationConfig(credentials, "", [admin]) };
+}
+
+function open(
+  url: string,
+  source: NatsSource,
+  auth?: { dir: string; credentials: Record<TestRole, NatsCredentials> },
+): TestNats {
+  return {
+    url,
+    source,
+    authDir: auth?.dir,
+    login: (role) => ({ servers: url, ...(auth ? { credentials: auth.credentials[role] } : {}) }),
+    env: () => ({ NATS_URL: url, ...(auth ? { NATS_AUTH_DIR: auth.dir } : {}) }),
+  };
 }
 
 const RESTART_UNSUPPORTED =
-  "this test stops and restarts NATS on the same port and store, which needs nats-server on PATH " +
+  "this test stops and restarts NATS on the same port and store, which needs a local nats-server " +
   "(a testcontainers NATS gets a new port when restarted); skip it with `if (await skipUnlessRestartable(t)) return;`";
 
 /**
  * For a test that stops and restarts NATS (`testNats(defer, { private: true })`): skips `t`
  * with a printed reason where only testcontainers can provide NATS. True when skipped: return.
  */
-export async function skipUnlessRestartable(t: { skip(message?: string): void; name?: string }, env = process.env): Promise<boolean> {
-  if ((await natsSource({ private: true, env })) !== "testcontainers") return false;
-  const reason = "needs nats-server on PATH to restart NATS (only testcontainers is available here)";
+export async function skipUnlessRestartable(
+  t: { skip(message?: string): void; name?: string },
+  env = process.env,
+  findBinary?: NatsSourceOptions["findBinary"],
+): Promise<boolean> {
+  if ((await natsSource({ private: true, env, findBinary })) !== "testcontainers") return false;
+  const reason = "needs a local nats-server to restart NATS (only testcontainers is available here)";
   console.log(`# skipped ${t.name ? `"${t.name}"` : "a test"}: ${reason}`);
   t.skip(reason);
   return true;
@@ -63,32 +120,29 @@ export async function skipUnlessRestartable(t: { skip(message?: string): void; n
 
 export interface NatsSourceOptions {
   private?: boolean;
-  /** Environment to decide by (default `process.env`): NATS_URL, PATH, DOCKER_HOST, HOME. */
+  /** Environment to decide by (default `process.env`): NATS_URL, NATS_SERVER_BIN, PATH, DOCKER_HOST, HOME. */
   env?: NodeJS.ProcessEnv;
+  /** Finds the local binary (default `findNatsServer`; a test of the choice replaces it). */
+  findBinary?: (env: NodeJS.ProcessEnv) => NatsServerBinary | undefined;
 }
 
 /**
- * Which NATS the tests get: `NATS_URL` (unless private), else `nats-server` on PATH, else
+ * Which NATS the tests get: `NATS_URL` (unless private), else a local nats-server binary, else
  * testcontainers when a Docker engine answers. `TEST_NATS=local|testcontainers` forces one.
+ * A local binary older than 2.10 is still chosen: starting it fails with the message that says
+ * how to get a current one.
  */
 export async function natsSource(options: NatsSourceOptions = {}): Promise<NatsSource> {
   const env = options.env ?? process.env;
   if (env.TEST_NATS === "testcontainers") return "testcontainers";
   if (env.NATS_URL && !options.private && env.TEST_NATS !== "local") return "env";
-  if (await onPath("nats-server", env.PATH ?? "")) return "local";
+  if ((options.findBinary ?? findNatsServer)(env)) return "local";
   if (env.TEST_NATS !== "local" && (await dockerEngine(env))) return "testcontainers";
   throw new Error(
-    "no NATS for the tests: set NATS_URL to a NATS server with JetStream, or install nats-server " +
-      "(Debian/Ubuntu: apt-get install nats-server), or start a Docker engine for testcontainers " +
+    "no NATS for the tests: set NATS_URL to a NATS server with JetStream, or get nats-server >= 2.10 " +
+      "(scripts/get-nats-server.sh), or start a Docker engine for testcontainers " +
       `(none answered at ${dockerCandidates(env).join(", ")})`,
   );
-}
-
-async function onPath(binary: string, path: string): Promise<boolean> {
-  for (const dir of path.split(delimiter).filter(Boolean)) {
-    if (await access(join(dir, binary), constants.X_OK).then(() => true, () => false)) return true;
-  }
-  return false;
 }
 
 /** Where a Docker engine may listen, as testcontainers looks: DOCKER_HOST, else the usual sockets. */

@@ -17,6 +17,8 @@ export interface Attempt {
   at: number;
   ok: boolean;
   outcome: string;
+  /** Index of the gateway that was asked. */
+  via: number;
 }
 
 export interface ObjectLoad {
@@ -29,24 +31,37 @@ export interface ObjectLoad {
 const REQUEST_TIMEOUT_MS = 8_000;
 const RETRY_PAUSE_MS = 100;
 
-/** Starts one worker per name; worker i talks to gateway i mod n. */
-export function startObjectLoad(names: readonly string[], gatewayUrls: readonly string[]): ObjectLoad {
+export interface ObjectLoadOptions {
+  /** Read each create back through the next gateway, not the one that answered it (default false). */
+  readElsewhere?: boolean;
+  /** API key for gateways that need one. */
+  apiKey?: string;
+}
+
+/** Starts one worker per name; worker i creates through gateway i mod n. */
+export function startObjectLoad(
+  names: readonly string[],
+  gatewayUrls: readonly string[],
+  options: ObjectLoadOptions = {},
+): ObjectLoad {
+  const { apiKey } = options;
   const answered: AnsweredWrite[] = [];
   const attempts: Attempt[] = [];
   let running = true;
-  const fetchWithTimeout: typeof fetch = (input, init) => fetch(input, { ...init, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
-  const clients = gatewayUrls.map((url) => httpClient(taskApi, url, { fetch: fetchWithTimeout }));
+  const fetchWithTimeout: typeof fetch = (input, init) =>
+    fetch(input, { ...init, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+  const clients = gatewayUrls.map((url) => httpClient(taskApi, url, { fetch: fetchWithTimeout, apiKey }));
 
   /** Repeats `call` until it answers 200 or the load stops. */
-  async function untilAnswered<T>(name: string, call: () => Promise<T>): Promise<T | undefined> {
+  async function untilAnswered<T>(name: string, via: number, call: () => Promise<T>): Promise<T | undefined> {
     while (running) {
       try {
         const value = await call();
-        attempts.push({ name, at: Date.now(), ok: true, outcome: "200" });
+        attempts.push({ name, at: Date.now(), ok: true, outcome: "200", via });
         return value;
       } catch (err) {
         const outcome = err instanceof ClientError ? `${err.status} ${err._tag}` : (err as Error).name;
-        attempts.push({ name, at: Date.now(), ok: false, outcome });
+        attempts.push({ name, at: Date.now(), ok: false, outcome, via });
         await new Promise((r) => setTimeout(r, RETRY_PAUSE_MS));
       }
     }
@@ -54,15 +69,18 @@ export function startObjectLoad(names: readonly string[], gatewayUrls: readonly 
   }
 
   async function worker(name: string, index: number): Promise<void> {
-    const api = clients[index % clients.length]!;
+    const writeVia = index % clients.length;
+    const readVia = (index + (options.readElsewhere ? 1 : 0)) % clients.length;
+    const [api, reader] = [clients[writeVia]!, clients[readVia]!];
     for (let n = 0; running; n++) {
       const title = `${name} #${n}`;
       const idempotencyKey = crypto.randomUUID();
-      const task = await untilAnswered(name, () => api.createTaskDO({ title, name }, { idempotencyKey }));
+      const task = await untilAnswered(name, writeVia, () => api.createTaskDO({ title, name }, { idempotencyKey }));
       if (!task) return;
       answered.push({ name, id: task.id, title, at: Date.now() });
-      const read = await untilAnswered(name, () => api.getTaskDO({ id: task.id, name }));
-      if (read && (read.id !== task.id || read.title !== title)) throw new Error(`${name}: read ${JSON.stringify(read)} for ${JSON.stringify(task)}`);
+      const read = await untilAnswered(name, readVia, () => reader.getTaskDO({ id: task.id, name }));
+      if (read && (read.id !== task.id || read.title !== title))
+        throw new Error(`${name}: read ${JSON.stringify(read)} for ${JSON.stringify(task)}`);
     }
   }
 
@@ -104,6 +122,36 @@ export function longestOutage(
 /** Failures after `since` (and before `until`), as `3 × 503 ServiceUnavailable, …`. */
 export function failureTally(attempts: readonly Attempt[], since: number, until = Number.POSITIVE_INFINITY): string {
   const counts = new Map<string, number>();
-  for (const a of attempts) if (!a.ok && a.at >= since && a.at < until) counts.set(a.outcome, (counts.get(a.outcome) ?? 0) + 1);
+  for (const a of attempts)
+    if (!a.ok && a.at >= since && a.at < until) counts.set(a.outcome, (counts.get(a.outcome) ?? 0) + 1);
   return [...counts].map(([outcome, n]) => `${n} × ${outcome}`).join(", ") || "none";
+}
+
+/** How the load fared across a fault: the longest time a name went without a 200, and the failures. */
+export interface Recovery {
+  ms: number;
+  name: string;
+  failures: string;
+}
+
+/**
+ * After a fault at `since`: waits `boundMs`, then until every name has answered 200 again
+ * (throwing 30 s past the bound), and measures the longest outage of a name across the fault.
+ */
+export async function recoveryAfter(
+  load: ObjectLoad,
+  names: readonly string[],
+  since: number,
+  boundMs: number,
+): Promise<Recovery> {
+  await new Promise((r) => setTimeout(r, boundMs));
+  const checkpoint = Date.now();
+  const answeringAgain = () =>
+    names.every((name) => load.attempts.some((a) => a.name === name && a.ok && a.at >= checkpoint));
+  for (const deadline = checkpoint + 30_000; !answeringAgain(); await new Promise((r) => setTimeout(r, 200))) {
+    if (Date.now() > deadline)
+      throw new Error(`names still failing 30 s after the bound: ${failureTally(load.attempts, since)}`);
+  }
+  const outage = longestOutage(load.attempts, names, since, Date.now())!;
+  return { ...outage, failures: failureTally(load.attempts, since) };
 }

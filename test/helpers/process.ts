@@ -1,10 +1,11 @@
-// Runs `main.ts` as a real child process and reads its readiness from the JSON logs.
+// Runs `main.ts` as a real child process (cluster/process.ts starts it and waits for "ready").
 import { spawn, type ChildProcess } from "node:child_process";
+import { startNodeProcess } from "../../cluster/process.ts";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
@@ -21,12 +22,29 @@ export interface ServiceProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-export async function startServiceProcess(env: Record<string, string>, args: string[] = []): Promise<ServiceProcess> {
+export interface ServiceProcessOptions {
+  /** Its own process group (as a terminal session's job): signal the group with `process.kill(-pid, …)`. */
+  detached?: boolean;
+  /** Working directory (default: the repository), where a relative DATA_DIR lives. */
+  cwd?: string;
+  /** The node arguments that run the service (default: main.ts through tsx; `npm start` runs `dist/main.mjs`). */
+  entry?: string[];
+}
+
+export async function startServiceProcess(
+  env: Record<string, string>,
+  args: string[] = [],
+  options: ServiceProcessOptions = {},
+): Promise<ServiceProcess> {
   // Without a DATA_DIR of its own, a process with the microvms role would keep its token key and
   // instance bundles in the repository's `.data`, shared by every test process.
-  const ownDataDir = env.DATA_DIR ? undefined : mkdtempSync(join(tmpdir(), "svc-proc-"));
-  const child = spawn(process.execPath, ["--import", "tsx", "main.ts", ...args], {
-    cwd: root,
+  const ownDataDir = env.DATA_DIR || options.cwd ? undefined : mkdtempSync(join(tmpdir(), "svc-proc-"));
+  const removeDataDir = () => ownDataDir && rmSync(ownDataDir, { recursive: true, force: true });
+  const logs: Record<string, unknown>[] = [];
+  const started = await startNodeProcess({
+    name: "service",
+    args: [...(options.entry ?? ["--import", "tsx", "main.ts"]), ...args],
+    cwd: options.cwd ?? root,
     env: {
       ...process.env,
       TASK_API_PORT: "0",
@@ -36,32 +54,24 @@ export async function startServiceProcess(env: Record<string, string>, args: str
       ...(ownDataDir ? { DATA_DIR: ownDataDir } : {}),
       ...env,
     },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  if (ownDataDir) child.once("exit", () => rmSync(ownDataDir, { recursive: true, force: true }));
-  const logs: Record<string, unknown>[] = [];
-  let stderr = "";
-  child.stderr!.on("data", (d) => (stderr += d));
-  const ready = new Promise<Record<string, unknown>>((resolve, reject) => {
-    let listening: Record<string, unknown> = {};
-    createInterface({ input: child.stdout! }).on("line", (line) => {
+    detached: options.detached === true,
+    readyTimeoutMs: 30_000,
+    onLine: (_, line) => {
+      if (!line.startsWith("{")) return;
       try {
-        const entry = JSON.parse(line) as Record<string, unknown>;
-        logs.push(entry);
-        if (entry.msg === "gateway listening") listening = entry;
-        if (entry.msg === "ready") resolve(listening);
+        logs.push(JSON.parse(line) as Record<string, unknown>);
       } catch {
         /* not a log line */
       }
-    });
-    child.once("exit", (code) => reject(new Error(`service exited (${code}): ${stderr}`)));
-    setTimeout(() => reject(new Error(`service not listening after 30 s: ${stderr}`)), 30_000).unref();
-  });
-  const listening = await ready.catch((err) => {
-    child.kill("SIGKILL");
+    },
+  }).catch((err: unknown) => {
+    removeDataDir();
     throw err;
   });
+  const { child } = started;
   const exit = once(child, "exit");
+  if (ownDataDir) void exit.then(removeDataDir);
+  const listening = started.startup.find((entry) => entry.msg === "gateway listening") ?? {};
   return {
     child,
     logs,
@@ -76,6 +86,32 @@ export async function startServiceProcess(env: Record<string, string>, args: str
   };
 }
 
+export interface Exited {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `file args` (e.g. main.ts through tsx) in the checkout to its exit; fails after `timeoutMs`. */
+export function runToExit(args: string[], env: Record<string, string> = {}, timeoutMs = 60_000): Promise<Exited> {
+  const child = spawn(process.execPath, ["--import", "tsx", ...args], {
+    cwd: root,
+    env: { ...process.env, TASK_API_PORT: "0", JOB_API_PORT: "0", MICROVM_API_PORT: "0", LOG_LEVEL: "info", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout!.on("data", (d) => (stdout += d));
+  child.stderr!.on("data", (d) => (stderr += d));
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+  return new Promise((resolve) =>
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    }),
+  );
+}
+
 /** True while a process with `pid` runs (a zombie waiting for its reaper counts as gone). */
 export function alive(pid: number): boolean {
   try {
@@ -84,4 +120,15 @@ export function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** A data directory for `npm start`'s process, removed after the test with any nats-server still running on it. */
+export async function serviceDataDir(t: { after(fn: () => unknown): void }): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), "svc-data-"));
+  t.after(async () => {
+    const pid = Number(await readFile(join(dir, "nats-server.pid"), "utf8").catch(() => "0"));
+    if (pid > 0 && alive(pid)) process.kill(pid, "SIGKILL");
+    await rm(dir, { recursive: true, force: true });
+  });
+  return dir;
 }

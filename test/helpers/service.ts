@@ -1,12 +1,13 @@
 // The whole service in the test process: private NATS, actors, and both HTTP APIs on port 0.
-import { startActors, type ActorOptions } from "../../actors/index.ts";
-import { createGateways } from "../../gateway/index.ts";
+import { gatewayDispatch, startActors, type ActorOptions } from "../../actors/index.ts";
+import { createGateways, type ApiKeys } from "../../gateway/index.ts";
 import { connectNats, openBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
 export interface TestService {
   nats: TestNats;
+  /** The test's own connection (user `admin`): to set up and inspect, never the service's. */
   handle: NatsHandle;
   buckets: Buckets;
   taskUrl: string;
@@ -25,17 +26,37 @@ export interface ServiceOptions {
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
   /** Task-object placement settings of the actors. */
   placement?: ActorOptions["placement"];
+  /** API keys: every request then needs a bearer key. */
+  apiKeys?: ApiKeys;
 }
 
 export async function startService(defer: Defer, options: ServiceOptions = {}): Promise<TestService> {
   const nats = await testNats(defer);
-  const handle = await connectNats({ servers: nats.url, name: "test" });
+  const handle = await connectNats({ ...nats.login("admin"), name: "test" });
+  defer(() => handle.close());
   const buckets = await openBuckets(handle.nc);
-  const actors = options.actors === false ? undefined : startActors(handle.nc, recordStores(handle.requester), { prefix: options.prefix, publisher: handle.publisher, requester: handle.requester, placement: options.placement });
-  const gateways = createGateways({ nats: handle, ...options, stores: options.localReads === false ? undefined : recordStores(handle.requester) });
+  // The service's pieces run as their own NATS users, as `npm start` runs them.
+  const actorsNats = await connectNats({ ...nats.login("actors"), name: "test:actors" });
+  defer(() => actorsNats.close());
+  const gatewayNats = await connectNats({ ...nats.login("gateway"), name: "test:gateway" });
+  defer(() => gatewayNats.close());
+  const actors =
+    options.actors === false
+      ? undefined
+      : startActors(actorsNats.nc, recordStores(actorsNats.requester), {
+          prefix: options.prefix,
+          publisher: actorsNats.publisher,
+          requester: actorsNats.requester,
+          placement: options.placement,
+        });
+  await actorsNats.nc.flush(); // the actors' subscriptions are known to the server before any request
+  const gateways = createGateways({
+    nats: gatewayNats,
+    ...options,
+    ...(options.localReads === false ? {} : gatewayDispatch(recordStores(gatewayNats.requester))),
+  });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");
-  defer(() => handle.close());
   defer(() => actors?.close());
   defer(() => gateways.job.close());
   defer(() => gateways.task.close());

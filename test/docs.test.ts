@@ -1,0 +1,211 @@
+// Every shell and TypeScript snippet of the README and of docs/ runs, as written, against a
+// running service, so the docs cannot drift from what the service does.
+//
+// The service runs as `npm start` runs it (the esbuild bundle `npm run build` makes, on plain
+// node, with its own private nats-server and DATA_DIR `.data`) in a scratch directory that mirrors the checkout with symlinks, and the snippets run
+// in that same directory, so `.data/nats-url`, `./client/index.ts` and `npx taskctl` mean what
+// they mean to a user. Two things differ from a user's machine, both stated here: the APIs
+// listen on free ports, so `:8787`, `:8788` and `:8789` in a snippet are replaced by those
+// ports (and TASK_API_URL / JOB_API_URL / MICROVM_API_URL point taskctl at them); and curl
+// runs with `--fail-with-body`, so a snippet whose request answers an HTTP error fails.
+//
+// Markers, on the line before a fence:
+//   <!-- not run: <reason> -->   the block is skipped; the reason is printed
+//   <!-- file: <name> -->        the block is written to <name> in the scratch directory
+//   <!-- http errors expected --> curl runs without --fail-with-body in this block
+// Blocks tagged `sh` run in one bash per page (`set -euo pipefail`), in order; blocks tagged
+// `ts` run one by one with tsx and must exit 0 by themselves. Other tags (`text`, `json`,
+// `yaml`…) are not code to run.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { lifo } from "./helpers/defer.ts";
+import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const defer = lifo(after);
+
+interface Block {
+  readonly file: string;
+  readonly line: number;
+  readonly lang: string;
+  readonly code: string;
+  readonly skip?: string;
+  readonly writeTo?: string;
+  readonly httpErrors?: boolean;
+}
+
+/** The fenced blocks of a markdown file, with the marker on the line before each. */
+export function codeBlocks(file: string, markdown: string): Block[] {
+  const lines = markdown.split("\n");
+  const blocks: Block[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^```(\S*)\s*$/.exec(lines[i]!);
+    if (!open) continue;
+    const start = i;
+    const body: string[] = [];
+    for (i++; i < lines.length && !/^```\s*$/.test(lines[i]!); i++) body.push(lines[i]!);
+    let marker = "";
+    for (let j = start - 1; j >= 0 && marker === ""; j--) {
+      if (lines[j]!.trim() === "") continue;
+      marker = lines[j]!.trim();
+      if (!marker.startsWith("<!--")) break;
+    }
+    const skip = /^<!-- not run: (.+) -->$/.exec(marker)?.[1];
+    const writeTo = /^<!-- file: (\S+) -->$/.exec(marker)?.[1];
+    const httpErrors = marker === "<!-- http errors expected -->";
+    blocks.push({ file, line: start + 1, lang: open[1]!, code: `${body.join("\n")}\n`, skip, writeTo, httpErrors });
+  }
+  return blocks;
+}
+
+interface Run {
+  code: number | null;
+  output: string;
+}
+
+function run(
+  command: string,
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+  input?: string,
+  timeoutMs = 180_000,
+): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { cwd, env, stdio: ["pipe", "pipe", "pipe"], detached: true });
+    let output = "";
+    child.stdout.on("data", (d) => (output += d));
+    child.stderr.on("data", (d) => (output += d));
+    const timer = setTimeout(() => {
+      output += `\n[killed after ${timeoutMs} ms]`;
+      process.kill(-child.pid!, "SIGKILL");
+    }, timeoutMs);
+    child.once("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, output });
+    });
+    child.stdin.end(input ?? "");
+  });
+}
+
+const pages = [
+  "README.md",
+  ...(await readdir(join(root, "docs")))
+    .filter((f) => f.endsWith(".md"))
+    .sort()
+    .map((f) => `docs/${f}`),
+];
+const blocksByPage = new Map<string, Block[]>();
+for (const page of pages) blocksByPage.set(page, codeBlocks(page, await readFile(join(root, page), "utf8")));
+
+let work: string;
+let service: ServiceProcess;
+let env: NodeJS.ProcessEnv;
+let ports: Record<string, string>;
+
+before(async () => {
+  work = await mkdtemp(join(tmpdir(), "docs-"));
+  defer(() => rm(work, { recursive: true, force: true }));
+  for (const entry of await readdir(root)) {
+    if (entry === ".data" || entry === ".git" || entry === "dist") continue;
+    await symlink(join(root, entry), join(work, entry));
+  }
+  await mkdir(join(work, ".curl"));
+  await writeFile(join(work, ".curl", ".curlrc"), "fail-with-body\nmax-time = 60\n");
+  const build = await run("npm", ["run", "-s", "build"], work, process.env);
+  assert.equal(build.code, 0, `npm run build: ${build.output}`);
+  service = await startServiceProcess({ LOG_FORMAT: "json" }, [], { cwd: work, entry: ["dist/main.mjs"] });
+  defer(() => service.stop());
+  ports = {
+    "8787": new URL(service.taskUrl).port,
+    "8788": new URL(service.jobUrl).port,
+    "8789": new URL(service.microvmUrl).port,
+  };
+  env = {
+    ...process.env,
+    CURL_HOME: join(work, ".curl"),
+    TASK_API_URL: service.taskUrl,
+    JOB_API_URL: service.jobUrl,
+    MICROVM_API_URL: service.microvmUrl,
+    NATS_URL: "",
+    DATA_DIR: "",
+    LOG_LEVEL: "warn",
+  };
+  for (const blocks of blocksByPage.values()) {
+    for (const block of blocks) if (block.writeTo) await writeFile(join(work, block.writeTo), block.code);
+  }
+});
+
+/** The snippet with the documented default ports replaced by the service's. */
+function localized(code: string): string {
+  return code.replace(/(?<=[:/])(8787|8788|8789)\b/g, (port) => ports[port]!);
+}
+
+/** A block whose requests answer errors on purpose: curl without the --fail-with-body rc. */
+function withoutFail(code: string): string {
+  return `export CURL_HOME=/nonexistent\n${localized(code)}export CURL_HOME=${JSON.stringify(env.CURL_HOME)}\n`;
+}
+
+function failure(block: Block, result: Run): string {
+  return `${block.file}:${block.line} (${block.lang}) exited ${result.code}:\n${result.output.slice(-4000)}`;
+}
+
+describe("docs", () => {
+  it("docs - the markers are understood and every page has its snippets parsed", () => {
+    const blocks = [...blocksByPage.values()].flat();
+    assert.ok(
+      blocks.some((b) => b.lang === "sh" && !b.skip),
+      "some shell snippets run",
+    );
+    assert.ok(
+      blocks.some((b) => b.lang === "ts" && !b.skip && !b.writeTo),
+      "some TypeScript snippets run",
+    );
+    for (const block of blocks) {
+      assert.ok(
+        !/^(bash|shell|console|typescript|js|javascript)$/.test(block.lang),
+        `${block.file}:${block.line}: tag it sh or ts so it runs, or text`,
+      );
+      // Under pipefail, a writer that `head` cuts off fails with SIGPIPE or a write error, by timing.
+      if (block.lang === "sh" && !block.skip)
+        assert.doesNotMatch(block.code, /\|\s*head\b/, `${block.file}:${block.line}: no pipe into head`);
+    }
+  });
+
+  for (const page of pages) {
+    const blocks = blocksByPage.get(page)!;
+    const runnable = blocks.filter((b) => (b.lang === "sh" || b.lang === "ts") && !b.writeTo);
+    if (runnable.length === 0) continue;
+    it(`docs - ${page}: every snippet runs`, async (t) => {
+      for (const block of runnable.filter((b) => b.skip))
+        t.diagnostic(`not run: ${block.file}:${block.line}: ${block.skip}`);
+      if (runnable.every((b) => b.skip)) return t.skip("every snippet of the page is marked not run (reasons above)");
+      const shell = runnable.filter((b) => b.lang === "sh" && !b.skip);
+      if (shell.length > 0) {
+        const script = [
+          "set -euo pipefail",
+          ...shell.map((b) => `# ${b.file}:${b.line}\n${b.httpErrors ? withoutFail(b.code) : localized(b.code)}`),
+        ].join("\n");
+        const result = await run("bash", ["-c", script], work, env);
+        assert.equal(result.code, 0, failure(shell[0]!, result));
+      }
+      let n = 0;
+      for (const block of runnable.filter((b) => b.lang === "ts" && !b.skip)) {
+        const name = `snippet-${page.replace(/\W/g, "-")}-${n++}.ts`;
+        await writeFile(join(work, name), localized(block.code));
+        const result = await run(process.execPath, ["--import", "tsx", name], work, env);
+        assert.equal(result.code, 0, failure(block, result));
+      }
+    });
+  }
+
+  it("docs - the service is still serving after every snippet", async () => {
+    const res = await fetch(`${service.taskUrl}/readyz`);
+    assert.equal(res.status, 200);
+  });
+});

@@ -1,0 +1,10 @@
+// Module paths of the test-only images: a provider starts them by path; no host serves them.
+import { fileURLToPath } from "node:url";
+
+const here = (file: string) => fileURLToPath(new URL(file, import.meta.url));
+
+export const testImages = {
+  probe: here("./probe.ts"),
+  hog: here("./hog.ts"),
+  hostile: here("./hostile.ts"),
+} as const;

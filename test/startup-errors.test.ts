@@ -1,0 +1,81 @@
+// `npm start`'s command line and start-up failures: one line saying what to change, never a
+// stack, and nothing left running (the private nats-server stops when start-up fails).
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { readFile } from "node:fs/promises";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { freePort, natsServerPath } from "../platform/index.ts";
+import { alive, runToExit, serviceDataDir, type Exited } from "./helpers/process.ts";
+
+/** Exactly one line on stderr, no stack, no fatal JSON log line. */
+function oneLine(run: Exited, pattern: RegExp, code = 1): void {
+  assert.equal(run.code, code, `exit code; stderr: ${run.stderr}`);
+  const lines = run.stderr.trim().split("\n");
+  assert.equal(lines.length, 1, `one line on stderr, got:\n${run.stderr}`);
+  assert.match(lines[0]!, pattern);
+  assert.doesNotMatch(run.stdout + run.stderr, /\n\s+at |"stack"/, "no stack");
+}
+
+describe("start-up errors", () => {
+  it("start-up errors - out-of-range port, unknown LOG_LEVEL or LOG_FORMAT, unresolvable HOST and unknown flags answer one line", async (t) => {
+    const dir = await serviceDataDir(t);
+    const env = { NATS_URL: "", DATA_DIR: dir };
+    const [port, level, host, flag, format] = await Promise.all([
+      runToExit(["main.ts"], { ...env, TASK_API_PORT: "70000" }),
+      runToExit(["main.ts"], { ...env, LOG_LEVEL: "verbose" }),
+      runToExit(["main.ts"], { ...env, HOST: "nonsense.invalid" }),
+      runToExit(["main.ts", "--bogus"], env),
+      runToExit(["main.ts"], { ...env, LOG_FORMAT: "fancy" }),
+    ]);
+    oneLine(port, /^error: TASK_API_PORT must be a port from 0 to 65535 \(0 picks a free one\), got "70000"$/);
+    oneLine(level, /^error: LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "verbose"$/);
+    oneLine(host, /^error: HOST=nonsense\.invalid is not an address of this machine .*use 127\.0\.0\.1/);
+    oneLine(flag, /^error: Unknown option '--bogus' \(npm start -- --help\)$/, 2);
+    oneLine(format, /^error: LOG_FORMAT must be "json" or "pretty", got "fancy"$/);
+  });
+
+  it("start-up errors - --help and --version print and exit 0 without starting anything", async (t) => {
+    const dir = await serviceDataDir(t);
+    const [help, version] = await Promise.all([
+      runToExit(["main.ts", "--help"], { NATS_URL: "", DATA_DIR: dir }),
+      runToExit(["main.ts", "--version"], { DATA_DIR: dir }),
+    ]);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /^usage: npm start/);
+    assert.match(help.stdout, /--role/);
+    assert.equal(version.code, 0);
+    assert.match(version.stdout.trim(), /^typed-task-service \d+\.\d+\.\d+$/);
+    await assert.rejects(readFile(join(dir, "nats-server.pid")), "no nats-server was started");
+  });
+
+  it("start-up errors - a taken port names its variable, and the private nats-server stops", async (t) => {
+    const dir = await serviceDataDir(t);
+    const taken = createServer();
+    taken.listen(0, "127.0.0.1");
+    await once(taken, "listening");
+    t.after(() => taken.close());
+    const port = (taken.address() as { port: number }).port;
+    const run = await runToExit(["main.ts"], { NATS_URL: "", DATA_DIR: dir, JOB_API_PORT: String(port) });
+    oneLine(run, new RegExp(`^error: port ${port} \\(JOB_API_PORT\\) is in use.*set JOB_API_PORT to a free port`));
+    const natsPid = Number(await readFile(join(dir, "nats-server.pid"), "utf8"));
+    assert.equal(alive(natsPid), false, "the private nats-server stopped with the failed start");
+  });
+
+  it("start-up errors - a NATS without JetStream is named with the fix", async (t) => {
+    const dir = await serviceDataDir(t);
+    const port = await freePort();
+    const nats = spawn(natsServerPath(), ["-a", "127.0.0.1", "-p", String(port)], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    t.after(() => nats.kill("SIGKILL"));
+    await new Promise<void>((resolve) =>
+      nats.stderr!.on("data", (d: Buffer) => d.toString().includes("Server is ready") && resolve()),
+    );
+    const url = `nats://127.0.0.1:${port}`;
+    const run = await runToExit(["main.ts"], { NATS_URL: url, DATA_DIR: dir });
+    oneLine(run, new RegExp(`^error: the NATS at ${url} has no JetStream: run it with \`nats-server -js\``));
+  });
+});
