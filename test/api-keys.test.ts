@@ -11,7 +11,13 @@ import { httpClient } from "../client/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
 import { microvmApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { assertNoInstanceLeft, policy, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
+import {
+  assertNoInstanceLeft,
+  policy,
+  startMicrovmService,
+  waitForState,
+  type MicrovmService,
+} from "./helpers/microvm.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 
 const defer = lifo(after);
@@ -162,6 +168,8 @@ describe("api keys - microVM owners", () => {
     );
     const bobs = await asBob().runMicrovm({ idlePolicy: policy() });
     await asAlice().terminateMicrovm({ microvmIdentifier: live[0]!.microvmId });
+    // It counts until TERMINATED (a terminate answers TERMINATING when stopping takes over 3 s).
+    await waitForState(asAlice(), live[0]!.microvmId, ["TERMINATED"], 30_000);
     const next = await asAlice().runMicrovm({ idlePolicy: policy() });
     await Promise.all([live[1]!, next].map((vm) => asAlice().terminateMicrovm({ microvmIdentifier: vm.microvmId })));
     await asBob().terminateMicrovm({ microvmIdentifier: bobs.microvmId });

@@ -250,6 +250,8 @@ describe("microvm api - limits and idempotency", () => {
     const body = await rejectsWith(svc.overHttp.runMicrovm({ idlePolicy: policy() }), "MicrovmLimitExceeded", 429);
     assert.equal(body.limit, 6);
     await svc.overNats.terminateMicrovm({ microvmIdentifier: live[0]!.microvmId });
+    // It counts until TERMINATED (a terminate answers TERMINATING when stopping takes over 3 s).
+    await waitForState(svc.overNats, live[0]!.microvmId, ["TERMINATED"], 30_000);
     const next = await svc.overNats.runMicrovm({ idlePolicy: policy() });
     await Promise.all(
       [...live.slice(1), next].map((vm) => svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId })),
