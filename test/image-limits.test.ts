@@ -73,7 +73,7 @@ async function endAll(who: keyof typeof principals): Promise<void> {
     await as(who)
       .terminateMicrovm({ microvmIdentifier: microvmId })
       .catch(() => undefined);
-    await waitForState(as(who), microvmId, ["TERMINATED", "FAILED"], 10_000);
+    await waitForState(as(who), microvmId, ["TERMINATED", "FAILED"], 30_000);
   }
 }
 
