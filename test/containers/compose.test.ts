@@ -13,6 +13,7 @@ import { jobApi, microvmApi, taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside } from "../helpers/activations.ts";
 import { composeProject, docker, type ComposeProject } from "../helpers/compose.ts";
 import { FAILOVER_BOUND_MS, NATS_NODE_BOUND_MS } from "../helpers/fault-bounds.ts";
+import { leadersBack } from "../helpers/fault-cluster.ts";
 import { dockerEngine } from "../helpers/nats.ts";
 import { recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
 
@@ -190,17 +191,20 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     assert.match(leader ?? "", /^nats-[123]$/, "the lease bucket's leader is a compose node");
     const natsKilledAt = Date.now();
     await project.compose("kill", "--signal", "SIGKILL", leader!);
-    const natsOutage = await recoveryAfter(load, names, natsKilledAt, NATS_NODE_BOUND_MS);
-    // test/cluster.test.ts's bound: the service answers creates again within 15 s of the kill.
-    // The longest outage of a single name is reported; it exceeded the bound once in five runs
-    // here (20.5 s, load average 30), so only recoveryAfter's ceiling (bound + 30 s) holds it.
+    // JetStream's part (the Raft elections) is measured; the service's part is bounded after it,
+    // as in test/faults/placement-cluster.test.ts. Here the first answer is held to the bound; the
+    // longest outage of a single name is reported (containers on a loaded machine add to it).
+    const buckets = [bucketNames.taskObjectLeases, bucketNames.taskObjects];
+    const natsUrls = Object.values(project.nats).join(",");
+    const ledMs = await leadersBack(natsUrls, buckets, leader!, gatewayLogin(project), natsKilledAt);
+    const natsOutage = await recoveryAfter(load, names, natsKilledAt, ledMs + NATS_NODE_BOUND_MS);
     const firstAnswerMs = load.attempts.find((a) => a.ok && a.at > natsKilledAt)!.at - natsKilledAt;
     t.diagnostic(
-      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): creates answered again after ${firstAnswerMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
+      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): ${buckets.join(" and ")} led again after ${ledMs} ms; creates answered again after ${firstAnswerMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
     );
     assert.ok(
-      firstAnswerMs <= NATS_NODE_BOUND_MS,
-      `creates answered again after ${firstAnswerMs} ms (bound ${NATS_NODE_BOUND_MS} ms)`,
+      firstAnswerMs <= ledMs + NATS_NODE_BOUND_MS,
+      `creates answered again after ${firstAnswerMs} ms, the buckets led again after ${ledMs} ms (bound ${NATS_NODE_BOUND_MS} ms after)`,
     );
     await project.compose("start", leader!);
     await sleep(STEADY_MS);

@@ -135,8 +135,8 @@ export interface Recovery {
 }
 
 /**
- * After a fault at `since`: waits `boundMs`, then until every name has answered 200 again
- * (throwing 30 s past the bound), and measures the longest outage of a name across the fault.
+ * After a fault at `since`: waits until `boundMs` past it, then until every name has answered 200
+ * again (throwing 30 s past the bound), and measures the longest outage of a name across the fault.
  */
 export async function recoveryAfter(
   load: ObjectLoad,
@@ -144,7 +144,7 @@ export async function recoveryAfter(
   since: number,
   boundMs: number,
 ): Promise<Recovery> {
-  await new Promise((r) => setTimeout(r, boundMs));
+  await new Promise((r) => setTimeout(r, Math.max(0, since + boundMs - Date.now())));
   const checkpoint = Date.now();
   const answeringAgain = () =>
     names.every((name) => load.attempts.some((a) => a.name === name && a.ok && a.at >= checkpoint));
