@@ -229,10 +229,20 @@ describe("cluster", () => {
       timeoutMs: 60_000,
       onNoPeers: async () => {
         calls += 1;
-        await nats.nodes[2]!.start();
+        const node = nats.nodes[2]!;
+        if (calls > 1) {
+          // A restarted node and its peers dial each other at once; nats-server 2.10 can then keep
+          // routes that carry nothing (docs/deployment.md). The runners restart such a node; so does this.
+          t.diagnostic(`${node.name} restarted again: R3 buckets still refused 8 s after it came back`);
+          await node.stop();
+        }
+        await node.start();
       },
     });
-    assert.equal(calls, 1, "called once, after the refusals lasted");
+    assert.ok(
+      calls >= 1 && calls <= 3,
+      `called ${calls} times: once the refusals lasted, then only to restart the node`,
+    );
   });
 
   it("compose - three routed JetStream nodes, two gateways, two actor processes, a microVM host, R3", async () => {
