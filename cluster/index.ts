@@ -14,6 +14,7 @@ export {
 export {
   bucketLeader,
   clusterConfig,
+  leadersBack,
   restartNodesInTurn,
   startNatsCluster,
   waitForJetStream,

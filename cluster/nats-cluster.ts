@@ -2,6 +2,7 @@
 // client port and route port per node, full-mesh routes, and a wait for a meta leader.
 import { once } from "node:events";
 import { join } from "node:path";
+import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { randomBytes } from "node:crypto";
 import { connect } from "@nats-io/transport-node";
@@ -279,6 +280,11 @@ export async function waitForJetStream(servers: string, options: JetStreamWaitOp
   }
 }
 
+/** The server name of a bucket's stream leader; undefined while it has none. */
+async function leaderOf(kvm: Kvm, bucket: string): Promise<string | undefined> {
+  return (await (await kvm.open(bucket)).status()).streamInfo.cluster?.leader;
+}
+
 /** The server name of a KV bucket's stream leader (to kill the node that hurts most). */
 export async function bucketLeader(
   servers: string,
@@ -287,8 +293,40 @@ export async function bucketLeader(
 ): Promise<string | undefined> {
   const nc = await connect({ servers: servers.split(","), name: "cluster:leader", ...authOptions(credentials) });
   try {
-    const status = await (await new Kvm(nc).open(bucket)).status();
-    return status.streamInfo.cluster?.leader;
+    return await leaderOf(new Kvm(nc), bucket);
+  } finally {
+    await nc.close();
+  }
+}
+
+/**
+ * After the node `gone` was killed at `since`: polls (every 100 ms, through the nodes left) until
+ * each bucket's stream has a leader other than `gone`, and returns the milliseconds since `since`.
+ * nats-server's Raft followers wait 4-9 s for a lost leader before they campaign, and a split
+ * vote costs another round: this is JetStream's part of an outage, not the service's.
+ */
+export async function leadersBack(
+  servers: string,
+  buckets: readonly string[],
+  gone: string,
+  credentials: NatsCredentials,
+  since: number,
+  timeoutMs = 60_000,
+): Promise<number> {
+  const nc = await connect({ servers: servers.split(","), name: "cluster:leaders", ...authOptions(credentials) });
+  try {
+    // A short timeout: a leaderless stream does not answer its info request.
+    const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
+    const led = async (bucket: string) => {
+      const leader = await leaderOf(kvm, bucket).catch(() => undefined); // not answering yet
+      return leader !== undefined && leader !== gone;
+    };
+    for (;;) {
+      if ((await Promise.all(buckets.map(led))).every(Boolean)) return Date.now() - since;
+      if (Date.now() - since > timeoutMs)
+        throw new Error(`${buckets.join(", ")}: no leader ${timeoutMs} ms after the kill`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
   } finally {
     await nc.close();
   }

@@ -17,6 +17,7 @@ import {
   composeAuthorization,
   defaultTopology,
   gatewayPorts,
+  leadersBack,
   startCluster,
   startNatsCluster,
   waitForJetStream,
@@ -24,6 +25,7 @@ import {
 } from "../cluster/index.ts";
 import { ClientError, httpClient, natsClient } from "../client/index.ts";
 import {
+  actorBuckets,
   authOptions,
   authorizationConfig,
   bucketNames,
@@ -34,7 +36,6 @@ import {
 } from "../platform/index.ts";
 import { jobApi, taskApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { leadersBack } from "./helpers/fault-cluster.ts";
 import { NATS_NODE_BOUND_MS } from "./helpers/fault-bounds.ts";
 import { natsSource } from "./helpers/nats.ts";
 
@@ -112,7 +113,7 @@ describe("cluster", () => {
     // While the buckets elect new leaders, answers are 503/504; the first create retries with
     // one Idempotency-Key, so it makes one task however often it is sent. JetStream's part (the
     // Raft elections) is measured; the service's part is bounded after it.
-    const buckets = [bucketNames.tasks, bucketNames.taskObjects, bucketNames.taskObjectLeases, bucketNames.jobs];
+    const buckets = actorBuckets.map((bucket) => bucketNames[bucket]);
     const key = crypto.randomUUID();
     const [ledMs, first] = await Promise.all([
       leadersBack(cluster.nats.url, buckets, victim.name, cluster.credentials.gateway, killedAt),
@@ -232,7 +233,8 @@ describe("cluster", () => {
         const node = nats.nodes[2]!;
         if (calls > 1) {
           // A restarted node and its peers dial each other at once; nats-server 2.10 can then keep
-          // routes that carry nothing (docs/deployment.md). The runners restart such a node; so does this.
+          // routes that carry nothing (docs/deployment.md). The node that came back is on each such
+          // route, so it is the one restarted (the runners, not knowing which, restart in turn).
           t.diagnostic(`${node.name} restarted again: R3 buckets still refused 8 s after it came back`);
           await node.stop();
         }

@@ -6,16 +6,15 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { ActivationEvent } from "../../actors/index.ts";
-import { bucketLeader } from "../../cluster/index.ts";
+import { bucketLeader, leadersBack } from "../../cluster/index.ts";
 import { type ClientError, httpClient } from "../../client/index.ts";
 import { bucketNames } from "../../platform/index.ts";
 import { jobApi, microvmApi, taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside } from "../helpers/activations.ts";
 import { composeProject, docker, type ComposeProject } from "../helpers/compose.ts";
 import { FAILOVER_BOUND_MS, NATS_NODE_BOUND_MS } from "../helpers/fault-bounds.ts";
-import { leadersBack } from "../helpers/fault-cluster.ts";
 import { dockerEngine } from "../helpers/nats.ts";
-import { recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
+import { objectLoadBuckets, recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const noEngine = (await dockerEngine()) ? undefined : "needs a Docker engine (npm run test:containers starts one)";
@@ -194,12 +193,11 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     // JetStream's part (the Raft elections) is measured; the service's part is bounded after it,
     // as in test/faults/placement-cluster.test.ts: every name answers 200 again within the bound
     // of its buckets having leaders again.
-    const buckets = [bucketNames.taskObjectLeases, bucketNames.taskObjects];
     const natsUrls = Object.values(project.nats).join(",");
-    const ledMs = await leadersBack(natsUrls, buckets, leader!, gatewayLogin(project), natsKilledAt);
+    const ledMs = await leadersBack(natsUrls, objectLoadBuckets, leader!, gatewayLogin(project), natsKilledAt);
     const natsOutage = await recoveryAfter(load, names, natsKilledAt, ledMs + NATS_NODE_BOUND_MS);
     t.diagnostic(
-      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): ${buckets.join(" and ")} led again after ${ledMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
+      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): ${objectLoadBuckets.join(" and ")} led again after ${ledMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
     );
     assert.ok(
       natsOutage.ms <= ledMs + NATS_NODE_BOUND_MS,

@@ -9,15 +9,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
 import { httpClient } from "../../client/index.ts";
-import { bucketLeader, startCluster, startRole, type RoleProcess } from "../../cluster/index.ts";
+import { bucketLeader, leadersBack, startCluster, startRole, type RoleProcess } from "../../cluster/index.ts";
 import { authDirOf, bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside, type ActivationInterval } from "../helpers/activations.ts";
 import { lifo } from "../helpers/defer.ts";
-import { activationLog, activationLogEnv, faultTopology, leadersBack } from "../helpers/fault-cluster.ts";
+import { activationLog, activationLogEnv, faultTopology } from "../helpers/fault-cluster.ts";
 import { natsSource } from "../helpers/nats.ts";
 import { FAILOVER_BOUND_MS, NATS_NODE_BOUND_MS, PAUSED_OWNER_BOUND_MS } from "../helpers/fault-bounds.ts";
-import { recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
+import { objectLoadBuckets, recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const noLocalNats = await natsSource({ private: true }).then(
@@ -119,9 +119,14 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   await node.kill();
   t.diagnostic(`SIGKILL NATS node ${node.name} (leader of ${bucketNames.taskObjectLeases})`);
   // JetStream's part (the Raft elections) is measured, the service's part bounded after it.
-  const buckets = [bucketNames.taskObjectLeases, bucketNames.taskObjects];
-  const ledMs = await leadersBack(cluster.nats.url, buckets, node.name, cluster.credentials.gateway, nodeKilledAt);
-  t.diagnostic(`${buckets.join(" and ")} led again ${ledMs} ms after the kill`);
+  const ledMs = await leadersBack(
+    cluster.nats.url,
+    objectLoadBuckets,
+    node.name,
+    cluster.credentials.gateway,
+    nodeKilledAt,
+  );
+  t.diagnostic(`${objectLoadBuckets.join(" and ")} led again ${ledMs} ms after the kill`);
   await recovery(`NATS node SIGKILL (lease bucket leader)`, nodeKilledAt, ledMs + NATS_NODE_BOUND_MS);
   await node.start();
   await sleep(STEADY_MS);

@@ -1,11 +1,7 @@
 // The cluster the fault tests run: three NATS nodes on picked ports, two gateways and three
 // actor processes, every activation line of theirs collected (with writes) for the overlap checks.
-import { jetstream } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
-import { connect } from "@nats-io/transport-node";
 import type { ActivationEvent } from "../../actors/index.ts";
 import { defaultTopology, gatewayPorts, type Topology } from "../../cluster/index.ts";
-import { authOptions, type NatsCredentials } from "../../platform/index.ts";
 
 export const faultTopology: Topology = {
   ...defaultTopology,
@@ -42,40 +38,4 @@ export function activationLog(): ActivationLog {
       events.push({ ...event, process });
     },
   };
-}
-
-/**
- * After the NATS node `gone` was killed at `since`: polls (every 100 ms, through the nodes left)
- * until each bucket's stream has a leader other than `gone`, and returns the milliseconds since
- * `since`. nats-server's Raft followers wait 4-9 s for a lost leader before they campaign, and a
- * split vote costs another round: this is JetStream's part of an outage, not the service's.
- */
-export async function leadersBack(
-  servers: string,
-  buckets: readonly string[],
-  gone: string,
-  credentials: NatsCredentials,
-  since: number,
-  timeoutMs = 60_000,
-): Promise<number> {
-  const nc = await connect({ servers: servers.split(","), name: "test:leaders", ...authOptions(credentials) });
-  try {
-    const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
-    const led = async (bucket: string) => {
-      const leader = await kvm
-        .open(bucket)
-        .then((kv) => kv.status())
-        .then((status) => status.streamInfo.cluster?.leader)
-        .catch(() => undefined);
-      return leader !== undefined && leader !== gone;
-    };
-    for (;;) {
-      if ((await Promise.all(buckets.map(led))).every(Boolean)) return Date.now() - since;
-      if (Date.now() - since > timeoutMs)
-        throw new Error(`${buckets.join(", ")}: no leader ${timeoutMs} ms after the kill`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  } finally {
-    await nc.close();
-  }
 }

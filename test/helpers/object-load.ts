@@ -1,6 +1,7 @@
 // Steady task-object load for fault tests: one worker per name, each creating a task (retried
 // with one Idempotency-Key until answered 200) and reading it back, through HTTP gateways.
 import { ClientError, httpClient } from "../../client/index.ts";
+import { bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 
 /** A create answered 200: it must be readable for ever after. */
@@ -27,6 +28,9 @@ export interface ObjectLoad {
   /** Stops the workers after their current request. */
   stop(): Promise<void>;
 }
+
+/** The buckets the load's creates write (a name's lease fence, then the record). */
+export const objectLoadBuckets = [bucketNames.taskObjectLeases, bucketNames.taskObjects];
 
 const REQUEST_TIMEOUT_MS = 8_000;
 const RETRY_PAUSE_MS = 100;
