@@ -357,15 +357,17 @@ describe("cluster", () => {
     const defer = lifo((fn) => t.after(fn));
     const compose = parse(await readFile(join(root, "compose.yaml"), "utf8"), { merge: true }) as ComposeFile;
     const names = defaultTopology.nats.map((n) => n.name);
-    const ports = Object.fromEntries(
-      await Promise.all(
-        names.map(
-          async (n) => [n, { client: await freePort(), route: await freePort(), http: await freePort() }] as const,
+    const pickPorts = async () =>
+      Object.fromEntries(
+        await Promise.all(
+          names.map(
+            async (n) => [n, { client: await freePort(), route: await freePort(), http: await freePort() }] as const,
+          ),
         ),
-      ),
-    );
+      );
+    let ports = await pickPorts();
     const nodes: Record<string, { child: ChildProcess; log: string }> = {};
-    const stores: Record<string, string> = {};
+    let stores: Record<string, string> = {};
     // What `.env` holds (compose.yaml's first lines make one).
     const passwords = Object.fromEntries(
       ["GATEWAY", "ACTORS", "MICROVMS", "INTERNAL", "ROUTE"].map((r) => [
@@ -430,11 +432,23 @@ describe("cluster", () => {
         }
       }
     };
-    const kill: Record<string, () => Promise<void>> = {};
-    for (const name of names) {
-      // compose starts a node once the nodes it depends on are healthy (nats-3 after the others).
-      for (const dependency of Object.keys(compose.services[name].depends_on ?? {})) await healthy(dependency);
-      kill[name] = await start(name);
+    let kill: Record<string, () => Promise<void>> = {};
+    // Ports picked here can be taken by another test before nats-server binds them: then every
+    // node starts again on fresh ports and stores (up to three times), as startNatsCluster does.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        for (const name of names) {
+          // compose starts a node once the nodes it depends on are healthy (nats-3 after the others).
+          for (const dependency of Object.keys(compose.services[name].depends_on ?? {})) await healthy(dependency);
+          kill[name] = await start(name);
+        }
+        break;
+      } catch (err) {
+        if (attempt >= 3 || !/address already in use/.test((err as Error).message)) throw err;
+        t.diagnostic("a picked port was taken before nats-server bound it: the nodes start again on fresh ports");
+        await Promise.all(Object.values(kill).map((stop) => stop()));
+        [kill, stores, ports] = [{}, {}, await pickPorts()];
+      }
     }
     for (const name of names) {
       await healthy(name);
