@@ -413,6 +413,9 @@ async function main() {
     log.info({ metricsPort }, "metrics listening");
   }
   await lifecycle.lock?.setUrls(urls);
+  // "ready" means answering: every subscription has reached the server (a request sent after
+  // this line finds its responder instead of "no responders").
+  await Promise.all(connections.map((handle) => handle.nc.flush()));
   log.info({ nats: servers, roles: [...active] }, "ready");
   if (prettyLogs) printWelcome(urls, servers);
 }

@@ -198,6 +198,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     },
     ...(options.sweepIntervalMs === undefined ? {} : { intervalMs: options.sweepIntervalMs }),
   });
+  // Serving means subscribed at the server: a request right after this finds its responder.
+  await nc.flush();
   log.info({ hostId, workDir, reconciled }, "microvm host serving");
   const stopCounting = onScrape(() => {
     microvmInstances.reset();
