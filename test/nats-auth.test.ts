@@ -170,6 +170,7 @@ describe("nats auth - the service and the internal user", () => {
       requester: actorsNats.requester,
     });
     defer(() => actors.close());
+    await actorsNats.nc.flush(); // the actors' subscriptions are known to the server before any request
     const hostNats = await connectNats({ ...nats.login("microvms"), name: "test:microvms" });
     defer(() => hostNats.close());
     const { microvms } = await openBuckets(hostNats.nc, { only: ["microvms"] });

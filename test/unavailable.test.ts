@@ -77,6 +77,7 @@ describe("unavailable", () => {
     await openBuckets(actorConn.nc, { only: ["tasks", "taskObjects", "jobs", "taskObjectLeases"] });
     const actors = startActors(actorConn.nc, recordStores(actorConn.requester));
     defer(() => actors.close());
+    await actorConn.nc.flush(); // the actors' subscriptions are known to the server before any request
 
     const created = await postJson(`http://127.0.0.1:${port}/`, { title: "before outage" });
     assert.equal(created.status, 200);
