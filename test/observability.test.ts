@@ -33,6 +33,7 @@ describe("observability", () => {
       },
     });
     defer(() => sub.unsubscribe());
+    await bare.handle.nc.flush(); // subscribed at the server before the gateway (another connection) sends
     const res = await postJson(`${bare.jobUrl}/`, { content: "c" }, { "x-request-id": "follow-me" });
     assert.equal(res.status, 200);
     assert.deepEqual(seen, ["follow-me"]);

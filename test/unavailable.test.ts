@@ -33,6 +33,7 @@ describe("unavailable", () => {
     const silentCreate = svc.handle.nc.subscribe("jobs.create", { callback: () => {} });
     t.after(() => silent.unsubscribe());
     t.after(() => silentCreate.unsubscribe());
+    await svc.handle.nc.flush(); // subscribed at the server before the gateway (another connection) sends
     const res = await getJson(`${svc.taskUrl}/some-id`);
     assert.equal(res.status, 504);
     assert.deepEqual(res.body, { _tag: "GatewayTimeout" });
