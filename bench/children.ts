@@ -7,12 +7,13 @@ import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import {
-  restartNodesInTurn,
+  restartStuckNodes,
   startNatsCluster,
   startNodeProcess,
   startRole,
   waitForJetStream,
   type GatewayPorts,
+  type NatsNode,
   type RoleProcessOptions,
 } from "../cluster/index.ts";
 import { startNatsServer, type NatsCredentials, type NatsRole, type NatsServer } from "../platform/index.ts";
@@ -108,18 +109,22 @@ export async function startNatsR3(
     sync: options.sync,
     authorization: options.authorization,
   });
-  const children = cluster.nodes.map(({ name, server }) =>
+  const trackNode = (node: NatsNode) =>
     track({
-      name: `nats-server ${name} (R3, ${options.sync})`,
-      pid: server!.pid,
-      process: server!.process,
-      stop: server!.stop,
-    }),
-  );
+      name: `nats-server ${node.name} (R3, ${options.sync})`,
+      pid: node.server!.pid,
+      process: node.server!.process,
+      stop: node.server!.stop,
+    });
+  const children = cluster.nodes.map(trackNode);
   await waitForJetStream(cluster.url, {
     replicas: 3,
     credentials: options.credentials,
-    onNoPeers: restartNodesInTurn(cluster),
+    // A restarted node is a new process: tracked in its predecessor's place.
+    onNoPeers: restartStuckNodes(cluster, (node) => {
+      const i = cluster.nodes.indexOf(node);
+      children[i] = trackNode(node);
+    }),
   });
   return { url: cluster.url, children };
 }

@@ -168,6 +168,7 @@ function natsNode(spec: NodeSpec): NatsNode {
         binary: spec.binary,
         sync: spec.sync,
         awaitRoutes: true,
+        monitor: true,
       });
     },
     async kill() {
@@ -191,14 +192,58 @@ async function fixPorts(count: number, wanted: readonly number[] = []): Promise<
   return ports;
 }
 
-/** An `onNoPeers` for `waitForJetStream`: restarts the cluster's nodes one per call, in turn. */
-export function restartNodesInTurn(cluster: NatsCluster): () => Promise<void> {
+/**
+ * The running nodes that the JetStream meta leader does not count as peers, from the leader's
+ * `/jsz`; undefined while no node reports itself as the leader.
+ */
+export async function metaGroupOutsiders(cluster: NatsCluster): Promise<NatsNode[] | undefined> {
+  for (const node of cluster.nodes) {
+    const url = node.server?.monitorUrl;
+    if (!url) continue;
+    let meta: { leader?: string; replicas?: { name: string }[] } | undefined;
+    try {
+      const response = await fetch(`${url}/jsz`, { signal: AbortSignal.timeout(2_000) });
+      meta = ((await response.json()) as { meta_cluster?: typeof meta }).meta_cluster;
+    } catch {
+      continue; // stopped or busy: ask the next node
+    }
+    if (meta?.leader !== node.name) continue;
+    const members = new Set([node.name, ...(meta.replicas ?? []).map((r) => r.name)]);
+    return cluster.nodes.filter((n) => n.server && !members.has(n.name));
+  }
+  return undefined;
+}
+
+/**
+ * An `onNoPeers` for `waitForJetStream`. Seen on nats-server 2.10 with three nodes started at
+ * once: the meta leader's group is sized 2 and the third node is never added, so R3 buckets are
+ * refused ("no suitable peers for placement") until that node restarts. This restarts the nodes
+ * the leader does not count as peers; with no leader to ask (or every node counted), one node
+ * per call, in turn. Restarting a member instead would only cost the group its quorum for a
+ * while. `onRestart` hears of each restart (the node has a new pid).
+ */
+export function restartStuckNodes(
+  cluster: NatsCluster,
+  onRestart?: (node: NatsNode, why: string) => void,
+): () => Promise<void> {
   let next = cluster.nodes.length - 1;
   return async () => {
-    const node = cluster.nodes[next]!;
-    next = (next + cluster.nodes.length - 1) % cluster.nodes.length;
-    await node.stop();
-    await node.start();
+    const outsiders = await metaGroupOutsiders(cluster);
+    let nodes: readonly NatsNode[];
+    let why: string;
+    if (outsiders?.length) {
+      nodes = outsiders;
+      why = "outside the JetStream meta group";
+    } else {
+      nodes = [cluster.nodes[next]!];
+      next = (next + cluster.nodes.length - 1) % cluster.nodes.length;
+      why = outsiders ? "every node a meta group peer, restarted in turn" : "no meta leader, restarted in turn";
+    }
+    for (const node of nodes) {
+      await node.stop();
+      await node.start();
+      onRestart?.(node, why);
+    }
   };
 }
 
@@ -211,9 +256,8 @@ export interface JetStreamWaitOptions {
   /**
    * Called each time JetStream has answered "temporarily unavailable" (no meta leader) or
    * refused buckets for want of peers for `STUCK_MS`: with nodes started at the same moment,
-   * one whose first contact fell into the meta leader's election can stay outside the meta
-   * group until it restarts (seen on 2.10). The cluster runners
-   * restart one node per call, in turn; a node that joins an elected group is added.
+   * one can stay outside the meta group until it restarts (seen on 2.10). The cluster runners
+   * pass `restartStuckNodes`.
    */
   readonly onNoPeers?: () => Promise<void>;
 }
@@ -228,7 +272,8 @@ const STUCK_MS = 8_000;
  */
 export async function waitForJetStream(servers: string, options: JetStreamWaitOptions): Promise<number> {
   const started = Date.now();
-  const timeoutMs = options.timeoutMs ?? 30_000;
+  // Room for two rounds of `onNoPeers` and the elections after them, on a busy machine.
+  const timeoutMs = options.timeoutMs ?? 60_000;
   const as = (role: NatsRole) =>
     connect({
       servers: servers.split(","),

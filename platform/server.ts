@@ -37,6 +37,8 @@ export interface NatsServerOptions {
    * exists, the kernel sends it SIGTERM when this process dies, even by SIGKILL.
    */
   dieWithParent?: boolean;
+  /** HTTP monitoring (`/jsz`, `/healthz`…) on a free loopback port: its URL is `monitorUrl`. */
+  monitor?: boolean;
 }
 
 export interface NatsServer {
@@ -44,6 +46,8 @@ export interface NatsServer {
   readonly port: number;
   readonly pid: number;
   readonly process: ChildProcess;
+  /** With `monitor`: the HTTP monitoring endpoint, e.g. `http://127.0.0.1:8222`. */
+  readonly monitorUrl?: string;
   /** SIGTERM, then SIGKILL after `graceMs`. */
   stop(graceMs?: number): Promise<void>;
 }
@@ -69,6 +73,8 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     `server_name: ${JSON.stringify(options.serverName ?? `local-${port}`)}`,
     `max_payload: ${options.maxPayload ?? 8 * 1024 * 1024}`,
     `jetstream { store_dir: ${JSON.stringify(join(options.storeDir, "jetstream"))}, ${syncIntervalConfig(sync)} }`,
+    // -1: a port the server picks itself (no race with another process), read back from its log.
+    options.monitor ? `http: "127.0.0.1:-1"` : "",
     options.extraConfig ?? "",
     options.authorization ?? "",
   ].join("\n");
@@ -80,7 +86,8 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     stdio: ["ignore", "ignore", "pipe"],
     detached: options.dieWithParent === true,
   });
-  await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
+  const log = await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
+  const monitor = options.monitor ? MONITOR.exec(log)?.[1] : undefined;
   const stop = async (graceMs = 5_000) => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, "exit");
@@ -89,7 +96,14 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     await exited;
     clearTimeout(timer);
   };
-  return { url: `nats://127.0.0.1:${port}`, port, pid: child.pid!, process: child, stop };
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    pid: child.pid!,
+    process: child,
+    monitorUrl: monitor && `http://${monitor}`,
+    stop,
+  };
 }
 
 /** util-linux `setpriv` (it sets the parent-death signal, then execs: the pid stays the server's). */
@@ -106,21 +120,23 @@ function findSetpriv(): string | undefined {
 
 const READY = "Server is ready";
 const ROUTES_READY = "Listening for route connections";
+const MONITOR = /Starting http monitor on (\S+:\d+)/;
 
-function waitUntilReady(child: ChildProcess, lines: readonly string[], timeoutMs = 15_000): Promise<void> {
+/** Resolves with the server's log up to the moment every one of `lines` has appeared in it. */
+function waitUntilReady(child: ChildProcess, lines: readonly string[], timeoutMs = 15_000): Promise<string> {
   return new Promise((resolve, reject) => {
-    let log = "";
+    let log = ""; // a few KB: the start-up lines only
     const timer = setTimeout(() => fail(new Error(`nats-server not ready after ${timeoutMs} ms`)), timeoutMs);
     const onData = (chunk: Buffer) => {
-      log = (log + chunk.toString()).slice(-4000);
+      log += chunk.toString();
       if (lines.every((line) => log.includes(line))) {
         cleanup();
         child.stderr!.resume(); // keep draining so the pipe never blocks the server
-        resolve();
+        resolve(log);
       }
     };
     const onExit = (code: number | null) =>
-      fail(new Error(`nats-server exited (${code}) before it was ready:\n${log.trim()}`));
+      fail(new Error(`nats-server exited (${code}) before it was ready:\n${log.slice(-4000).trim()}`));
     const onError = (err: Error) => fail(err);
     function cleanup() {
       clearTimeout(timer);

@@ -48,6 +48,7 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   const env = activationLogEnv;
   const cluster = await startCluster(topology, { baseDir, onLine, env, natsBinary: tool.binary });
   defer(() => cluster.stop());
+  for (const line of cluster.natsRestarts) t.diagnostic(line);
   defer(() => tool.heal()); // before the stop: a cut node would hold up its peers' shutdown
   const urls = cluster.gateways.map((g) => `http://127.0.0.1:${g.ports!.task}`);
   const nodes = cluster.nats.nodes;
