@@ -205,6 +205,23 @@ describe("cluster", () => {
     const config = await readFile(join(baseDir, "n1", "nats-server.conf"), "utf8");
     assert.match(config, /cluster \{[\s\S]*authorization \{ user: "route", password: "[\w-]{20,}" \}/);
     assert.match(config, /nats-route:\/\/route:[\w-]{20,}@127\.0\.0\.1:/);
+    // The monitoring endpoint (loopback, for the start-up's /jsz) shows neither a password nor a seed.
+    const routePassword = /password: "([\w-]{20,})"/.exec(config)![1]!;
+    const secrets = [routePassword, ...Object.values(credentials).map((c) => c.nkeySeed!)];
+    assert.ok(
+      secrets.length === 5 && secrets.every((secret) => secret?.length >= 20),
+      "a route password and four seeds",
+    );
+    const monitor = nats.nodes[0]!.server!.monitorUrl;
+    assert.match(monitor ?? "", /^http:\/\/127\.0\.0\.1:\d+$/);
+    // An open connection, so that /connz has one to show.
+    const watcher = await connect({ servers: nats.nodes[0]!.url, ...authOptions(credentials.internal) });
+    defer(() => watcher.close());
+    for (const path of ["varz", "routez", "connz?auth=true&subs=1", "subsz?subs=1", "jsz?accounts=true", "accountz"]) {
+      const body = await (await fetch(`${monitor}/${path}`)).text();
+      assert.ok(body.length > 100, `/${path} answers`);
+      for (const secret of secrets) assert.ok(!body.includes(secret), `/${path} shows no secret`);
+    }
   });
 
   it("cluster - R3 buckets refused for want of peers: onNoPeers is called and the buckets are made once the node is back", {
