@@ -1,7 +1,16 @@
 // Tests of the X-aws-proxy-auth tokens: signing, verification and every refusal reason.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createAuthToken, InvalidTokenRequest, verifyAuthToken, type AllowedPort } from "../vm-runtime/index.ts";
+import { createHmac } from "node:crypto";
+import {
+  createAuthToken,
+  InvalidTokenRequest,
+  MAX_TOKEN_CLOCK_SKEW_MS,
+  MAX_TOKEN_LIFETIME_MS,
+  tokenKeyId,
+  verifyAuthToken,
+  type AllowedPort,
+} from "../vm-runtime/index.ts";
 import { createTokenVerifier } from "../vm-runtime/host/token-cache.ts";
 
 const key = "k".repeat(32);
@@ -178,4 +187,51 @@ test("token cache - refused tokens are refused every time and are not remembered
   for (const token of tokens) assert.equal(verifier.verify(token, 8080, Date.now()).ok, true);
   for (const token of tokens)
     assert.equal(verifier.verify(token, 8080, Date.now()).ok, true, "evicted ones verify again");
+});
+
+/** A token signed with `key` whose claims say whatever `claims` says (what a leaked key could mint). */
+function signedClaims(claims: Record<string, unknown>): string {
+  const payload = Buffer.from(JSON.stringify(claims)).toString("base64url");
+  return `${payload}.${createHmac("sha256", key).update(payload).digest("base64url")}`;
+}
+const claimsAt = (iat: number, exp: number) => ({
+  v: 1,
+  mid: "vm-1",
+  ports: [{ port: 8080 }],
+  iat,
+  exp,
+  jti: "x",
+  kid: tokenKeyId(key),
+});
+
+test("token - an iat beyond the clock skew is refused as issued-in-future", () => {
+  const now = Date.now();
+  const edge = now + MAX_TOKEN_CLOCK_SKEW_MS;
+  assert.equal(MAX_TOKEN_CLOCK_SKEW_MS, 60_000);
+  assert.equal(verifyAuthToken(signedClaims(claimsAt(edge, edge + 60_000)), key, { microvmId: "vm-1", now }).ok, true);
+  assert.deepEqual(verifyAuthToken(signedClaims(claimsAt(edge + 1, edge + 60_000)), key, { microvmId: "vm-1", now }), {
+    ok: false,
+    reason: "issued-in-future",
+  });
+  const years = now + 3 * 365 * 24 * 3_600_000;
+  assert.deepEqual(verifyAuthToken(signedClaims(claimsAt(years, years + 60_000)), key, { microvmId: "vm-1", now }), {
+    ok: false,
+    reason: "issued-in-future",
+  });
+});
+
+test("token - an exp not after iat is refused as expiry-before-issue", () => {
+  const now = Date.now();
+  for (const exp of [now, now - 1, now - 3_600_000])
+    assert.deepEqual(verifyAuthToken(signedClaims(claimsAt(now, exp)), key, { microvmId: "vm-1", now: now - 10 }), {
+      ok: false,
+      reason: "expiry-before-issue",
+    });
+});
+
+test("token - a lifetime over 60 minutes is refused as too-long-lived", () => {
+  const now = Date.now();
+  const valid = (exp: number) => verifyAuthToken(signedClaims(claimsAt(now, exp)), key, { microvmId: "vm-1", now });
+  assert.equal(valid(now + MAX_TOKEN_LIFETIME_MS).ok, true);
+  assert.deepEqual(valid(now + MAX_TOKEN_LIFETIME_MS + 1), { ok: false, reason: "too-long-lived" });
 });

@@ -59,6 +59,7 @@ export {
   portAllowed,
   isAllowedPort,
   InvalidTokenRequest,
+  MAX_TOKEN_CLOCK_SKEW_MS,
   MAX_TOKEN_LIFETIME_MS,
   tokenKeyId,
 } from "./wire/token.ts";

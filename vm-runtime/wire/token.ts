@@ -36,6 +36,8 @@ export type TokenRejection =
   | "forged"
   | "expired"
   | "too-long-lived"
+  | "issued-in-future"
+  | "expiry-before-issue"
   | "wrong-instance"
   | "port-not-allowed";
 
@@ -57,6 +59,9 @@ export type TokenKey = SecretKey | TokenKeyring;
 
 /** The longest lifetime a token may claim (contract: expirationInMinutes 1..60). */
 export const MAX_TOKEN_LIFETIME_MS = 60 * 60_000;
+
+/** How far a token's `iat` may lie ahead of the verifier's clock (hosts' clocks differ a little). */
+export const MAX_TOKEN_CLOCK_SKEW_MS = 60_000;
 
 /** A token request outside the contract (expiry range, port shapes). */
 export class InvalidTokenRequest extends Error {
@@ -119,8 +124,12 @@ export function verifyAuthToken(
   const expected = mac(payload, signing);
   if (given.length !== MAC_BYTES || !timingSafeEqual(given, expected)) return { ok: false, reason: "forged" };
   // A well-signed token claiming more than the contract allows: a leaked key or a bug, never honoured.
-  if (!(claims.exp - claims.iat <= MAX_TOKEN_LIFETIME_MS)) return { ok: false, reason: "too-long-lived" };
-  if (claims.exp <= (expect.now ?? Date.now())) return { ok: false, reason: "expired" };
+  // Without the `iat` bound a token issued years ahead would pass the lifetime check.
+  const now = expect.now ?? Date.now();
+  if (claims.iat > now + MAX_TOKEN_CLOCK_SKEW_MS) return { ok: false, reason: "issued-in-future" };
+  if (claims.exp <= claims.iat) return { ok: false, reason: "expiry-before-issue" };
+  if (claims.exp - claims.iat > MAX_TOKEN_LIFETIME_MS) return { ok: false, reason: "too-long-lived" };
+  if (claims.exp <= now) return { ok: false, reason: "expired" };
   if (claims.mid !== expect.microvmId) return { ok: false, reason: "wrong-instance" };
   if (expect.port !== undefined && !portAllowed(claims.ports, expect.port))
     return { ok: false, reason: "port-not-allowed" };
