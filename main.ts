@@ -73,11 +73,18 @@ const config = {
   natsSync: attempt(() => parseNatsSync(env.NATS_SYNC)),
   /** `<principal> <sha256 hex of key>` lines; when set, every API needs a bearer key. */
   apiKeysFile: env.API_KEYS_FILE || undefined,
-  /** Host names the microVM API answers to when it listens beyond loopback (comma-separated). */
-  microvmHostNames: env.MICROVM_API_HOSTNAMES?.split(",")
-    .map((h) => h.trim().toLowerCase())
-    .filter(Boolean),
+  /** `Host` names every API answers to besides localhost, 127.0.0.1 and ::1 (comma-separated). */
+  hostNames: names(env.API_HOSTNAMES),
+  /** Further `Host` names only the microVM API answers to (comma-separated). */
+  microvmHostNames: names(env.MICROVM_API_HOSTNAMES),
 };
+
+function names(list: string | undefined): string[] {
+  return (list ?? "")
+    .split(",")
+    .map((h) => h.trim().toLowerCase())
+    .filter(Boolean);
+}
 
 /** Task-object placement (role `actors`): lease TTL and idle release. */
 const placementConfig = {
@@ -380,11 +387,11 @@ async function main() {
     const dispatch = config.localReads
       ? gatewayDispatch(recordStores(nats.requester, { replicas: config.replicas }))
       : {};
-    // Beyond loopback the microVM API checks the Host header: localhost plus MICROVM_API_HOSTNAMES.
-    const microvmHostNames = isLoopback(config.host)
-      ? undefined
-      : ["localhost", "127.0.0.1", "::1", config.host, ...(config.microvmHostNames ?? [])];
-    const gateways = createGateways({ nats, ...config, ...dispatch, apiKeys: keys, microvmHostNames });
+    // Every API answers only Host names it knows (DNS rebinding): the loopback ones, which the
+    // gateway adds itself, an address HOST names (not a wildcard) and API_HOSTNAMES.
+    const wildcard = config.host === "0.0.0.0" || config.host === "::";
+    const hostNames = [...(wildcard ? [] : [config.host]), ...config.hostNames];
+    const gateways = createGateways({ nats, ...config, ...dispatch, apiKeys: keys, hostNames });
     closers.unshift(
       () => gateways.task.close(),
       () => gateways.job.close(),

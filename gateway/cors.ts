@@ -9,8 +9,7 @@ const ALLOWED_HEADERS = "Content-Type, Idempotency-Key, X-Request-Id";
  * never needs a key; `authorization` (API keys on) lets a browser send one.
  */
 export function applyCors(req: IncomingMessage, res: ServerResponse, { authorization = false } = {}): boolean {
-  res.setHeader("access-control-allow-origin", "*");
-  res.setHeader("vary", "Origin");
+  corsHeaders(res);
   if (req.method !== "OPTIONS") return false;
   res.writeHead(204, {
     "access-control-allow-methods": "GET, POST, OPTIONS",
@@ -18,4 +17,10 @@ export function applyCors(req: IncomingMessage, res: ServerResponse, { authoriza
   });
   res.end();
   return true;
+}
+
+/** The headers every response of the Task API carries, errors included. */
+export function corsHeaders(res: ServerResponse): void {
+  res.setHeader("access-control-allow-origin", "*");
+  res.setHeader("vary", "Origin");
 }

@@ -36,7 +36,12 @@ export interface GatewayOptions {
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
   /** API keys (`API_KEYS_FILE`): every API then needs a bearer key. */
   apiKeys?: ApiKeys;
-  /** Host names the microVM API answers to (checked when given: it listens beyond loopback). */
+  /**
+   * `Host` names every API answers to besides `localhost`, 127.0.0.1 and ::1 (always served);
+   * any other name is 421 MisdirectedRequest, on loopback too (DNS rebinding).
+   */
+  hostNames?: readonly string[];
+  /** Further `Host` names only the microVM API answers to. */
   microvmHostNames?: readonly string[];
 }
 
@@ -54,6 +59,7 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
       options.storageReads && localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries }),
     ownerRouting: options.routing && ownerRouting(options.nats, options.routing, options.prefix ?? ""),
     apiKeys: options.apiKeys,
+    hostNames: options.hostNames,
   };
   return {
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),
@@ -65,7 +71,7 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
       info: info("MicroVM API"),
       sendPrincipal: true,
       jsonOnly: true,
-      hostNames: options.microvmHostNames,
+      hostNames: [...(options.hostNames ?? []), ...(options.microvmHostNames ?? [])],
     }),
   };
 }

@@ -6,9 +6,10 @@ import { MisdirectedRequest, Unauthorized, type OpenApiInfo, type Operation } fr
 import { log, recordHttp } from "../platform/index.ts";
 import { setPrincipal, type ApiKeys } from "./api-keys.ts";
 import { answerClientError } from "./client-error.ts";
-import { applyCors } from "./cors.ts";
+import { applyCors, corsHeaders } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
+import { hostCheck } from "./host-check.ts";
 import { requestId } from "./request-id.ts";
 import type { AnsweredRead } from "./local-reads.ts";
 import { sendError, sendJson } from "./respond.ts";
@@ -24,7 +25,10 @@ export interface ApiServerOptions extends RouteOptions {
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
   /** When given, every request but a preflight, health and docs needs a known bearer key (else 401). */
   apiKeys?: ApiKeys;
-  /** When given, the `Host` header must name one of these (port aside), else 421. */
+  /**
+   * Names the `Host` header may carry (port aside) besides `localhost`, 127.0.0.1 and ::1,
+   * which are always served; any other is 421 (DNS rebinding).
+   */
   hostNames?: readonly string[];
 }
 
@@ -39,9 +43,13 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
+const MISDIRECTED =
+  "this API answers only the Host names localhost, 127.0.0.1, [::1] and those configured (API_HOSTNAMES): another name may be a DNS-rebinding page";
+
 export function createApiServer(options: ApiServerOptions): ApiServer {
   const router = buildRouter(options.operations, options);
   const api = options.operations[0]?.api ?? "";
+  const servesHost = hostCheck(options.hostNames);
   const answerDocs = docsResponder(options.operations, options.info, { apiKeys: options.apiKeys !== undefined });
   let closing = false;
   const ready = () => !closing && options.nats.connected();
@@ -56,10 +64,12 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
     },
     (req, res) => {
       res.setHeader("x-request-id", requestId(req));
-      if (options.cors && applyCors(req, res, { authorization: options.apiKeys !== undefined })) return;
-      if (options.hostNames && !options.hostNames.includes(hostName(req.headers.host))) {
-        return sendError(res, MisdirectedRequest.make({ message: "this host name is not served here" }));
+      // First of all, preflights included: nothing is answered to a name this API does not serve.
+      if (!servesHost(req.headers.host)) {
+        if (options.cors) corsHeaders(res);
+        return sendError(res, MisdirectedRequest.make({ message: MISDIRECTED }));
       }
+      if (options.cors && applyCors(req, res, { authorization: options.apiKeys !== undefined })) return;
       if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
       if (options.apiKeys) {
         const principal = options.apiKeys.principalOf(req);
@@ -106,12 +116,4 @@ function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body }:
   recordHttp(op.api, op.name, 200, seconds);
   if (log.isLevelEnabled("debug"))
     log.debug({ requestId: requestId(req), op: op.name, status: 200, ms: seconds * 1000 }, "request");
-}
-
-/** The host name of a `Host` header, without its port (`[::1]:80` → `::1`). */
-function hostName(header: string | undefined): string {
-  const host = (header ?? "").toLowerCase();
-  if (host.startsWith("[")) return host.slice(1, host.indexOf("]"));
-  const colon = host.lastIndexOf(":");
-  return colon === -1 ? host : host.slice(0, colon);
 }

@@ -32,7 +32,7 @@ test("malformed requests - a raw non-ASCII byte in the query is a JSON 400 with 
   const raw = Buffer.concat([
     Buffer.from("GET /?jobId=0b5e"),
     Buffer.from("…", "utf8"),
-    Buffer.from(" HTTP/1.1\r\nHost: x\r\n\r\n"),
+    Buffer.from(" HTTP/1.1\r\nHost: localhost\r\n\r\n"),
   ]);
   const answer = await exchange(service.jobUrl, raw);
   assert.equal(answer.status, 400);
@@ -43,7 +43,10 @@ test("malformed requests - a raw non-ASCII byte in the query is a JSON 400 with 
 });
 
 test("malformed requests - an invalid header line is a JSON 400", async () => {
-  const answer = await exchange(service.taskUrl, Buffer.from("GET /x HTTP/1.1\r\nHost: x\r\nbad header\r\n\r\n"));
+  const answer = await exchange(
+    service.taskUrl,
+    Buffer.from("GET /x HTTP/1.1\r\nHost: localhost\r\nbad header\r\n\r\n"),
+  );
   assert.equal(answer.status, 400);
   assert.equal((JSON.parse(answer.body) as { _tag: string })._tag, "HttpApiDecodeError");
 });
@@ -51,7 +54,7 @@ test("malformed requests - an invalid header line is a JSON 400", async () => {
 test("malformed requests - headers past the limit are a JSON 431", async () => {
   const answer = await exchange(
     service.taskUrl,
-    Buffer.from(`GET /x HTTP/1.1\r\nHost: x\r\nx-big: ${"a".repeat(64 * 1024)}\r\n\r\n`),
+    Buffer.from(`GET /x HTTP/1.1\r\nHost: localhost\r\nx-big: ${"a".repeat(64 * 1024)}\r\n\r\n`),
   );
   assert.equal(answer.status, 431);
   assert.equal((JSON.parse(answer.body) as { _tag: string })._tag, "RequestHeaderFieldsTooLarge");
