@@ -56,20 +56,25 @@ export async function retrying<T>(attempt: () => Promise<T>, options: RetryOptio
 }
 
 export interface RunInput {
-  readonly microvmId: string;
+  /** Fixes the instance (the service derives its id from the key and the caller's principal). */
+  readonly idempotencyKey: string;
   readonly imageIdentifier: string;
   readonly idlePolicy: IdlePolicy;
 }
 
-/** RunMicrovm with `microvmId` as its Idempotency-Key: a retry never launches a second instance. */
-export async function runStep(api: MicrovmApiClient, input: RunInput): Promise<{ endpoint: string }> {
+/** RunMicrovm with a fixed Idempotency-Key: a retry never launches a second instance. */
+export async function runStep(
+  api: MicrovmApiClient,
+  input: RunInput,
+  attempts = 4,
+): Promise<{ microvmId: string; endpoint: string }> {
   const run = () =>
     api.runMicrovm(
       { imageIdentifier: input.imageIdentifier, idlePolicy: input.idlePolicy },
-      { idempotencyKey: input.microvmId },
+      { idempotencyKey: input.idempotencyKey },
     );
-  const answer = await retrying(run, { attempts: 4, backoffMs: 100, retryable: isTransient });
-  return { endpoint: answer.endpoint };
+  const answer = await retrying(run, { attempts, backoffMs: 100, retryable: isTransient });
+  return { microvmId: answer.microvmId, endpoint: answer.endpoint };
 }
 
 /** Polls GetMicrovm (25 ms, growing to 250 ms) until RUNNING; an ended instance or the deadline fails. */

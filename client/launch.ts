@@ -5,8 +5,10 @@
 import { randomUUID } from "node:crypto";
 import type { AllowedPort, IdlePolicy } from "../schemas/index.ts";
 import { connectMicrovm, type AnyShape, type MicrovmStub } from "../vm-runtime/index.ts";
+import { ClientError } from "./client-error.ts";
 import {
   connectStep,
+  isTransient,
   probe,
   runStep,
   terminateStep,
@@ -32,8 +34,11 @@ export interface LaunchOptions<S extends object> {
   /** Attempts of the first call (default 5) and the pause before the second (default 50 ms, doubling). */
   readonly firstCallAttempts?: number;
   readonly firstCallBackoffMs?: number;
-  /** Fixes the microvmId (it is RunMicrovm's Idempotency-Key); default a fresh uuid v4. */
-  readonly microvmId?: string;
+  /**
+   * RunMicrovm's Idempotency-Key, which fixes the instance (its id is derived from the key and
+   * the caller's principal); default a fresh uuid v4.
+   */
+  readonly idempotencyKey?: string;
   readonly fetch?: typeof fetch;
 }
 
@@ -49,7 +54,9 @@ export async function launchMicrovm<S extends object = AnyShape, T = unknown>(
   work: LaunchWork<S, T>,
   options: LaunchOptions<S> = {},
 ): Promise<T> {
-  const microvmId = options.microvmId ?? randomUUID();
+  const idempotencyKey = options.idempotencyKey ?? randomUUID();
+  let microvmId: string | undefined;
+  let runOutcomeUnknown = false;
   const idlePolicy = {
     maxIdleDurationSeconds: 300,
     suspendedDurationSeconds: 600,
@@ -59,13 +66,15 @@ export async function launchMicrovm<S extends object = AnyShape, T = unknown>(
   const token = { expirationInMinutes: 15, allowedPorts: [{ port: 8080 }], ...options.token };
   const fetchOption = options.fetch ? { fetch: options.fetch } : {};
   let failed = false;
+  const runInput = { idempotencyKey, imageIdentifier: options.imageIdentifier ?? "sandbox", idlePolicy };
   try {
-    // A failed run's outcome may be unknown (timeout): the terminate by id below covers both.
-    const { endpoint } = await runStep(api, {
-      microvmId,
-      imageIdentifier: options.imageIdentifier ?? "sandbox",
-      idlePolicy,
+    const run = await runStep(api, runInput).catch((err: unknown) => {
+      // A declared refusal (4xx) launched nothing; anything else may have.
+      runOutcomeUnknown = !(err instanceof ClientError) || err.status >= 500 || isTransient(err);
+      throw err;
     });
+    microvmId = run.microvmId;
+    const endpoint = run.endpoint;
     await waitRunningStep(api, microvmId, options.readyTimeoutMs ?? 30_000);
     const vm: LaunchedMicrovm = { microvmId, endpoint, authToken: await tokenStep(api, microvmId, token) };
     const retry = { attempts: options.firstCallAttempts ?? 5, backoffMs: options.firstCallBackoffMs ?? 50 };
@@ -75,9 +84,17 @@ export async function launchMicrovm<S extends object = AnyShape, T = unknown>(
     failed = true;
     throw err;
   } finally {
+    // A run that timed out may have launched: the same key, asked once more, answers that
+    // instance (or launches one), and the terminate below covers it either way.
+    if (runOutcomeUnknown)
+      microvmId = await runStep(api, runInput, 1).then(
+        (run) => run.microvmId,
+        () => undefined,
+      );
     // The first error wins: a failed terminate after a failed step is not reported over it.
-    await terminateStep(api, microvmId).catch((err: unknown) => {
-      if (!failed) throw err;
-    });
+    if (microvmId !== undefined)
+      await terminateStep(api, microvmId).catch((err: unknown) => {
+        if (!failed) throw err;
+      });
   }
 }

@@ -104,7 +104,10 @@ export const runMicrovm = {
   ),
   success: Type.Object({ microvmId: Type.String(), endpoint: Type.String(), state: MicrovmState }),
   errors: [ImageNotFound, MicrovmLimitExceeded, MicrovmQuotaExceeded],
-  /** An `Idempotency-Key` becomes the microvmId: a retried run answers the same instance. */
+  /**
+   * An `Idempotency-Key` fixes the microvmId (derived from the key and the caller's principal,
+   * so two principals' equal keys name two instances): a retried run answers the same instance.
+   */
   idempotent: true,
   summary: "Launch an instance of an image",
 } as const satisfies Operation;

@@ -154,6 +154,38 @@ describe("api keys - microVM owners", () => {
     assert.equal((await asAlice().terminateMicrovm(id)).state, "TERMINATED");
   });
 
+  it("microvm owners - an Idempotency-Key is scoped to its principal: another's key or instance id is a fresh key", async () => {
+    const key = crypto.randomUUID();
+    const withKey = (k: string) => ({ idempotencyKey: k });
+    const alices = await asAlice().runMicrovm({ idlePolicy: policy() }, withKey(key));
+    assert.equal((await asAlice().runMicrovm({ idlePolicy: policy() }, withKey(key))).microvmId, alices.microvmId);
+    // Bob sends Alice's instance id, then Alice's own key, with Alice's very request: each launches his own.
+    const byId = await asBob().runMicrovm({ idlePolicy: policy() }, withKey(alices.microvmId));
+    const byKey = await asBob().runMicrovm({ idlePolicy: policy() }, withKey(key));
+    const ids = new Set([alices.microvmId, byId.microvmId, byKey.microvmId]);
+    assert.equal(ids.size, 3, "three instances");
+    assert.equal((await asBob().getMicrovm({ microvmIdentifier: byKey.microvmId })).microvmId, byKey.microvmId);
+    assert.equal(await status(asBob().getMicrovm({ microvmIdentifier: alices.microvmId })), 404);
+    assert.equal((await asBob().runMicrovm({ idlePolicy: policy() }, withKey(key))).microvmId, byKey.microvmId);
+    // Alice's instance and her key are untouched.
+    assert.equal((await asAlice().getMicrovm({ microvmIdentifier: alices.microvmId })).microvmId, alices.microvmId);
+    const reused = await asAlice()
+      .runMicrovm({ idlePolicy: policy({ autoResumeEnabled: false }) }, withKey(key))
+      .then(
+        () => undefined,
+        (err: { status: number; error: { _tag: string } }) => [err.status, err.error._tag],
+      );
+    assert.deepEqual(reused, [409, "IdempotencyKeyReused"], "her own key, another request");
+    for (const [client, vm] of [
+      [asAlice(), alices],
+      [asBob(), byId],
+      [asBob(), byKey],
+    ] as const) {
+      await client.terminateMicrovm({ microvmIdentifier: vm.microvmId });
+      await waitForState(client, vm.microvmId, ["TERMINATED"], 30_000);
+    }
+  });
+
   it("microvm owners - past the per-principal quota RunMicrovm is a 429, other principals unaffected", async () => {
     const live = [
       await asAlice().runMicrovm({ idlePolicy: policy() }),

@@ -4,7 +4,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { ClientError, launchMicrovm, MicrovmLaunchError, type MicrovmApiClient } from "../client/index.ts";
-import { MicrovmStore } from "../actors/microvms/index.ts";
+import { keyedMicrovmId, MicrovmStore } from "../actors/microvms/index.ts";
 import { connectMicrovm, type SandboxShape } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
@@ -66,7 +66,7 @@ describe("launch steps", () => {
         if (fail.work) throw new WorkFailed("work failed");
         return 42;
       },
-      { microvmId: "vm", firstCall: async () => void log.push("connect") },
+      { idempotencyKey: "key", firstCall: async () => void log.push("connect") },
     );
 
   it("launch steps - every step in order, the work's result returned", async () => {
@@ -77,7 +77,8 @@ describe("launch steps", () => {
 
   it("launch steps - a failed step or work still terminates, and the first error wins", async () => {
     for (const [fail, expected, error] of [
-      [{ run: true }, ["run", "terminate"], /run failed/],
+      // A run whose outcome is unknown is asked once more, to learn the instance to terminate.
+      [{ run: true }, ["run", "run"], /run failed/],
       [{ work: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"], WorkFailed],
       [{ work: true, terminate: true }, ["run", "waitRunning", "token", "connect", "work", "terminate"], WorkFailed],
     ] as const) {
@@ -125,21 +126,21 @@ for (const transport of ["nats", "http"] as const) {
 
 describe("launch - failing steps", () => {
   it("launch - an unknown image rejects with ImageNotFound and leaves no record", async () => {
-    const microvmId = crypto.randomUUID();
+    const idempotencyKey = crypto.randomUUID();
     await assert.rejects(
-      launchMicrovm(svc.overNats, async () => "never", { imageIdentifier: "missing", microvmId }),
+      launchMicrovm(svc.overNats, async () => "never", { imageIdentifier: "missing", idempotencyKey }),
       (err) => err instanceof ClientError && err._tag === "ImageNotFound",
     );
-    assert.equal(await stateOf(microvmId), undefined);
+    assert.equal(await stateOf(keyedMicrovmId("nats:internal", idempotencyKey)), undefined);
   });
 
   it("launch - not RUNNING in time rejects with MicrovmLaunchError and still terminates", async () => {
-    const microvmId = crypto.randomUUID();
+    const idempotencyKey = crypto.randomUUID();
     await assert.rejects(
-      launchMicrovm(svc.overNats, async () => "never", { readyTimeoutMs: 1, microvmId }),
+      launchMicrovm(svc.overNats, async () => "never", { readyTimeoutMs: 1, idempotencyKey }),
       (err) => err instanceof MicrovmLaunchError && err.step === "waitRunning",
     );
-    assert.equal(await stateOf(microvmId), "TERMINATED");
+    assert.equal(await stateOf(keyedMicrovmId("nats:internal", idempotencyKey)), "TERMINATED");
   });
 
   it("launch - 20 launches whose work throws leave no instance process and no live record", async () => {

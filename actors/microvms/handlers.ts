@@ -1,7 +1,7 @@
 // The seven microVM operations as handlers of one host. Reads (get, list) answer from KV on
 // any host; run launches here; token/suspend/resume/terminate run on the instance's owner:
 // here when this host owns it, else forwarded to the owner's own subject.
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   createAuthToken,
@@ -168,7 +168,7 @@ async function run(
   principal: string,
   idempotencyKey: string | undefined,
 ) {
-  const microvmId = idempotencyKey ?? randomUUID();
+  const microvmId = idempotencyKey ? keyedMicrovmId(principal, idempotencyKey) : randomUUID();
   if (idempotencyKey) {
     const stored = await host.store.read(microvmId);
     if (stored) return replay(stored, imageIdentifier, idlePolicy, principal);
@@ -277,6 +277,19 @@ export async function reserveSlot(host: HostState, principal: string, purpose: S
     release();
     throw err;
   }
+}
+
+/**
+ * The instance id an `Idempotency-Key` stands for, scoped to the caller: the same key of two
+ * principals names two instances, so a key (another's instance id, say) tells nothing about
+ * anyone else's. Shaped as a uuid v4 (as unkeyed ids are) from sha256 of principal and key.
+ */
+export function keyedMicrovmId(principal: string, idempotencyKey: string): string {
+  const hash = createHash("sha256").update(`microvm-run\0${principal}\0${idempotencyKey}`).digest();
+  hash[6] = (hash[6]! & 0x0f) | 0x40;
+  hash[8] = (hash[8]! & 0x3f) | 0x80;
+  const hex = hash.subarray(0, 16).toString("hex");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
 /** A retried RunMicrovm: the same request answers the stored instance, another one is a 409. */

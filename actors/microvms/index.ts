@@ -23,6 +23,7 @@ import { startSweeper, type SweepReport } from "./sweeper.ts";
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
 export { ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
 export { REASON_PROCESS_GONE, REASON_PROCESS_KILLED, type ReconcileReport } from "./reconcile.ts";
+export { keyedMicrovmId } from "./handlers.ts";
 export { hostSubject, hostGoneReason } from "./routing.ts";
 export { MicrovmStore, type MicrovmRecord, type StoredHandle } from "./store.ts";
 export type { SweepReport } from "./sweeper.ts";
