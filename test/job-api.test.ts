@@ -79,12 +79,14 @@ describe("job api", () => {
     await res.arrayBuffer();
   });
 
-  it("job api - every created job is seen by a KV watcher in another connection", async () => {
+  it("job api - every created job is seen by a KV watcher in another connection", { timeout: 30_000 }, async () => {
     const seen: string[] = [];
-    const watcher = watchJobs(svc.handle.nc);
+    let watching!: () => void;
+    const ready = new Promise<void>((resolve) => (watching = resolve));
+    const watcher = watchJobs(svc.handle.nc, { onWatching: () => watching() });
     const first = watcher.next(); // starts the watch
     const ids: string[] = [];
-    await new Promise((r) => setTimeout(r, 100));
+    await ready;
     for (let i = 0; i < 5; i++) ids.push((await postJson(`${svc.jobUrl}/`, { content: `w${i}` })).body as string);
     const head = await first;
     seen.push(head.value!.id);

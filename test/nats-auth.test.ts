@@ -211,10 +211,12 @@ describe("nats auth - the service and the internal user", () => {
     assert.equal((await vms.terminateMicrovm({ microvmIdentifier: vm.microvmId })).state, "TERMINATED");
   });
 
-  it("nats auth - the internal user can watch jobs", async () => {
-    const watcher = watchJobs(internal);
-    const first = watcher.next();
-    await new Promise((r) => setTimeout(r, 200)); // the watch's consumer is set up
+  it("nats auth - the internal user can watch jobs", { timeout: 30_000 }, async () => {
+    let watching!: () => void;
+    const ready = new Promise<void>((resolve) => (watching = resolve));
+    const watcher = watchJobs(internal, { onWatching: () => watching() });
+    const first = watcher.next(); // starts the watch
+    await ready;
     const jobId = await natsClient(jobApi, internal).createJob({ content: "watched" });
     const { value } = await first;
     assert.deepEqual({ id: value!.id, content: value!.content }, { id: jobId, content: "watched" });

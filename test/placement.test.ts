@@ -63,13 +63,12 @@ describe("placement", () => {
     const api = natsClient(taskApi, client.nc);
     const names = ["alpha", "beta", "gamma", "delta", "epsilon"].map((n) => `one-${n}`);
     // Many requests per name at once, entering at random processes (queue groups).
-    const created = await Promise.all(
-      names.flatMap((name) => Array.from({ length: 12 }, (_, i) => api.createTaskDO({ title: `${name} ${i}`, name }))),
-    );
-    assert.equal(created.length, 60);
-    for (const task of created) {
-      const name = names.find((n) => task.title.startsWith(`${n} `))!;
-      assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
+    const sent = names.flatMap((name) => Array.from({ length: 12 }, (_, i) => ({ title: `${name} ${i}`, name })));
+    const created = await Promise.all(sent.map((input) => api.createTaskDO(input)));
+    assert.equal(new Set(created.map((task) => task.id)).size, sent.length, "one new task per create");
+    for (const [i, task] of created.entries()) {
+      assert.equal(task.title, sent[i]!.title, "each create answers with its own task");
+      assert.deepEqual(await api.getTaskDO({ id: task.id, name: sent[i]!.name }), task);
     }
     for (const name of names)
       assert.equal(startsOf(name).length, 1, `${name}: one activation, got ${JSON.stringify(startsOf(name))}`);
@@ -148,10 +147,11 @@ describe("placement", () => {
     await a.actors.close();
   });
 
-  it("placement - an idle name is released, and another process claims it without waiting", async () => {
+  it("placement - an idle name is released, and another process claims it without waiting", async (t) => {
     const a = await actorProcess("idle-a", { idleMs: 200 });
     const api = natsClient(taskApi, client.nc);
     const name = "idle-name";
+    const leases = await watchLeases([name]);
     await api.createTaskDO({ title: "one", name });
     await waitFor(() => events.some((e) => e.name === name && e.event === "end" && e.reason === "released"), 5_000);
     assert.equal(a.actors.activations, 0);
@@ -159,28 +159,34 @@ describe("placement", () => {
     const b = await actorProcess("idle-b");
     const started = Date.now();
     await api.createTaskDO({ title: "two", name });
-    assert.ok(Date.now() - started < TTL_MS, `claimed in ${Date.now() - started} ms, without waiting out a lease`);
-    assert.equal(startsOf(name).at(-1)?.owner, "idle-b");
+    t.diagnostic(`claimed by a create that took ${Date.now() - started} ms (lease TTL ${TTL_MS} ms)`);
+    const claim = startsOf(name).at(-1)!;
+    assert.equal(claim.owner, "idle-b");
+    assert.equal(await leases.before(name, claim.revision), "DEL", "claimed over the released lease, not a lapsed one");
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name))), []);
     await b.actors.close();
   });
 
-  it("placement - a closing process finishes its requests and hands its names over at once", async () => {
+  it("placement - a closing process finishes its requests and hands its names over at once", async (t) => {
     const a = await actorProcess("close-a");
     const api = natsClient(taskApi, client.nc);
     const names = ["close-1", "close-2", "close-3"];
+    const leases = await watchLeases(names);
     for (const name of names) await api.createTaskDO({ title: "held", name });
     const b = await actorProcess("close-b");
     const inFlight = names.map((name) => api.createTaskDO({ title: "during close", name }));
     await a.actors.close();
-    const results = await Promise.all(inFlight);
-    assert.equal(results.length, 3);
+    // Each request in flight at the close was answered, and what it wrote reads back.
+    for (const [i, task] of (await Promise.all(inFlight)).entries())
+      assert.deepEqual(await api.getTaskDO({ id: task.id, name: names[i]! }), task);
     const started = Date.now();
     for (const name of names) await api.createTaskDO({ title: "after close", name });
-    assert.ok(Date.now() - started < TTL_MS, "released names are claimed without waiting out a lease");
+    t.diagnostic(`three creates after the close took ${Date.now() - started} ms (lease TTL ${TTL_MS} ms)`);
     for (const name of names) {
       assert.equal(events.find((e) => e.name === name && e.event === "end")?.reason, "closed");
-      assert.equal(startsOf(name).at(-1)?.owner, "close-b");
+      const claim = startsOf(name).at(-1)!;
+      assert.equal(claim.owner, "close-b");
+      assert.equal(await leases.before(name, claim.revision), "DEL", `${name}: claimed over the released lease`);
     }
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => names.includes(e.name)))), []);
     await b.actors.close();
@@ -304,6 +310,27 @@ async function retryUntilOk<T>(call: () => Promise<T>, timeoutMs: number): Promi
       await sleep(50);
     }
   }
+}
+
+/**
+ * Follows the lease keys of `names` from now on. `before(name, revision)` is the operation (PUT,
+ * DEL) that came just before the claim at `revision`: DEL when the claim took a released lease,
+ * PUT when it waited out a lease that lapsed.
+ */
+async function watchLeases(names: readonly string[]) {
+  const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
+  const changes: { key: string; operation: string; revision: number }[] = [];
+  const watcher = await kv.watch({ key: names.map(nameToken) });
+  defer(() => watcher.stop());
+  void (async () => {
+    for await (const e of watcher) changes.push({ key: e.key, operation: e.operation, revision: e.revision });
+  })();
+  return {
+    async before(name: string, revision: number): Promise<string | undefined> {
+      await waitFor(() => changes.some((c) => c.revision >= revision), 5_000);
+      return changes.filter((c) => c.key === nameToken(name) && c.revision < revision).at(-1)?.operation;
+    },
+  };
 }
 
 async function waitFor(check: () => boolean, timeoutMs: number): Promise<void> {

@@ -173,15 +173,16 @@ test("client - the stub is not thenable", async () => {
   assert.equal(await Promise.resolve(stub), stub);
 });
 
-test("client - round trips through the proxy", async (t) => {
+// Their speed is a benchmark row, not a timed test: `npm run bench -- --microvm`, "stub.hello
+// via host proxy (client stub)" (sequential p50/p99, and req/s with concurrent callers).
+test("client - sequential round trips through the proxy each get their own answer", async (t) => {
   const stub = connectSandbox();
-  await stub.hello("warm-up");
   const calls = 300;
   const began = performance.now();
-  for (let i = 0; i < calls; i++) await stub.hello(String(i));
-  const mean = (performance.now() - began) / calls;
-  t.diagnostic(`sequential hello via client → proxy → runtime: ${mean.toFixed(3)} ms per call`);
-  assert.ok(mean < 50);
+  for (let i = 0; i < calls; i++) assert.equal(await stub.hello(String(i)), `hello, ${i}!`);
+  t.diagnostic(
+    `sequential hello via client → proxy → runtime: ${((performance.now() - began) / calls).toFixed(3)} ms per call`,
+  );
 });
 
 test("client - an injected fetch carries the RPC calls, streams and refusals too", async () => {

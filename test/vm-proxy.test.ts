@@ -353,19 +353,29 @@ test("proxy - a starting instance is 503 with Retry-After, a terminated one 410"
 
 test("proxy - counts authorised requests in flight and reports their start and end", async (t) => {
   const events: string[] = [];
+  // A clock the test moves, so each activity time is told apart from the one before.
+  let clock = Date.now();
   const { proxy, base } = await startProxy(t, {
+    now: () => clock,
     hooks: { onRequestStart: (n) => events.push(`start:${n}`), onRequestEnd: (n) => events.push(`end:${n}`) },
   });
+  const created = proxy.lastActivityAt;
+  clock += 1_000;
   await hello(base);
   assert.deepEqual(events, [], "a refused request is not activity");
-  const before = proxy.lastActivityAt;
+  assert.equal(proxy.lastActivityAt, created, "a refused request is not activity");
+  clock += 1_000;
+  const startedAt = clock;
   const sleeping = fetch(`${base}/__rpc__/sleep`, { method: "POST", body: "[300]", headers: headers(token()) });
   await until(() => proxy.inFlight === 1);
   assert.deepEqual(events, ["start:1"]);
+  assert.equal(proxy.lastActivityAt, startedAt, "a request's start is activity");
+  clock += 1_000;
+  const endedAt = clock;
   assert.equal(await (await sleeping).json(), 300);
   await until(() => proxy.inFlight === 0);
   assert.deepEqual(events, ["start:1", "end:0"]);
-  assert.ok(proxy.lastActivityAt >= before);
+  assert.equal(proxy.lastActivityAt, endedAt, "a request's end is activity");
 });
 
 test("proxy - a token that expires while unused is refused", async (t) => {
