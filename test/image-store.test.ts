@@ -57,7 +57,7 @@ async function assertConsistent(store: ImageStore, owner: string, name: string, 
 }
 
 describe("image store", () => {
-  it("image store - pushes racing deletes of the same name leave records and objects consistent", async () => {
+  it("image store - pushes racing deletes of the same name leave records and objects consistent", async (t) => {
     const store = await openStore();
     const outcomes = new Set<string>();
     for (let round = 0; round < 12; round++) {
@@ -74,7 +74,8 @@ describe("image store", () => {
     }
     await store.delete("alice", "racy", async () => undefined);
     await assertConsistent(store, "alice", "racy", -1);
-    assert.ok(outcomes.size > 0);
+    // Which way the races went is reported, not asserted: either is right (checked each round).
+    t.diagnostic(`outcomes: ${[...outcomes].join(", ")}`);
   });
 
   it("image store - a refused delete changes nothing; another name with the same module keeps its object", async () => {
