@@ -14,7 +14,7 @@ import { activationIntervals, overlaps, writesOutside } from "../helpers/activat
 import { composeProject, docker, type ComposeProject } from "../helpers/compose.ts";
 import { FAILOVER_BOUND_MS, NATS_NODE_BOUND_MS } from "../helpers/fault-bounds.ts";
 import { dockerEngine } from "../helpers/nats.ts";
-import { objectLoadBuckets, recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
+import { assertNoStaleReads, objectLoadBuckets, recoveryAfter, startObjectLoad } from "../helpers/object-load.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const noEngine = (await dockerEngine()) ? undefined : "needs a Docker engine (npm run test:containers starts one)";
@@ -209,7 +209,9 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     await sleep(STEADY_MS);
     await load.stop();
 
-    // Every create answered 200 reads back, through both gateways.
+    // No read of an acknowledged create answered 404 during the kills (the load retries until
+    // 200, so a stale read is only seen here), and every one reads back now, through both gateways.
+    assertNoStaleReads(load.attempts, (line) => t.diagnostic(line));
     const clients = project.gateways.map((g) => httpClient(taskApi, g.task, { apiKey: project.apiKey }));
     for (const [i, write] of load.answered.entries()) {
       assert.deepEqual(await clients[i % 2]!.getTaskDO({ id: write.id, name: write.name }), {

@@ -1,5 +1,7 @@
 // Steady task-object load for fault tests: one worker per name, each creating a task (retried
 // with one Idempotency-Key until answered 200) and reading it back, through HTTP gateways.
+// Every attempt is recorded, so a read of an acknowledged create that answered 404 is seen.
+import assert from "node:assert/strict";
 import { ClientError, httpClient } from "../../client/index.ts";
 import { bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
@@ -15,6 +17,8 @@ export interface AnsweredWrite {
 /** One attempt's outcome: when, which name, and the status or failure tag. */
 export interface Attempt {
   name: string;
+  /** A create, or a read of a create answered 200 (which must never answer 404). */
+  kind: "create" | "read";
   at: number;
   ok: boolean;
   outcome: string;
@@ -57,15 +61,20 @@ export function startObjectLoad(
   const clients = gatewayUrls.map((url) => httpClient(taskApi, url, { fetch: fetchWithTimeout, apiKey }));
 
   /** Repeats `call` until it answers 200 or the load stops. */
-  async function untilAnswered<T>(name: string, via: number, call: () => Promise<T>): Promise<T | undefined> {
+  async function untilAnswered<T>(
+    name: string,
+    kind: Attempt["kind"],
+    via: number,
+    call: () => Promise<T>,
+  ): Promise<T | undefined> {
     while (running) {
       try {
         const value = await call();
-        attempts.push({ name, at: Date.now(), ok: true, outcome: "200", via });
+        attempts.push({ name, kind, at: Date.now(), ok: true, outcome: "200", via });
         return value;
       } catch (err) {
         const outcome = err instanceof ClientError ? `${err.status} ${err._tag}` : (err as Error).name;
-        attempts.push({ name, at: Date.now(), ok: false, outcome, via });
+        attempts.push({ name, kind, at: Date.now(), ok: false, outcome, via });
         await new Promise((r) => setTimeout(r, RETRY_PAUSE_MS));
       }
     }
@@ -79,10 +88,12 @@ export function startObjectLoad(
     for (let n = 0; running; n++) {
       const title = `${name} #${n}`;
       const idempotencyKey = crypto.randomUUID();
-      const task = await untilAnswered(name, writeVia, () => api.createTaskDO({ title, name }, { idempotencyKey }));
+      const task = await untilAnswered(name, "create", writeVia, () =>
+        api.createTaskDO({ title, name }, { idempotencyKey }),
+      );
       if (!task) return;
       answered.push({ name, id: task.id, title, at: Date.now() });
-      const read = await untilAnswered(name, readVia, () => reader.getTaskDO({ id: task.id, name }));
+      const read = await untilAnswered(name, "read", readVia, () => reader.getTaskDO({ id: task.id, name }));
       if (read && (read.id !== task.id || read.title !== title))
         throw new Error(`${name}: read ${JSON.stringify(read)} for ${JSON.stringify(task)}`);
     }
@@ -97,6 +108,22 @@ export function startObjectLoad(
       await Promise.all(workers);
     },
   };
+}
+
+/**
+ * Reads of an acknowledged create that answered 404 (a stale read, e.g. from a replica behind
+ * after a failover): the load retries them until 200, so they are only seen here.
+ */
+export function staleReads(attempts: readonly Attempt[]): Attempt[] {
+  return attempts.filter((a) => a.kind === "read" && a.outcome.startsWith("404"));
+}
+
+/** Reports how many reads of acknowledged creates were made, and fails on any stale one. */
+export function assertNoStaleReads(attempts: readonly Attempt[], say: (line: string) => void): void {
+  const stale = staleReads(attempts);
+  const reads = attempts.filter((a) => a.kind === "read").length;
+  say(`${reads} reads of acknowledged creates under load, ${stale.length} answered 404`);
+  assert.deepEqual(stale, [], "no read of an acknowledged create answered 404");
 }
 
 /**
