@@ -1,8 +1,11 @@
 // Network partitions of the 3-node NATS cluster (iptables on loopback, test/helpers/partition.ts)
-// under steady task-object and task load through two gateways and three actor processes: one
-// node cut from the other two for 10 s, then the node an owner of names is connected to (a
-// minority holding an owner). Checked: no create answered 200 is lost or reads 404 (a read of
-// another gateway's write included), activations of a name never overlap, the minority side
+// under steady task-object and task load through the cluster's two gateways and one more gateway
+// pinned to each node (so requests enter on both sides of any cut), three actor processes: the
+// node leading the lease bucket cut from the other two, then the node an owner of names is
+// connected to. Checked: no create answered 200 is lost or reads 404 (a read of another
+// gateway's write included), activations of a name never overlap, the majority side keeps
+// serving (every name it is asked for answers within the bound of its buckets having leaders
+// again, as for a killed node) and the names it is asked for move to it, the minority side
 // answers 503/504 and nothing else, and every name answers again within the bound after the heal.
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -10,15 +13,30 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
 import { httpClient } from "../../client/index.ts";
-import { bucketLeader, startCluster, type NatsNode } from "../../cluster/index.ts";
-import { bucketNames } from "../../platform/index.ts";
+import {
+  bucketLeader,
+  leadersBack,
+  startCluster,
+  startRole,
+  type NatsNode,
+  type RoleProcess,
+} from "../../cluster/index.ts";
+import { authDirOf, bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside } from "../helpers/activations.ts";
 import { lifo } from "../helpers/defer.ts";
+import { NATS_NODE_BOUND_MS } from "../helpers/fault-bounds.ts";
 import { activationLog, activationLogEnv, faultTopology } from "../helpers/fault-cluster.ts";
+import { skipUnlessRequired } from "../helpers/invasive.ts";
 import { startLoad, statusCounts } from "../helpers/load.ts";
 import { natsSource } from "../helpers/nats.ts";
-import { failureTally, longestOutage, startObjectLoad, type Attempt } from "../helpers/object-load.ts";
+import {
+  assertNoStaleReads,
+  failureTally,
+  objectLoadBuckets,
+  startObjectLoad,
+  type Attempt,
+} from "../helpers/object-load.ts";
 import { connectedPort, partitions } from "../helpers/partition.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -27,20 +45,39 @@ const noLocalNats = await natsSource({ private: true }).then(
   () => "needs a local nats-server to run a cluster",
 );
 
+/** A cut lasts at least this, and past the majority's bound by CUT_MARGIN_MS (see partitionRound). */
 const PARTITION_MS = 10_000;
-/** After the heal, every name and both gateways' task creates answer 200 again within this. */
+const CUT_MARGIN_MS = 2_000;
+/** After the heal, every name and every gateway's task creates answer 200 again within this. */
 const HEAL_BOUND_MS = 10_000;
 const STEADY_MS = 3_000;
+/** The buckets the load writes: the majority serves once each has a leader on its side. */
+const loadBuckets = [...objectLoadBuckets, bucketNames.tasks];
 
-it("partitions - one NATS node cut off, then the node of a task-object owner: nothing acknowledged lost, one activation per name", {
-  skip: noLocalNats,
-  timeout: 300_000,
+/**
+ * The longest time one of `names` went without a 200 in [from, to): the gaps between its
+ * successes, and those from `from` to its first and from its last to `to`.
+ */
+function longestGap(attempts: readonly Attempt[], names: readonly string[], from: number, to: number) {
+  let worst = { ms: 0, name: "" };
+  for (const name of names) {
+    const oks = attempts.filter((a) => a.name === name && a.ok && a.at >= from && a.at < to).map((a) => a.at);
+    const points = [from, ...oks, to];
+    for (let i = 1; i < points.length; i++)
+      if (points[i]! - points[i - 1]! > worst.ms) worst = { ms: points[i]! - points[i - 1]!, name };
+  }
+  return worst;
+}
+
+it("partitions - one NATS node cut off, then the node of a task-object owner: nothing acknowledged lost, the majority serves, one activation per name", {
+  timeout: 360_000,
 }, async (t) => {
+  if (noLocalNats) return skipUnlessRequired(t, noLocalNats);
   const defer = lifo((fn) => t.after(fn));
   const baseDir = await mkdtemp(join(tmpdir(), "partition-"));
   defer(() => rm(baseDir, { recursive: true, force: true }));
   const made = partitions(baseDir);
-  if (typeof made === "string") return t.skip(made);
+  if (typeof made === "string") return skipUnlessRequired(t, made);
   const tool = made;
   defer(() => tool.close());
   const topology = faultTopology;
@@ -49,9 +86,26 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   const cluster = await startCluster(topology, { baseDir, onLine, env, natsBinary: tool.binary });
   defer(() => cluster.stop());
   for (const line of cluster.natsRestarts) t.diagnostic(line);
-  defer(() => tool.heal()); // before the stop: a cut node would hold up its peers' shutdown
-  const urls = cluster.gateways.map((g) => `http://127.0.0.1:${g.ports!.task}`);
   const nodes = cluster.nats.nodes;
+  const roleEnv = { ...env, KV_REPLICAS: String(topology.replicas), NATS_AUTH_DIR: authDirOf(baseDir) };
+  /** A service process connected to `node` only (the cluster's own pick one of the three at random). */
+  const pinnedTo = (node: NatsNode, role: "gateway" | "actors", name: string, extraEnv: Record<string, string> = {}) =>
+    startRole({
+      name,
+      role,
+      natsUrl: node.url,
+      dataDir: join(baseDir, name),
+      runDir: baseDir,
+      env: { ...roleEnv, ...extraEnv },
+      onLine,
+    });
+  const gatewayPorts = { TASK_API_PORT: "0", JOB_API_PORT: "0", MICROVM_API_PORT: "0" };
+  const pinned = await Promise.all(nodes.map((n) => pinnedTo(n, "gateway", `gateway-on-${n.name}`, gatewayPorts)));
+  const extraActors: RoleProcess[] = [];
+  defer(() => Promise.all([...pinned, ...extraActors].map((p) => p.stop())));
+  defer(() => tool.heal()); // before the stops: a cut node would hold up its peers' shutdown
+  const gateways = [...cluster.gateways, ...pinned];
+  const urls = gateways.map((g) => `http://127.0.0.1:${g.ports!.task}`);
   const routePorts = nodes.map((n) => n.routePort);
   const nodeOf = (pid: number) =>
     nodes.find(
@@ -63,7 +117,7 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
         ),
     );
 
-  // Most names are read back through the gateway that created them, some through the other.
+  // Most names are read back through the gateway that created them, some through the next one.
   const names = Array.from({ length: 20 }, (_, i) => `object-${i + 1}`);
   const load = startObjectLoad(names.slice(0, 16), urls);
   const crossLoad = startObjectLoad(names.slice(16), urls, { readElsewhere: true });
@@ -73,21 +127,44 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
       body: () => ({ title: "partition" }),
       idOf: (a) => (a as { id: string }).id,
     })),
-    4,
+    urls.length,
   );
   defer(() => Promise.all([load.stop(), crossLoad.stop(), tasks.stop()]));
   const attempts = (): Attempt[] => [...load.attempts, ...crossLoad.attempts];
   const report: string[] = [];
   const say = (line: string) => (report.push(line), t.diagnostic(line));
 
-  /** Cuts `node` off for PARTITION_MS, heals, and checks the minority's answers and the recovery. */
+  /**
+   * Cuts `node` off until the majority has served for a while, heals, and checks both sides'
+   * answers and the recovery. Resolves to when the cut began and ended.
+   */
   async function partitionRound(label: string, node: NatsNode) {
-    const minority = cluster.services.filter((s) => nodeOf(s.pid) === node).map((s) => s.name);
-    const minorityGateways = cluster.gateways.flatMap((g, i) => (minority.includes(g.name) ? [i] : []));
+    const majorityNodes = nodes.filter((n) => n !== node);
+    const onMinority = (pid: number) => nodeOf(pid) === node;
+    // Whichever node is cut, a pinned gateway is on the majority side; an actor process may not be.
+    if (cluster.services.concat(extraActors).every((s) => s.role !== "actors" || onMinority(s.pid))) {
+      extraActors.push(await pinnedTo(majorityNodes[0]!, "actors", `actors-on-${majorityNodes[0]!.name}`));
+      say(`${label}: every actor process is on ${node.name}; started one on ${majorityNodes[0]!.name}`);
+    }
+    const minority = [...gateways, ...cluster.services, ...extraActors]
+      .filter((s, i, all) => all.indexOf(s) === i && onMinority(s.pid))
+      .map((s) => s.name);
+    const minorityGateways = gateways.flatMap((g, i) => (onMinority(g.pid) ? [i] : []));
+    const majorityGateways = gateways.flatMap((g, i) => (onMinority(g.pid) ? [] : [i]));
     const cutAt = Date.now();
     tool.cut(node.name, node.routePort, routePorts);
-    say(`${label}: cut ${node.name} off with ${minority.join(", ") || "no service process"} on its side`);
-    await sleep(PARTITION_MS);
+    say(`${label}: cut ${node.name} off with ${minority.join(", ")} on its side`);
+    // The majority's part is JetStream's elections (measured), then the service's (bounded as
+    // for a killed node); the cut lasts past that bound, so a total outage cannot pass.
+    const ledMs = await leadersBack(
+      majorityNodes.map((n) => n.url).join(","),
+      loadBuckets,
+      node.name,
+      cluster.credentials.gateway,
+      cutAt,
+    );
+    const majorityBoundMs = ledMs + NATS_NODE_BOUND_MS;
+    await sleep(cutAt + Math.max(PARTITION_MS, majorityBoundMs + CUT_MARGIN_MS) - Date.now());
     tool.heal();
     const healedAt = Date.now();
     const answeringAgain = () =>
@@ -102,15 +179,44 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     const recoveredMs = Date.now() - healedAt;
     const during = attempts().filter((a) => a.at >= cutAt && a.at < healedAt + recoveredMs);
     const minorityFailures = during.filter((a) => !a.ok && minorityGateways.includes(a.via));
-    // Names whose workers use only the majority's gateways: they should be served during the cut.
+    // Names whose workers use only the majority's gateways: they are served during the cut.
     const majorityNames = names.filter((n) =>
-      attempts().every((a) => a.name !== n || !minorityGateways.includes(a.via)),
+      attempts().every((a) => a.name !== n || majorityGateways.includes(a.via)),
     );
-    const majorityOutage = longestOutage(attempts(), majorityNames, cutAt, healedAt);
+    const majorityOutage = longestGap(attempts(), majorityNames, cutAt, healedAt);
+    const majorityTasks = majorityGateways.map(
+      (i) => tasks.answers.filter((a) => a.target === i && a.status === 200 && a.at >= cutAt && a.at < healedAt).length,
+    );
     say(
-      `${label}: every name and task create answered 200 again ${recoveredMs} ms after the heal; ` +
-        `through the majority's gateways the longest time a name went without a 200 during the cut: ${majorityNames.length === 0 ? "no such name" : majorityOutage ? `${majorityOutage.ms} ms (${majorityOutage.name})` : "a name had no 200 in the whole cut"}; ` +
+      `${label}: ${loadBuckets.join(", ")} led on the majority side ${ledMs} ms after the cut, which lasted ${healedAt - cutAt} ms; ` +
+        `through the majority's gateways the longest time one of ${majorityNames.length} names went without a 200 during the cut: ${majorityOutage.ms} ms (${majorityOutage.name}, bound ${majorityBoundMs} ms); ` +
+        `task creates answered 200 there during the cut: ${majorityTasks.join(", ")}; ` +
+        `every name and task create answered 200 again ${recoveredMs} ms after the heal; ` +
         `failed attempts: ${failureTally(during, cutAt)}; task creates: ${JSON.stringify(statusCounts(tasks.answers.filter((a) => a.at >= cutAt)))}`,
+    );
+    if (majorityOutage.ms > majorityBoundMs) {
+      // What that name saw, to tell JetStream's part from the service's (ms from the cut).
+      const of = majorityOutage.name;
+      say(
+        `${of}: ` +
+          attempts()
+            .filter((a) => a.name === of && a.at >= cutAt - 1_000 && a.at < healedAt + 1_000)
+            .map((a) => `${a.at - cutAt}:${a.kind}:${a.via}:${a.outcome}`)
+            .join(" ") +
+          `; activations: ${events
+            .filter((e) => e.name === of && e.event !== "write" && e.at >= cutAt - 60_000)
+            .map((e) => `${e.process}:${e.event}@${e.at - cutAt}${e.reason ? `:${e.reason}` : ""}`)
+            .join(" ")}`,
+      );
+    }
+    assert.ok(majorityNames.length > 0, `${label}: some names are asked for through the majority's gateways only`);
+    assert.ok(
+      majorityOutage.ms <= majorityBoundMs,
+      `${label}: through the majority's gateways ${majorityOutage.name} went ${majorityOutage.ms} ms without a 200 during the cut (bound ${majorityBoundMs} ms: ${ledMs} ms to leaders + ${NATS_NODE_BOUND_MS} ms)`,
+    );
+    assert.ok(
+      majorityTasks.every((n) => n > 0),
+      `${label}: every majority gateway answered task creates during the cut (${majorityTasks.join(", ")})`,
     );
     assert.deepEqual(
       during.filter((a) => a.outcome.startsWith("404") || a.outcome.startsWith("500")),
@@ -126,6 +232,7 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
       recoveredMs <= HEAL_BOUND_MS,
       `${label}: answering again ${recoveredMs} ms after the heal (bound ${HEAL_BOUND_MS} ms)`,
     );
+    return { cutAt, healedAt, majorityNames };
   }
 
   await sleep(STEADY_MS);
@@ -142,23 +249,34 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   for (const i of open) counts.set(i.owner, (counts.get(i.owner) ?? 0) + 1);
   const [owner] = [...counts].sort((a, b) => b[1] - a[1])[0] ?? [];
   assert.ok(owner, "some process holds names");
-  const ownerProcess = cluster.services.find((s) => s.name === ownerOf.get(owner))!;
+  const ownerProcess = [...cluster.services, ...extraActors].find((s) => s.name === ownerOf.get(owner))!;
   const ownerNode = nodeOf(ownerProcess.pid);
   assert.ok(ownerNode, `${ownerProcess.name} is connected to a node`);
   const heldBefore = open.filter((i) => i.owner === owner).map((i) => i.name);
-  const cutAt = Date.now();
-  await partitionRound(`owner's node (${ownerProcess.name}, ${heldBefore.length} names)`, ownerNode);
-  const movedAway = heldBefore.filter((name) =>
-    events.some((e) => e.name === name && e.event === "start" && e.owner !== owner && e.at > cutAt),
-  );
+  const cut = await partitionRound(`owner's node (${ownerProcess.name}, ${heldBefore.length} names)`, ownerNode);
+  // A name asked for through the majority's gateways moves there during the cut; one asked for
+  // only on the owner's side has no request reaching the majority until the heal.
+  const movedDuringCut = (name: string) =>
+    events.some(
+      (e) => e.name === name && e.event === "start" && e.owner !== owner && e.at > cut.cutAt && e.at < cut.healedAt,
+    );
+  const mustMove = heldBefore.filter((name) => cut.majorityNames.includes(name));
   say(
-    `${movedAway.length} of the ${heldBefore.length} names ${ownerProcess.name} held were activated on the majority side during the cut or after`,
+    `${ownerProcess.name} held ${heldBefore.length} names; of the ${mustMove.length} asked for through the majority's gateways, ${mustMove.filter(movedDuringCut).length} were activated on the majority side during the cut (of the others: ${heldBefore.filter((n) => !mustMove.includes(n) && movedDuringCut(n)).length})`,
+  );
+  assert.deepEqual(
+    mustMove.filter((name) => !movedDuringCut(name)),
+    [],
+    "names asked for on the majority side moved there during the cut",
   );
   await sleep(STEADY_MS);
   await Promise.all([load.stop(), crossLoad.stop(), tasks.stop()]);
 
-  // Every create answered 200 reads back through both gateways.
-  const clients = urls.map((url) => httpClient(taskApi, url));
+  // No read of an acknowledged create answered 404 at any time; every one reads back through
+  // the cluster's two gateways.
+  assertNoStaleReads(attempts(), say);
+  const clusterUrls = urls.slice(0, cluster.gateways.length);
+  const clients = clusterUrls.map((url) => httpClient(taskApi, url));
   const writes = [...load.answered, ...crossLoad.answered];
   for (const write of writes) {
     for (const client of clients)
@@ -170,7 +288,7 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   }
   const taskWrites = tasks.answers.filter((a) => a.status === 200);
   for (const write of taskWrites) {
-    for (const url of urls)
+    for (const url of clusterUrls)
       assert.equal((await fetch(`${url}/${write.id}`)).status, 200, `task ${write.id} reads back`);
   }
   await sleep(500); // the last log lines
@@ -178,6 +296,6 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   assert.deepEqual(overlaps(intervals), []);
   assert.deepEqual(writesOutside(intervals, events), []);
   say(
-    `${writes.length} task-object creates and ${taskWrites.length} task creates answered 200, all read back through both gateways; ${intervals.length} activations, no overlap`,
+    `${writes.length} task-object creates and ${taskWrites.length} task creates answered 200, all read back through the cluster's two gateways; ${intervals.length} activations, no overlap`,
   );
 });

@@ -66,18 +66,36 @@ export function statusCounts(answers: readonly Answer[]): Record<string, number>
   return counts;
 }
 
-/** Creates answered 200 whose record does not read back 200 from the Task and Job APIs. */
-export async function lostCreates(
+/** The Task API (target 0) and the Job API (the others) of a service. */
+export interface ServiceApi {
+  taskUrl: string;
+  jobUrl: string;
+}
+
+/** The status each create answered 200 reads back with now (0: no answer). */
+export async function readBackStatuses(
   answers: readonly Answer[],
-  api: { taskUrl: string; jobUrl: string },
-): Promise<number> {
-  let lost = 0;
+  api: ServiceApi,
+): Promise<{ answer: Answer; status: number }[]> {
+  const read = [];
   for (const answer of answers.filter((a) => a.status === 200)) {
     const url =
       answer.target === 0 ? `${api.taskUrl}/${answer.id}` : `${api.jobUrl}/?jobId=${encodeURIComponent(answer.id!)}`;
-    if ((await fetch(url)).status !== 200) lost++;
+    const status = await fetch(url).then(
+      async (res) => {
+        await res.arrayBuffer();
+        return res.status;
+      },
+      () => 0,
+    );
+    read.push({ answer, status });
   }
-  return lost;
+  return read;
+}
+
+/** Creates answered 200 whose record does not read back 200 from the Task and Job APIs. */
+export async function lostCreates(answers: readonly Answer[], api: ServiceApi): Promise<number> {
+  return (await readBackStatuses(answers, api)).filter((r) => r.status !== 200).length;
 }
 
 /**
