@@ -77,6 +77,10 @@ export function clusterConfig(
     `  listen: "127.0.0.1:${routePort}"`,
     ...(routePassword ? [`  authorization { user: "route", password: ${JSON.stringify(routePassword)} }`] : []),
     `  routes: [${routes.join(", ")}]`,
+    // A cut route is noticed in ~3 s, not the default 2 min x 2: until then the other nodes
+    // route queue requests to the cut node's subscribers and each waits out its timeout.
+    '  ping_interval: "1s"',
+    "  ping_max: 3",
     "}",
   ].join("\n");
 }

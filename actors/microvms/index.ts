@@ -52,7 +52,7 @@ export interface MicrovmHostOptions {
    * 256): modules no live instance uses are evicted least recently used first.
    */
   readonly imageCacheMiB?: number;
-  /** Isolation (`MICROVM_PROVIDER`): `sandbox` (default) or `process` (development, not isolated). */
+  /** Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox` or `process` (development, not isolated). */
   readonly provider?: ProviderName;
   /** Per-instance limits of the sandbox. */
   readonly limits?: InstanceLimits;
@@ -102,7 +102,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const tokenKey =
     options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
   const store = new MicrovmStore(options.kv, nc);
-  const provider = await createHostProvider(options.provider ?? "sandbox", hostId, workDir, options.limits).catch(
+  const provider = await createHostProvider(options.provider ?? "auto", hostId, workDir, options.limits).catch(
     async (err: unknown) => {
       await unlock();
       throw err;

@@ -1,32 +1,32 @@
-// Which isolation this host's instances get: the sandbox (default; refuses to start where the
-// machine cannot run it, saying what is missing) or, as an explicit development opt-in, the
-// plain process provider, announced with a warning on every start.
+// Which isolation this host's instances get: gVisor where it runs, else the bubblewrap sandbox
+// (each refuses to start where the machine cannot run it, saying what is missing), or, as an
+// explicit development opt-in, the plain process provider, announced with a warning.
 import { createHash } from "node:crypto";
 import {
+  checkGvisor,
   checkSandbox,
+  createGvisorProvider,
   createProcessProvider,
   createSandboxProvider,
+  type IsolatedProvider,
+  type IsolatedProviderOptions,
   type OutputSink,
   type ProcessProvider,
-  type SandboxProvider,
 } from "../../vm-runtime/index.ts";
 import { log } from "../../platform/index.ts";
 
-export type ProviderName = "sandbox" | "process";
+/** `auto` (the default): gvisor where it runs, else sandbox. */
+export type ProviderName = "auto" | "gvisor" | "sandbox" | "process";
 
-/** Per-instance limits of the sandbox (the process provider honours `memoryMiB` only). */
-export interface InstanceLimits {
-  /** V8 heap cap in MiB (`MICROVM_MEMORY_MIB`, default 256). */
-  readonly memoryMiB?: number;
-  /** CPU quota in cores (`MICROVM_CPUS`, default 0.5). */
-  readonly cpus?: number;
-  /** CPU quota of all instances of the host together (`MICROVM_TOTAL_CPUS`, default every core). */
-  readonly totalCpus?: number;
-  /** Processes and threads (`MICROVM_PIDS`, default 64). */
-  readonly pids?: number;
-  /** Scratch tmpfs size in MiB (`MICROVM_SCRATCH_MIB`, default 64). */
-  readonly scratchMiB?: number;
-}
+/**
+ * Per-instance limits of the sandboxes and their host-wide caps (the process provider honours
+ * `memoryMiB` only); main.ts reads them from MICROVM_MEMORY_MIB, MICROVM_CPUS,
+ * MICROVM_TOTAL_CPUS, MICROVM_TOTAL_MEMORY_MIB, MICROVM_PIDS, MICROVM_SCRATCH_MIB, MICROVM_UID_BASE.
+ */
+export type InstanceLimits = Pick<
+  IsolatedProviderOptions,
+  "memoryMiB" | "cpus" | "totalCpus" | "totalMemoryMiB" | "pids" | "scratchMiB" | "uidBase"
+>;
 
 /** The provider could not be made; `message` says what is missing and how to fix it. */
 export class ProviderUnavailable extends Error {
@@ -38,7 +38,7 @@ export async function createHostProvider(
   hostId: string,
   workDir: string,
   limits: InstanceLimits = {},
-): Promise<SandboxProvider | ProcessProvider> {
+): Promise<IsolatedProvider | ProcessProvider> {
   const onOutput: OutputSink = (microvmId, stream, line) => log.debug({ microvmId, stream, line }, "instance output");
   if (name === "process") {
     log.warn(
@@ -51,17 +51,40 @@ export async function createHostProvider(
       ...(limits.memoryMiB === undefined ? {} : { memoryMiB: limits.memoryMiB }),
     });
   }
+  const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
+  const options = { hostKey, workDir, onOutput, ...withoutUndefined(limits) };
+  let gvisorSkipped: string | undefined;
+  if (name === "gvisor" || name === "auto") {
+    const check = await checkGvisor();
+    if (check.ok) {
+      const provider = await createGvisorProvider(options);
+      log.info(
+        { provider: "gvisor", cgroup: `v${provider.cgroupVersion}`, ...limits },
+        "microVM isolation: gVisor (runsc user-space kernel, no network) + cgroups, a host uid per instance",
+      );
+      return provider;
+    }
+    if (name === "gvisor") throw new ProviderUnavailable(`MICROVM_PROVIDER=gvisor cannot run here: ${check.reason}`);
+    gvisorSkipped = check.reason;
+  }
   const check = await checkSandbox();
   if (!check.ok) {
     throw new ProviderUnavailable(
-      `the microVM sandbox cannot run here: ${check.reason}; or set MICROVM_PROVIDER=process for unisolated development use`,
+      `the microVM sandbox cannot run here: ${check.reason}${gvisorSkipped ? `; gVisor: ${gvisorSkipped}` : ""}; ` +
+        "or set MICROVM_PROVIDER=process for unisolated development use",
     );
   }
-  const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
-  const provider = await createSandboxProvider({ hostKey, workDir, onOutput, ...withoutUndefined(limits) });
+  const provider = await createSandboxProvider(options);
   log.info(
-    { cgroup: `v${provider.cgroupVersion}`, ...limits },
-    "microVM isolation: sandbox (bubblewrap namespaces + cgroups)",
+    {
+      provider: "sandbox",
+      cgroup: `v${provider.cgroupVersion}`,
+      ...limits,
+      ...(gvisorSkipped ? { gvisorSkipped } : {}),
+    },
+    `microVM isolation: sandbox (bubblewrap namespaces + cgroups, a host uid per instance)${
+      gvisorSkipped ? `; gVisor skipped: ${gvisorSkipped}` : ""
+    }`,
   );
   return provider;
 }

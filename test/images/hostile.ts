@@ -1,7 +1,7 @@
 // Test-only hostile image: each method tries one escape from its instance (network, signals,
 // files, output flood, CPU, memory, disk, outliving its host) and reports what happened.
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from "node:fs";
 import { createServer as createHttpServer } from "node:http";
 import { createServer, connect } from "node:net";
 import { join } from "node:path";
@@ -155,6 +155,28 @@ export default defineImage({
             const child = spawn("/bin/sh", ["-c", "true"]);
             child.once("error", (error) => resolve(code(error)));
             child.once("spawn", () => resolve("spawned"));
+          } catch (error) {
+            resolve(code(error));
+          }
+        }),
+    },
+    /**
+     * Replaces the runtime's socket at /run/microvm/runtime.sock: by a symlink to `target`
+     * ("link"), or by a socket of its own answering "squatted" ("socket"): "planted" or the error code.
+     */
+    plantSocket: {
+      handler: (kind: "link" | "socket", target: string) =>
+        new Promise<string>((resolve) => {
+          const path = "/run/microvm/runtime.sock";
+          try {
+            unlinkSync(path);
+            if (kind === "link") {
+              symlinkSync(target, path);
+              return resolve("planted");
+            }
+            const server = createHttpServer((_req, res) => res.end('"squatted"'));
+            server.once("error", (error) => resolve(code(error)));
+            server.listen(path, () => resolve("planted"));
           } catch (error) {
             resolve(code(error));
           }

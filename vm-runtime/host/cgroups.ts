@@ -57,32 +57,38 @@ export function cgroupVersion(root = ROOT): 1 | 2 | undefined {
   return undefined;
 }
 
+/** What all of one host's instances may use together. */
+export interface HostLimits {
+  readonly cpus: number;
+  readonly memoryBytes: number;
+  /** Relative to each hierarchy's root (default `typed-service-microvms`). */
+  readonly parent?: string;
+}
+
 /**
  * Opens (creating as needed) the host's group `<parent>/<hostKey>` in every hierarchy, with a
- * CPU quota of `hostCpus` cores for all its instances together. `parent` is relative to each
- * hierarchy's root (default `typed-service-microvms`).
+ * CPU quota and a memory cap for all its instances together.
  */
-export async function openHostCgroups(
-  hostKey: string,
-  hostCpus: number,
-  parent = "typed-service-microvms",
-  root = ROOT,
-): Promise<HostCgroups> {
+export async function openHostCgroups(hostKey: string, limits: HostLimits, root = ROOT): Promise<HostCgroups> {
   const version = cgroupVersion(root);
   if (version === undefined) throw new Error(`no usable cgroup hierarchy under ${root}`);
   if (!/^[A-Za-z0-9._-]+$/.test(hostKey)) throw new Error(`unusable cgroup name ${JSON.stringify(hostKey)}`);
+  const parent = limits.parent ?? "typed-service-microvms";
   return version === 2
-    ? openV2(join(root, parent, hostKey), join(root, parent), hostCpus)
-    : openV1(root, join(parent, hostKey), hostCpus);
+    ? openV2(join(root, parent, hostKey), join(root, parent), limits)
+    : openV1(root, join(parent, hostKey), limits);
 }
 
 const quotaUs = (cpus: number) => Math.max(1_000, Math.round(cpus * CPU_PERIOD_US));
 
-async function openV1(root: string, hostPath: string, hostCpus: number): Promise<HostCgroups> {
+async function openV1(root: string, hostPath: string, limits: HostLimits): Promise<HostCgroups> {
   const dirs = (name: string) => V1_CONTROLLERS.map((controller) => join(root, controller, hostPath, name));
   await Promise.all(V1_CONTROLLERS.map((controller) => mkdir(join(root, controller, hostPath), { recursive: true })));
   await writeFile(join(root, "cpu", hostPath, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
-  await writeFile(join(root, "cpu", hostPath, "cpu.cfs_quota_us"), String(quotaUs(hostCpus)));
+  await writeFile(join(root, "cpu", hostPath, "cpu.cfs_quota_us"), String(quotaUs(limits.cpus)));
+  // A v1 parent's limit covers its children only with use_hierarchy (always on since Linux 5.x; set where it is not).
+  await writeFile(join(root, "memory", hostPath, "memory.use_hierarchy"), "1").catch(() => undefined);
+  await writeFile(join(root, "memory", hostPath, "memory.limit_in_bytes"), String(limits.memoryBytes));
   const group = (name: string): InstanceCgroup => {
     const [memory, cpu, pids, freezer] = dirs(name) as [string, string, string, string];
     const all = [memory, cpu, pids, freezer];
@@ -125,11 +131,12 @@ async function openV1(root: string, hostPath: string, hostCpus: number): Promise
   };
 }
 
-async function openV2(hostDir: string, parentDir: string, hostCpus: number): Promise<HostCgroups> {
+async function openV2(hostDir: string, parentDir: string, limits: HostLimits): Promise<HostCgroups> {
   await mkdir(hostDir, { recursive: true });
   // Children get the controllers only when every ancestor delegates them.
   for (const dir of [parentDir, hostDir]) await writeFile(join(dir, "cgroup.subtree_control"), "+memory +cpu +pids");
-  await writeFile(join(hostDir, "cpu.max"), `${quotaUs(hostCpus)} ${CPU_PERIOD_US}`);
+  await writeFile(join(hostDir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
+  await writeFile(join(hostDir, "memory.max"), String(limits.memoryBytes));
   const group = (name: string): InstanceCgroup => {
     const dir = join(hostDir, name);
     return {

@@ -6,6 +6,7 @@ import { mkdir, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { cgroupVersion } from "./cgroups.ts";
+import { DEFAULT_UID_BASE } from "./instance-uids.ts";
 import { sharedLibraries } from "./sandbox-command.ts";
 
 const run = promisify(execFile);
@@ -35,7 +36,7 @@ export async function checkSandbox(options: { bwrap?: string; hostUid?: number }
     };
   }
   const asRoot = process.getuid?.() === 0;
-  const uid = String(options.hostUid ?? 65534);
+  const uid = String(options.hostUid ?? DEFAULT_UID_BASE);
   const drop = asRoot ? ["setpriv", `--reuid=${uid}`, `--regid=${uid}`, "--clear-groups", "--"] : [];
   const binds = sharedLibraries(process.execPath).flatMap(([inside, host]) => ["--ro-bind", host, inside]);
   const trial = [

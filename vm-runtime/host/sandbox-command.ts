@@ -1,9 +1,12 @@
 // The command line of a sandboxed instance: bubblewrap with new user, PID, mount, IPC, UTS,
 // cgroup and network namespaces; a read-only view of node, its libraries and the image
-// bundle; a size-bounded tmpfs scratch; the runtime's unix socket in a private /run.
+// bundle; a size-bounded tmpfs scratch; the runtime's unix socket in a directory the host made,
+// bound in by file descriptor at /run/microvm.
 import { execFileSync } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
 import { IMAGE_MODULE_ENV } from "./bundle.ts";
+import { runtimeNodeArgs } from "./node-args.ts";
+import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
 
 /** Paths inside the instance. */
 export const SANDBOX_PATHS = {
@@ -11,7 +14,7 @@ export const SANDBOX_PATHS = {
   module: "/app/module.mjs",
   scratch: "/scratch",
   socketDir: "/run/microvm",
-  socket: "/run/microvm/runtime.sock",
+  socket: `/run/microvm/${RUNTIME_SOCKET_NAME}`,
 } as const;
 
 /** Every sandboxed instance's command line (bwrap's) contains this. */
@@ -41,6 +44,8 @@ export interface SandboxLaunch {
   readonly permissions: boolean;
   /** File descriptor bwrap reports the sandbox's pid on. */
   readonly infoFd: number;
+  /** File descriptor of the host directory bound at /run/microvm (the runtime's socket goes there). */
+  readonly socketDirFd: number;
 }
 
 /** argv (after the executable) of `bwrap … node … bundle`. */
@@ -60,32 +65,8 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     String(launch.moduleFd),
     SANDBOX_PATHS.module,
   ];
-  const env = {
-    PATH: "/usr/bin:/bin",
-    HOME: SANDBOX_PATHS.scratch,
-    TMPDIR: SANDBOX_PATHS.scratch,
-    LANG: "C.UTF-8",
-    NODE_ENV: "production",
-    MICROVM_ID: launch.microvmId,
-    MICROVM_RUNTIME_SOCKET: SANDBOX_PATHS.socket,
-    [IMAGE_MODULE_ENV]: SANDBOX_PATHS.module,
-  };
-  const nodeArgs = [
-    "--no-warnings",
-    `--max-old-space-size=${launch.heapMiB}`,
-    "--max-semi-space-size=1",
-    "--single-threaded",
-    ...(launch.permissions
-      ? [
-          "--experimental-permission",
-          `--allow-fs-read=${SANDBOX_PATHS.bundle}`,
-          `--allow-fs-read=${SANDBOX_PATHS.module}`,
-          `--allow-fs-read=${SANDBOX_PATHS.scratch}`,
-          `--allow-fs-write=${SANDBOX_PATHS.scratch}`,
-        ]
-      : []),
-    SANDBOX_PATHS.bundle,
-  ];
+  const env = instanceEnv(launch.microvmId);
+  const nodeArgs = instanceNodeArgs(launch.heapMiB, launch.permissions);
   return [
     "--unshare-user",
     "--unshare-pid",
@@ -117,7 +98,8 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     String(64 * 1024),
     "--tmpfs",
     "/run",
-    "--dir",
+    "--bind-fd",
+    String(launch.socketDirFd),
     SANDBOX_PATHS.socketDir,
     "--remount-ro",
     "/",
@@ -129,6 +111,31 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     launch.node,
     ...nodeArgs,
   ];
+}
+
+/** The whole environment of an instance's runtime (nothing of the host's). */
+export function instanceEnv(microvmId: string): Record<string, string> {
+  return {
+    PATH: "/usr/bin:/bin",
+    HOME: SANDBOX_PATHS.scratch,
+    TMPDIR: SANDBOX_PATHS.scratch,
+    LANG: "C.UTF-8",
+    NODE_ENV: "production",
+    MICROVM_ID: microvmId,
+    MICROVM_RUNTIME_SOCKET: SANDBOX_PATHS.socket,
+    [IMAGE_MODULE_ENV]: SANDBOX_PATHS.module,
+  };
+}
+
+/** node's arguments inside an instance: its files at the paths inside, scratch the only writable one. */
+export function instanceNodeArgs(heapMiB: number, permissions: boolean): string[] {
+  return runtimeNodeArgs({
+    heapMiB,
+    permissions,
+    readable: [SANDBOX_PATHS.bundle, SANDBOX_PATHS.module, SANDBOX_PATHS.scratch],
+    writable: [SANDBOX_PATHS.scratch],
+    entry: SANDBOX_PATHS.bundle,
+  });
 }
 
 function roBind(host: string, inside: string): string[] {

@@ -1,0 +1,119 @@
+// The OCI bundle and command line of a gVisor instance: `runsc run` with no network, a
+// read-only root holding only node, its libraries and the image files, a size-bounded tmpfs
+// scratch, and the host directory of the runtime's socket (`--host-uds=create` lets the runtime
+// bind a real host socket there); no capabilities, no new privileges, its own host uid.
+import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { instanceEnv, instanceNodeArgs, SANDBOX_PATHS } from "./sandbox-command.ts";
+
+export interface GvisorLaunch {
+  readonly runsc: string;
+  /** runsc's state directory for this instance (`--root`). */
+  readonly stateDir: string;
+  /** Directory for config.json and the (empty, read-only) root. */
+  readonly bundleDir: string;
+  readonly containerId: string;
+  readonly node: string;
+  /** Shared libraries node needs: [path inside, real path on the host]. */
+  readonly libraries: readonly (readonly [string, string])[];
+  readonly runtimeFile: string;
+  readonly moduleFile: string;
+  readonly socketDir: string;
+  readonly uid: number;
+  readonly scratchBytes: number;
+  readonly heapMiB: number;
+  /** Processes and threads of the instance's user (RLIMIT_NPROC inside). */
+  readonly pids: number;
+  readonly microvmId: string;
+  readonly permissions: boolean;
+  /** The command to run instead of the runtime (the availability check). */
+  readonly args?: readonly string[];
+}
+
+/** runsc's global flags: no network, host sockets created in bound directories only, no cgroups of its own. */
+export function runscFlags(stateDir: string): string[] {
+  return [
+    `--root=${stateDir}`,
+    "--network=none",
+    "--host-uds=create",
+    "--ignore-cgroups",
+    "--overlay2=none",
+    "--platform=systrap",
+  ];
+}
+
+/** Writes the bundle (config.json and the mount points of its read-only root); returns runsc's argv. */
+export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
+  const rootfs = join(launch.bundleDir, "rootfs");
+  const files = [
+    [launch.node, launch.node],
+    ...launch.libraries.map(([inside, host]) => [host, inside] as const),
+    ["/etc/ld.so.cache", "/etc/ld.so.cache"],
+  ] as const;
+  // Mount points exist in the root beforehand: it is read-only, and nothing else is in it.
+  for (const [, inside] of files) {
+    mkdirSync(join(rootfs, dirname(inside)), { recursive: true });
+    writeFileSync(join(rootfs, inside), "");
+  }
+  // The image files are copies in the root, readable by the instance's uid whatever the
+  // originals' modes (the image cache is the host's own, closed to instance uids).
+  for (const [host, inside] of [
+    [launch.runtimeFile, SANDBOX_PATHS.bundle],
+    [launch.moduleFile, SANDBOX_PATHS.module],
+  ] as const) {
+    mkdirSync(join(rootfs, dirname(inside)), { recursive: true });
+    copyFileSync(host, join(rootfs, inside));
+    chmodSync(join(rootfs, inside), 0o444);
+  }
+  for (const dir of ["proc", "dev", "tmp", SANDBOX_PATHS.scratch, SANDBOX_PATHS.socketDir]) {
+    mkdirSync(join(rootfs, dir), { recursive: true });
+  }
+  const readOnly = (host: string, inside: string) => ({
+    destination: inside,
+    type: "bind",
+    source: host,
+    options: ["rbind", "ro", "nosuid", "nodev"],
+  });
+  const env = instanceEnv(launch.microvmId);
+  const args = launch.args ?? [launch.node, ...instanceNodeArgs(launch.heapMiB, launch.permissions)];
+  const config = {
+    ociVersion: "1.0.0",
+    process: {
+      user: { uid: launch.uid, gid: launch.uid },
+      args,
+      env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
+      cwd: SANDBOX_PATHS.scratch,
+      capabilities: { bounding: [], effective: [], inheritable: [], permitted: [] },
+      rlimits: [
+        { type: "RLIMIT_NOFILE", hard: 1024, soft: 1024 },
+        { type: "RLIMIT_NPROC", hard: launch.pids, soft: launch.pids },
+      ],
+      noNewPrivileges: true,
+    },
+    root: { path: rootfs, readonly: true },
+    hostname: "microvm",
+    mounts: [
+      { destination: "/proc", type: "proc", source: "proc" },
+      { destination: "/dev", type: "tmpfs", source: "tmpfs", options: ["nosuid", "noexec", "mode=755"] },
+      {
+        destination: SANDBOX_PATHS.scratch,
+        type: "tmpfs",
+        source: "tmpfs",
+        options: ["nosuid", "nodev", `size=${launch.scratchBytes}`, "mode=1777"],
+      },
+      { destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "size=1m", "mode=1777"] },
+      ...files.map(([host, inside]) => readOnly(host, inside)),
+      {
+        destination: SANDBOX_PATHS.socketDir,
+        type: "bind",
+        source: launch.socketDir,
+        options: ["rbind", "rw", "nosuid", "nodev", "noexec"],
+      },
+    ],
+    linux: {
+      namespaces: [{ type: "pid" }, { type: "network" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }],
+    },
+  };
+  writeFileSync(join(launch.bundleDir, "config.json"), JSON.stringify(config));
+  return [...runscFlags(launch.stateDir), "run", `--bundle=${launch.bundleDir}`, launch.containerId];
+}

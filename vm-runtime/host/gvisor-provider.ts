@@ -1,0 +1,145 @@
+// The gVisor provider: each instance in a `runsc` sandbox, a user-space kernel between image
+// code and the host's, with no network, a read-only root of node and the image, its own host
+// uid, inside its cgroup (isolated-provider.ts has what it shares with the bubblewrap sandbox).
+import { execFile } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { prepareGvisorBundle, runscFlags } from "./gvisor-command.ts";
+import {
+  createIsolatedProvider,
+  spawnInCgroup,
+  type IsolatedProvider,
+  type IsolatedProviderOptions,
+  type Launcher,
+} from "./isolated-provider.ts";
+import { sharedLibraries } from "./sandbox-command.ts";
+import { VM_RUNTIME_DIR } from "./source-dir.ts";
+
+const run = promisify(execFile);
+
+export interface GvisorProviderOptions extends IsolatedProviderOptions {
+  /** The runsc binary (default: `findRunsc()`). */
+  readonly runsc?: string;
+}
+
+export type GvisorProvider = IsolatedProvider;
+
+/**
+ * What the Sentry, the gofer and `runsc run` need beside node: memory in MiB, and host threads
+ * (measured: 47 tasks in the cgroup of an idle instance; the instance's own processes and
+ * threads are bounded inside by RLIMIT_NPROC).
+ */
+const GVISOR_OVERHEAD_MIB = 64;
+const GVISOR_OVERHEAD_PIDS = 96;
+
+export async function createGvisorProvider(options: GvisorProviderOptions): Promise<GvisorProvider> {
+  return createIsolatedProvider(options, gvisorLauncher(options.runsc ?? findRunsc() ?? "runsc"));
+}
+
+/** `MICROVM_RUNSC`, else the copy `npm install` fetched into `.tools/`, else `runsc` on PATH. */
+export function findRunsc(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (env.MICROVM_RUNSC) return env.MICROVM_RUNSC;
+  const fetched = join(VM_RUNTIME_DIR, "..", ".tools", "runsc", "usr", "bin", "runsc");
+  if (existsSync(fetched)) return fetched;
+  for (const dir of (env.PATH ?? "").split(":")) {
+    if (dir && existsSync(join(dir, "runsc"))) return join(dir, "runsc");
+  }
+  return undefined;
+}
+
+function gvisorLauncher(runsc: string): Launcher {
+  const libraries = sharedLibraries(process.execPath);
+  return {
+    name: "gvisor",
+    overheadMiB: GVISOR_OVERHEAD_MIB,
+    overheadPids: GVISOR_OVERHEAD_PIDS,
+    async launch(instance) {
+      if (instance.uid === undefined) throw new Error("the gVisor provider needs root (runsc)");
+      const stateDir = join(instance.dir, "state");
+      const bundleDir = join(instance.dir, "bundle");
+      await Promise.all([mkdir(stateDir, { mode: 0o700 }), mkdir(bundleDir, { mode: 0o700 })]);
+      const containerId = `microvm-${instance.name}`;
+      const args = prepareGvisorBundle({
+        runsc,
+        stateDir,
+        bundleDir,
+        containerId,
+        node: process.execPath,
+        libraries,
+        runtimeFile: instance.files.runtime,
+        moduleFile: instance.files.module,
+        socketDir: instance.socketDir,
+        uid: instance.uid,
+        scratchBytes: instance.scratchBytes,
+        heapMiB: instance.heapMiB,
+        pids: instance.pids,
+        microvmId: instance.microvmId,
+        permissions: instance.permissions,
+      });
+      const child = spawnInCgroup(instance.cgroup, [runsc, ...args]);
+      const runscCommand = (...command: string[]) =>
+        run(runsc, [...runscFlags(stateDir), ...command], { timeout: 5_000 }).then(() => undefined);
+      return {
+        child,
+        // The wall is up once the runtime's socket answers: nothing to wait for before.
+        ready: async () => undefined,
+        pid: () => child.pid,
+        // runsc delivers the signal to the container's init: the runtime.
+        stop: () => runscCommand("kill", containerId, "SIGTERM"),
+        kill: () => instance.cgroup.kill(),
+        cleanup: async () => undefined,
+      };
+    },
+  };
+}
+
+export type GvisorCheck = { readonly ok: true } | { readonly ok: false; readonly reason: string };
+
+/** Whether runsc runs here: one trial sandbox runs `node -e 0` under the instance's own settings. */
+export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
+  if (!runsc || !existsSync(runsc))
+    return {
+      ok: false,
+      reason: `runsc is not installed${runsc ? ` at ${runsc}` : ""} (npm install fetches Debian's runsc into .tools/; or set MICROVM_RUNSC)`,
+    };
+  if (process.getuid?.() !== 0) return { ok: false, reason: "runsc needs the microVM host to run as root" };
+  const dir = await mkdtemp(join(tmpdir(), "gvisor-check-"));
+  try {
+    const stateDir = join(dir, "state");
+    const bundleDir = join(dir, "bundle");
+    const empty = join(dir, "empty.mjs");
+    await Promise.all([mkdir(stateDir), mkdir(bundleDir), mkdir(join(dir, "run")), writeFile(empty, "")]);
+    const args = prepareGvisorBundle({
+      runsc,
+      stateDir,
+      bundleDir,
+      containerId: `microvm-check-${process.pid}`,
+      node: process.execPath,
+      libraries: sharedLibraries(process.execPath),
+      runtimeFile: empty,
+      moduleFile: empty,
+      socketDir: join(dir, "run"),
+      uid: 65534,
+      scratchBytes: 1024 * 1024,
+      heapMiB: 16,
+      pids: 16,
+      microvmId: "check",
+      permissions: false,
+      args: [process.execPath, "-e", "0"],
+    });
+    await run(runsc, args, { timeout: 20_000 });
+    return { ok: true };
+  } catch (error) {
+    const detail =
+      String((error as { stderr?: string }).stderr ?? (error as Error).message ?? "")
+        .trim()
+        .split("\n")
+        .at(-1) ?? "";
+    return { ok: false, reason: `a trial runsc sandbox failed${detail ? `: ${detail}` : ""}` };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,432 @@
+// What the sandbox (bubblewrap) and gVisor providers share: each instance runs inside a cgroup
+// of its own (memory, CPU quota, process count; the freezer suspends it, a group kill ends it)
+// under one host group with a host-wide cap, as a host uid of its own, and is reached through
+// a unix socket in a directory the host made (runtime-socket.ts). A `Launcher` supplies the wall.
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, rm } from "node:fs/promises";
+import { availableParallelism, totalmem } from "node:os";
+import { join } from "node:path";
+import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
+import { uidPool } from "./instance-uids.ts";
+import { waitForExit, waitForHealth, watchOutput, type OutputSink } from "./process-io.ts";
+import { bundleCache, pollUntil, safeName, within, type InstanceFiles } from "./provider-util.ts";
+import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
+import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
+import {
+  MicrovmProviderError,
+  upstreamOf,
+  type MicrovmHandle,
+  type MicrovmProvider,
+  type MicrovmSpec,
+  type ReclaimedInstance,
+  type Upstream,
+} from "./provider.ts";
+
+export interface IsolatedProviderOptions {
+  /** Names this host's cgroup (one per host id, so reconcile finds what it left). */
+  readonly hostKey: string;
+  /** V8 heap cap in MiB (default 256); the cgroup allows heap + scratch + headroom in all. */
+  readonly memoryMiB?: number;
+  /** CPU quota per instance in cores (default 0.5). */
+  readonly cpus?: number;
+  /** CPU quota of all this host's instances together (default: every core). */
+  readonly totalCpus?: number;
+  /** Memory cap of all this host's instances together in MiB (default: half the machine's). */
+  readonly totalMemoryMiB?: number;
+  /** Processes and threads per instance (default 64). */
+  readonly pids?: number;
+  /** Size of the writable scratch tmpfs in MiB (default 64; counts against the memory cap). */
+  readonly scratchMiB?: number;
+  /** How long an instance may take to answer its first probe (default 25 s, inside the lifecycle's 30 s). */
+  readonly startTimeoutMs?: number;
+  /** How long a resumed instance may take to answer again (default 5 s). */
+  readonly resumeTimeoutMs?: number;
+  /** Parent of bundles and instance directories (default: a fresh directory in the OS tmpdir). */
+  readonly workDir?: string;
+  /** First of the host uids instances run as when the host is root (`MICROVM_UID_BASE`). */
+  readonly uidBase?: number;
+  /** Parent of the hosts' instance directories when root (default `/run/typed-service-microvms`). */
+  readonly runDir?: string;
+  /** Parent of the host cgroups in each hierarchy (default `typed-service-microvms`). */
+  readonly cgroupParent?: string;
+  /** Node's permission model inside as a third layer (default true; off only in tests). */
+  readonly permissions?: boolean;
+  /** Receives every line an instance prints (default: dropped). */
+  readonly onOutput?: OutputSink;
+}
+
+/** One instance as a launcher starts it. */
+export interface InstanceLaunch {
+  readonly microvmId: string;
+  /** Unique among this host's instances: its cgroup's and directory's name. */
+  readonly name: string;
+  readonly files: InstanceFiles;
+  readonly cgroup: InstanceCgroup;
+  /** Host uid of the instance; undefined when the host is not root (its own uid then). */
+  readonly uid: number | undefined;
+  /** The instance's own directory on the host (root's, 0700), for whatever the launcher needs. */
+  readonly dir: string;
+  /** Host directory mounted at /run/microvm inside, owned by `uid`: the runtime's socket goes there. */
+  readonly socketDir: string;
+  readonly heapMiB: number;
+  readonly scratchBytes: number;
+  /** Processes and threads the instance's code may have (the wall's own come on top). */
+  readonly pids: number;
+  readonly permissions: boolean;
+}
+
+/** A started wall around one instance. */
+export interface Launched {
+  /** The process whose exit ends the instance; its stdin carries the secret, stdout/stderr the output. */
+  readonly child: ChildProcess;
+  /** Resolves once the wall is up (rejects if it failed first). */
+  ready(deadline: number, signal: AbortSignal | undefined, stderrTail: readonly string[]): Promise<void>;
+  /** The pid that names the instance in its record (never signalled from storage). */
+  pid(): number | undefined;
+  /** Asks the runtime alone to stop (SIGTERM). */
+  stop(): Promise<void>;
+  /** Ends the wall's init at once; the group kill follows if that is not enough. */
+  kill(): Promise<void>;
+  /** Removes what the wall left once the instance is gone. */
+  cleanup(): Promise<void>;
+}
+
+export interface Launcher {
+  readonly name: "sandbox" | "gvisor";
+  /** Memory the wall itself needs per instance beyond node's, in MiB. */
+  readonly overheadMiB: number;
+  /** Host threads the wall itself runs per instance (the cgroup's pids limit adds them). */
+  readonly overheadPids: number;
+  launch(instance: InstanceLaunch): Promise<Launched>;
+}
+
+export interface IsolatedProvider extends MicrovmProvider {
+  readonly cgroupVersion: 1 | 2;
+  upstream(handle: MicrovmHandle, virtualPort: number): Upstream | undefined;
+  live(): MicrovmHandle[];
+  /** The cgroup of a live instance (tests and metrics). */
+  cgroupOf(handle: MicrovmHandle): InstanceCgroup | undefined;
+  /** The host uid of a live instance (tests). */
+  uidOf(handle: MicrovmHandle): number | undefined;
+  prepare(images: readonly string[]): Promise<void>;
+  reclaim(): Promise<ReclaimedInstance[]>;
+  close(): Promise<void>;
+}
+
+interface Tracked {
+  readonly launched: Launched;
+  readonly cgroup: InstanceCgroup;
+  readonly exited: Promise<void>;
+  readonly uid: number | undefined;
+  done: boolean;
+  /** Set when terminate or close ends it: its exit is then no news. */
+  stopping: boolean;
+  /** Why it ended, read from its cgroup before the group is removed. */
+  exitReason?: string;
+  socket?: RuntimeSocket;
+  handle?: MicrovmHandle;
+}
+
+const MiB = 1024 * 1024;
+const RUN_ROOT = "/run/typed-service-microvms";
+const OOM_POLL_MS = 250;
+/** Node's own memory beyond its heap (code, buffers, the runtime). */
+const NODE_HEADROOM_MIB = 128;
+
+export async function createIsolatedProvider(
+  options: IsolatedProviderOptions,
+  launcher: Launcher,
+): Promise<IsolatedProvider> {
+  const totalCpus = options.totalCpus ?? availableParallelism();
+  const totalMemoryBytes = (options.totalMemoryMiB ?? Math.floor(totalmem() / MiB / 2)) * MiB;
+  const cgroups: HostCgroups = await openHostCgroups(options.hostKey, {
+    cpus: totalCpus,
+    memoryBytes: totalMemoryBytes,
+    ...(options.cgroupParent === undefined ? {} : { parent: options.cgroupParent }),
+  });
+  const uids = uidPool(options.uidBase);
+  const asRoot = process.getuid?.() === 0;
+  // The instance's uid must reach its socket directory to mount it: as root, a directory of
+  // the host's own under /run whose ancestors it may pass through (but not list).
+  const runDir = asRoot ? join(options.runDir ?? RUN_ROOT, options.hostKey) : undefined;
+  if (runDir) await mkdir(runDir, { recursive: true, mode: 0o711 });
+  const tracked = new Map<string, Tracked>();
+  const bundles = bundleCache(options.workDir, `${launcher.name}-`);
+  let closed = false;
+  // The OOM killer may end one process of a wall (gVisor's Sentry, a helper) and leave the rest
+  // waiting: an instance with an OOM kill is over, whatever still runs of it.
+  const oomWatch = setInterval(() => {
+    for (const entry of tracked.values()) {
+      if (!entry.done && !entry.stopping && entry.cgroup.oomKills() > 0) void forceStop(entry).catch(() => undefined);
+    }
+  }, OOM_POLL_MS);
+  oomWatch.unref();
+
+  const heapMiB = options.memoryMiB ?? 256;
+  const scratchMiB = options.scratchMiB ?? 64;
+  const limitsFor = (spec: MicrovmSpec): CgroupLimits => ({
+    memoryBytes: ((spec.memoryMiB ?? heapMiB) + scratchMiB + NODE_HEADROOM_MIB + launcher.overheadMiB) * MiB,
+    cpus: options.cpus ?? 0.5,
+    pids: (options.pids ?? 64) + launcher.overheadPids,
+  });
+
+  async function start(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle> {
+    const files = await bundles.bundle(spec.image).catch((cause: unknown) => {
+      throw new MicrovmProviderError(`cannot build image ${spec.image}`, { cause });
+    });
+    if (closed) throw new MicrovmProviderError("provider is closed");
+    const name = `${safeName(spec.microvmId)}-${randomBytes(4).toString("hex")}`;
+    const dir = join(runDir ?? join(await bundles.workDir(), "instances"), name);
+    const cgroup = await cgroups.create(name, limitsFor(spec));
+    const uid = asRoot ? uids.take() : undefined;
+    const release = async () => {
+      await cgroup.kill().catch(() => undefined);
+      await cgroup.remove().catch(() => undefined);
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      if (uid !== undefined) uids.give(uid);
+    };
+    let launched: Launched;
+    try {
+      const socketDir = makeSocketDir(dir, "run", uid);
+      launched = await launcher.launch({
+        microvmId: spec.microvmId,
+        name,
+        files,
+        cgroup,
+        uid,
+        dir,
+        socketDir,
+        heapMiB: spec.memoryMiB ?? heapMiB,
+        scratchBytes: scratchMiB * MiB,
+        pids: options.pids ?? 64,
+        permissions: options.permissions ?? true,
+      });
+    } catch (cause) {
+      await release();
+      throw new MicrovmProviderError(`cannot start instance ${spec.microvmId}`, { cause });
+    }
+    const { child } = launched;
+    // The wall's process can exit while its children are still ending: the instance is gone
+    // once its cgroup is empty (a zombie is no member).
+    const exited = waitForExit(child).then(async () => {
+      await pollUntil(() => cgroup.pids().length === 0, 2_000);
+    });
+    const entry: Tracked = { launched, cgroup, exited, uid, done: false, stopping: false };
+    tracked.set(name, entry);
+    void entry.exited.then(async () => {
+      entry.done = true;
+      entry.exitReason =
+        cgroup.oomKills() > 0
+          ? "InstanceExited: out of memory (the instance reached its memory limit)"
+          : "InstanceExited: the instance's runtime stopped";
+      entry.socket?.close();
+      await launched.cleanup().catch(() => undefined);
+      await release();
+      tracked.delete(name);
+    });
+    const secret = randomBytes(24).toString("base64url");
+    child.stdin?.write(`${secret}\n`);
+    const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: secret };
+    const deadline = Date.now() + (options.startTimeoutMs ?? 25_000);
+    try {
+      const output = watchOutput(child, spec.microvmId, options.onOutput);
+      await launched.ready(deadline, signal, output.stderrTail);
+      await healthyOrExited(
+        entry,
+        () => output.stderrTail,
+        async (probeSignal) => {
+          const socket = await socketOf(join(dir, "run"), deadline, probeSignal);
+          entry.socket = socket;
+          await waitForHealth({ socketPath: socket.path, headers: {} }, deadline, upstreamHeaders, probeSignal);
+        },
+        signal,
+      );
+      entry.handle = {
+        microvmId: spec.microvmId,
+        provider: launcher.name,
+        host: "",
+        ports: {},
+        socketPath: entry.socket!.path,
+        ...(launched.pid() === undefined ? {} : { pid: launched.pid() }),
+        upstreamHeaders,
+        startedAt: new Date().toISOString(),
+      };
+      return entry.handle;
+    } catch (cause) {
+      await forceStop(entry);
+      await entry.exited;
+      throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+    }
+  }
+
+  /** The live entry of a handle: matched by its socket, so a stale handle finds nothing. */
+  const entryOf = (handle: MicrovmHandle): Tracked | undefined => {
+    for (const entry of tracked.values()) {
+      if (!entry.done && entry.handle && entry.handle.socketPath === handle.socketPath) return entry;
+    }
+    return undefined;
+  };
+  const liveEntry = (handle: MicrovmHandle): Tracked => {
+    const entry = entryOf(handle);
+    if (!entry) throw new MicrovmProviderError(`instance ${handle.microvmId} is not running`);
+    return entry;
+  };
+
+  async function terminate(handle: MicrovmHandle, graceMs = 2_000): Promise<void> {
+    const entry = entryOf(handle);
+    if (!entry) return;
+    entry.stopping = true;
+    await entry.cgroup.thaw().catch(() => undefined);
+    await entry.launched.stop().catch(() => undefined);
+    if (await within(entry.exited, graceMs)) return;
+    await forceStop(entry);
+    if (!(await within(entry.exited, 5_000)))
+      throw new MicrovmProviderError(`instance ${handle.microvmId} survived SIGKILL`);
+  }
+
+  async function forceStop(entry: Tracked): Promise<void> {
+    await entry.cgroup.thaw().catch(() => undefined);
+    await entry.launched.kill().catch(() => undefined);
+    if (await within(entry.exited, 1_000)) return;
+    await entry.cgroup.kill().catch(() => undefined);
+    entry.launched.child.kill("SIGKILL");
+  }
+
+  return {
+    name: launcher.name,
+    cgroupVersion: cgroups.version,
+    start,
+    async suspend(handle) {
+      await liveEntry(handle)
+        .cgroup.freeze()
+        .catch((cause: unknown) => {
+          throw new MicrovmProviderError(`instance ${handle.microvmId} did not freeze`, { cause });
+        });
+    },
+    async resume(handle) {
+      const entry = liveEntry(handle);
+      await entry.cgroup.thaw();
+      try {
+        await waitForHealth(
+          upstreamOf(handle, 8080)!,
+          Date.now() + (options.resumeTimeoutMs ?? 5_000),
+          handle.upstreamHeaders,
+        );
+      } catch (cause) {
+        throw new MicrovmProviderError(`instance ${handle.microvmId} did not answer after resume`, { cause });
+      }
+    },
+    terminate,
+    isAlive: async (handle) => entryOf(handle) !== undefined,
+    exited(handle) {
+      const entry = entryOf(handle);
+      if (!entry) return new Promise(() => undefined);
+      return entry.exited.then(() =>
+        entry.stopping
+          ? new Promise<string>(() => undefined)
+          : (entry.exitReason ?? "InstanceExited: the instance's runtime stopped"),
+      );
+    },
+    upstream: (handle, port): Upstream | undefined => (entryOf(handle) ? upstreamOf(handle, port) : undefined),
+    live: () => [...tracked.values()].flatMap((entry) => (entry.handle && !entry.done ? [entry.handle] : [])),
+    cgroupOf: (handle) => entryOf(handle)?.cgroup,
+    uidOf: (handle) => entryOf(handle)?.uid,
+    prepare: (images) => bundles.prepare(images),
+    async reclaim() {
+      const killed: ReclaimedInstance[] = [];
+      for (const group of cgroups.existing()) {
+        if (tracked.has(group.name)) continue;
+        const pids = group.pids();
+        await group.kill();
+        await group.remove();
+        if (pids.length > 0) killed.push({ pids });
+      }
+      if (runDir) {
+        for (const name of await readdir(runDir).catch(() => [] as string[])) {
+          if (!tracked.has(name)) await rm(join(runDir, name), { recursive: true, force: true }).catch(() => undefined);
+        }
+      }
+      return killed;
+    },
+    async close() {
+      closed = true;
+      clearInterval(oomWatch);
+      await bundles.close();
+      await Promise.all(
+        [...tracked.values()].map(async (entry) => {
+          entry.stopping = true;
+          if (entry.handle) await terminate(entry.handle, 500).catch(() => undefined);
+          await forceStop(entry);
+          await entry.exited;
+        }),
+      );
+      if (bundles.madeDir) await rm(await bundles.madeDir, { recursive: true, force: true });
+      if (runDir) await rm(runDir, { recursive: true, force: true }).catch(() => undefined);
+      await cgroups.remove();
+    },
+  };
+}
+
+/** Waits for the runtime's socket to appear in `dir`; fails at once on anything else there. */
+async function socketOf(dir: string, deadline: number, signal: AbortSignal): Promise<RuntimeSocket> {
+  for (;;) {
+    signal.throwIfAborted();
+    const socket = openRuntimeSocket(dir);
+    if (socket) return socket;
+    if (Date.now() > deadline) throw new Error("the runtime did not create its socket in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/**
+ * Waits for the readiness probe, or fails as soon as the instance exits (an image that
+ * throws while loading), with the last lines it wrote to stderr.
+ */
+async function healthyOrExited(
+  entry: { readonly exited: Promise<void> },
+  stderrTail: () => string[],
+  probe: (signal: AbortSignal) => Promise<void>,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  const stop = new AbortController();
+  const died = entry.exited.then(() => {
+    const tail = stderrTail().join("\n");
+    throw new Error(`instance exited before it was ready${tail ? `:\n${tail}` : ""}`);
+  });
+  died.catch(() => undefined);
+  try {
+    await Promise.race([probe(signal ? AbortSignal.any([signal, stop.signal]) : stop.signal), died]);
+  } finally {
+    stop.abort();
+  }
+}
+
+/**
+ * Starts `command` inside `cgroup`: a shell writes its own pid to each group's `cgroup.procs`,
+ * then becomes the command (same pid), so nothing of the instance ever runs outside its group.
+ * `extraFds` become fds 3, 4, … of the command (a pipe where `"pipe"`).
+ */
+export function spawnInCgroup(
+  cgroup: InstanceCgroup,
+  command: readonly string[],
+  extraFds: readonly (number | "pipe")[] = [],
+): ChildProcess {
+  const script = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"';
+  const child = spawn("/bin/sh", ["-c", script, "microvm-sandbox", ...cgroup.procsFiles, "--", ...command], {
+    stdio: ["pipe", "pipe", "pipe", ...extraFds],
+    env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" },
+  });
+  child.stdin?.on("error", () => undefined);
+  child.on("error", () => undefined);
+  return child;
+}
+
+/** Sends a signal to a pid that may be gone already. */
+export function sendSignal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch {
+    // Gone already.
+  }
+}
