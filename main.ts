@@ -13,7 +13,7 @@ import {
 } from "./actors/index.ts";
 import { createServer } from "node:http";
 import { once } from "node:events";
-import { createGateways, isLoopback, loadApiKeys, opsListener, type ApiKeys } from "./gateway/index.ts";
+import { createGateways, isLoopback, loadApiKeys, opsListener, type ReloadableApiKeys } from "./gateway/index.ts";
 import {
   actorBuckets,
   authDirOf,
@@ -52,6 +52,8 @@ const lifecycle = {
   server: undefined as Promise<NatsServer> | undefined,
   connections: [] as NatsHandle[],
   closers: [] as (() => Promise<void>)[],
+  /** Set once API keys are loaded: what SIGHUP does then (else it stops the process). */
+  reloadKeys: undefined as (() => Promise<void>) | undefined,
 };
 
 const config = {
@@ -264,7 +266,7 @@ async function privateNatsServer(): Promise<NatsServer> {
 }
 
 /** The API keys, if any; the microVM API beyond loopback refuses to start without them. */
-async function apiKeys(active: Set<Role>): Promise<ApiKeys | undefined> {
+async function apiKeys(active: Set<Role>): Promise<ReloadableApiKeys | undefined> {
   if (!active.has("gateway")) return undefined;
   const resolves = await lookup(config.host).then(
     () => true,
@@ -279,8 +281,33 @@ async function apiKeys(active: Set<Role>): Promise<ApiKeys | undefined> {
       `the microVM API listens on ${config.host} and needs API keys: make one with \`npx taskctl apikey create <principal>\`, add its line to a file and set API_KEYS_FILE to it`,
     );
   }
-  if (!config.apiKeysFile) return undefined;
-  return loadApiKeys(config.apiKeysFile).catch((err) => fail(`cannot read API_KEYS_FILE: ${(err as Error).message}`));
+  if (!config.apiKeysFile) {
+    log.info({ apiKeys: "off" }, "API keys off: the Task and Job APIs are open, every caller is anonymous");
+    return undefined;
+  }
+  const keys = await loadApiKeys(config.apiKeysFile).catch((err) =>
+    fail(`cannot read API_KEYS_FILE: ${(err as Error).message}`),
+  );
+  log.info(
+    { apiKeys: "on", principals: keys.principals, file: config.apiKeysFile },
+    `API keys on: ${keys.principals} principal${keys.principals === 1 ? "" : "s"} (SIGHUP reloads the file)`,
+  );
+  lifecycle.reloadKeys = () => reloadApiKeys(keys);
+  return keys;
+}
+
+/** SIGHUP with API keys on: reads the key file again; a file that does not parse keeps the old keys. */
+async function reloadApiKeys(keys: ReloadableApiKeys): Promise<void> {
+  try {
+    await keys.reload();
+    log.info({ apiKeys: "on", principals: keys.principals }, "API keys reloaded");
+  } catch (err) {
+    // The message names the file's line, never a hash or a key.
+    log.error(
+      { apiKeys: "on", principals: keys.principals, reason: (err as Error).message },
+      "API keys not reloaded: the old keys stay in use",
+    );
+  }
 }
 
 /** Listens on `port`, or fails with the variable to change. */
@@ -437,7 +464,12 @@ function printWelcome(urls: string[], servers: string): void {
 }
 
 // First thing once the modules are loaded: a signal at any stage of start-up stops what started.
-for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(signal, () => void shutdown(signal));
+for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => void shutdown(signal));
+// SIGHUP reloads the API keys when they are on (requests in flight go on); otherwise it stops.
+process.on(
+  "SIGHUP",
+  () => void (lifecycle.reloadKeys && !lifecycle.stopping ? lifecycle.reloadKeys() : shutdown("SIGHUP")),
+);
 
 function withoutUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as never;

@@ -12,6 +12,14 @@ const SHA256_HEX = /^[0-9a-f]{64}$/;
 export interface ApiKeys {
   /** The principal the request's bearer key stands for; undefined when none or unknown. */
   principalOf(req: IncomingMessage): string | undefined;
+  /** How many distinct principals hold a key. */
+  readonly principals: number;
+}
+
+/** The keys of a file that can be read again (SIGHUP): a request sees the old keys or the new. */
+export interface ReloadableApiKeys extends ApiKeys {
+  /** Reads the file again; when it cannot be read or parsed, throws and keeps the keys it had. */
+  reload(): Promise<void>;
 }
 
 export const sha256Hex = (text: string) => createHash("sha256").update(text).digest("hex");
@@ -31,6 +39,7 @@ export function parseApiKeys(text: string): ApiKeys {
     principals.set(hash!.toLowerCase(), principal!);
   });
   return {
+    principals: new Set(principals.values()).size,
     principalOf(req) {
       const header = req.headers.authorization;
       const match = header && /^Bearer\s+(\S+)\s*$/i.exec(header);
@@ -40,8 +49,24 @@ export function parseApiKeys(text: string): ApiKeys {
   };
 }
 
-export async function loadApiKeys(path: string): Promise<ApiKeys> {
-  return parseApiKeys(await readFile(path, "utf8"));
+export async function loadApiKeys(path: string): Promise<ReloadableApiKeys> {
+  let current = parseApiKeys(await readFile(path, "utf8"));
+  // One read at a time, so a slow earlier read never replaces the keys of a later one.
+  let reading: Promise<void> = Promise.resolve();
+  return {
+    get principals() {
+      return current.principals;
+    },
+    principalOf: (req) => current.principalOf(req),
+    reload() {
+      reading = reading
+        .catch(() => undefined)
+        .then(async () => {
+          current = parseApiKeys(await readFile(path, "utf8"));
+        });
+      return reading;
+    },
+  };
 }
 
 /** A new random key for `principal` and the line that grants it (`taskctl apikey create`). */

@@ -10,7 +10,15 @@ import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
 export { opsListener } from "./health.ts";
-export { isLoopback, loadApiKeys, newApiKey, parseApiKeys, sha256Hex, type ApiKeys } from "./api-keys.ts";
+export {
+  isLoopback,
+  loadApiKeys,
+  newApiKey,
+  parseApiKeys,
+  sha256Hex,
+  type ApiKeys,
+  type ReloadableApiKeys,
+} from "./api-keys.ts";
 export { ownerRouting, type OwnerLookup, type OwnerRouting, type RoutingPolicy } from "./owner-routing.ts";
 
 /** Every operation the gateways serve. */
