@@ -40,7 +40,7 @@ export { bundleImage, bundleImageModule, checkModuleBuilds, IMAGE_MODULE_ENV } f
 export { RUNTIME_PORT, MicrovmProviderError, realPort, upstreamOf } from "./host/provider.ts";
 export type { MicrovmProvider, MicrovmHandle, MicrovmSpec, ReclaimedInstance, Upstream } from "./host/provider.ts";
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
-export { createGvisorProvider, checkGvisor, findRunsc } from "./host/gvisor-provider.ts";
+export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";
 export type { IsolatedProvider, IsolatedProviderOptions } from "./host/isolated-provider.ts";
 export { permissionFlag } from "./host/node-args.ts";

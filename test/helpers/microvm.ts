@@ -18,6 +18,7 @@ import {
   INSTANCE_MARKER,
   readProcStat,
   SANDBOX_MARKER,
+  GVISOR_MARKER,
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
 import type { Defer } from "./defer.ts";
@@ -117,7 +118,7 @@ export async function waitForState(
 
 /** Instance processes started by this test process (the in-process hosts' children), either provider. */
 export function instanceChildren(): number[] {
-  return [...childProcessesWith(process.pid, INSTANCE_MARKER), ...childProcessesWith(process.pid, SANDBOX_MARKER)];
+  return [INSTANCE_MARKER, SANDBOX_MARKER, GVISOR_MARKER].flatMap((marker) => childProcessesWith(process.pid, marker));
 }
 
 /** The file's last check: every instance process of this test process is gone. */

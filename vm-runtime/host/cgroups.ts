@@ -31,6 +31,8 @@ export interface InstanceCgroup {
   kill(timeoutMs?: number): Promise<void>;
   /** Processes of the group the OOM killer ended at its memory limit; 0 when unknown. */
   oomKills(): number;
+  /** Memory charged to the group now (its tmpfs pages included), in bytes. */
+  memoryBytes(): number;
   /** Removes the group (it must be empty). */
   remove(): Promise<void>;
 }
@@ -106,6 +108,7 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
         return killMembers(this, timeoutMs);
       },
       oomKills: () => counter(readText(join(memory, "memory.oom_control")), "oom_kill"),
+      memoryBytes: () => Number(readText(join(memory, "memory.usage_in_bytes")) ?? 0),
       async remove() {
         for (const dir of all) await rmdir(dir).catch(ignoreMissing);
       },
@@ -159,6 +162,7 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
         await killMembers(this, timeoutMs);
       },
       oomKills: () => counter(readText(join(dir, "memory.events")), "oom_kill"),
+      memoryBytes: () => Number(readText(join(dir, "memory.current")) ?? 0),
       remove: () => rmdir(dir).catch(ignoreMissing),
     };
   };

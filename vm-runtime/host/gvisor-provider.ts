@@ -27,6 +27,9 @@ export interface GvisorProviderOptions extends IsolatedProviderOptions {
 
 export type GvisorProvider = IsolatedProvider;
 
+/** Every gVisor instance's `runsc run` command line contains this (its container id's prefix). */
+export const GVISOR_MARKER = "microvm-instance-";
+
 /**
  * What the Sentry, the gofer and `runsc run` need beside node: memory in MiB, and host threads
  * (measured: 47 tasks in the cgroup of an idle instance; the instance's own processes and
@@ -61,7 +64,7 @@ function gvisorLauncher(runsc: string): Launcher {
       const stateDir = join(instance.dir, "state");
       const bundleDir = join(instance.dir, "bundle");
       await Promise.all([mkdir(stateDir, { mode: 0o700 }), mkdir(bundleDir, { mode: 0o700 })]);
-      const containerId = `microvm-${instance.name}`;
+      const containerId = `${GVISOR_MARKER}${instance.name}`;
       const args = prepareGvisorBundle({
         runsc,
         stateDir,
@@ -79,7 +82,8 @@ function gvisorLauncher(runsc: string): Launcher {
         microvmId: instance.microvmId,
         permissions: instance.permissions,
       });
-      const child = spawnInCgroup(instance.cgroup, [runsc, ...args]);
+      // runsc run dies with this host (bubblewrap's --die-with-parent), and the sandbox with it (--attached).
+      const child = spawnInCgroup(instance.cgroup, ["setpriv", "--pdeathsig", "KILL", "--", runsc, ...args]);
       const runscCommand = (...command: string[]) =>
         run(runsc, [...runscFlags(stateDir), ...command], { timeout: 5_000 }).then(() => undefined);
       return {
