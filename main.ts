@@ -115,6 +115,10 @@ const microvmHost = {
       : undefined,
     cpus: cores("MICROVM_CPUS"),
     totalCpus: cores("MICROVM_TOTAL_CPUS"),
+    totalMemoryMiB: env.MICROVM_TOTAL_MEMORY_MIB
+      ? int("MICROVM_TOTAL_MEMORY_MIB", 0) || fail("MICROVM_TOTAL_MEMORY_MIB must be positive")
+      : undefined,
+    uidBase: env.MICROVM_UID_BASE ? int("MICROVM_UID_BASE", 0) : undefined,
     pids: env.MICROVM_PIDS ? int("MICROVM_PIDS", 64) || fail("MICROVM_PIDS must be positive") : undefined,
     scratchMiB: env.MICROVM_SCRATCH_MIB
       ? int("MICROVM_SCRATCH_MIB", 64) || fail("MICROVM_SCRATCH_MIB must be positive")
@@ -123,9 +127,11 @@ const microvmHost = {
 };
 
 function providerName(raw: string | undefined): ProviderName {
-  if (raw === undefined || raw === "" || raw === "sandbox") return "sandbox";
-  if (raw === "process") return "process";
-  fail(`MICROVM_PROVIDER must be "sandbox" (default) or "process", got "${raw}"`);
+  if (raw === undefined || raw === "") return "auto";
+  if (raw === "auto" || raw === "gvisor" || raw === "sandbox" || raw === "process") return raw;
+  fail(
+    `MICROVM_PROVIDER must be "auto" (default: gvisor, else sandbox), "gvisor", "sandbox" or "process", got "${raw}"`,
+  );
 }
 
 /** A CPU quota in cores: a positive number such as 0.5 or 2; undefined when unset. */
@@ -186,7 +192,7 @@ starts a private nats-server with its data in DATA_DIR (.data); one such service
 
 env (see README): NATS_URL, DATA_DIR, HOST, TASK_API_PORT, JOB_API_PORT, MICROVM_API_PORT,
 LOG_LEVEL (fatal..trace), LOG_FORMAT (json|pretty; default pretty on a terminal), NATS_SYNC,
-API_KEYS_FILE, MICROVM_PROVIDER.`;
+API_KEYS_FILE, MICROVM_PROVIDER (auto|gvisor|sandbox|process), MICROVM_RUNSC (docs/sandbox.md).`;
 
 /** True when `--role` named the roles (then each must start, or the process fails). */
 let explicitRoles = false;
