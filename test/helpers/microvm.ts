@@ -146,13 +146,17 @@ export function isSuspended(pid: number): boolean {
   return v2 !== undefined && /^frozen 1$/m.test(readText(`/sys/fs/cgroup${v2}/cgroup.events`) ?? "");
 }
 
-/** Pids left in the sandbox cgroups of host `hostId` (the kernel's list; empty when none). */
-export function hostCgroupPids(hostId: string): number[] {
+/**
+ * Pids left in the instance cgroups of host `hostId` (the kernel's list); undefined when the
+ * host's group does not exist (a running host always has it; a closed one removes it).
+ */
+export function hostCgroupPids(hostId: string): number[] | undefined {
   const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
   const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer";
   const hostDir = join(root, "typed-service-microvms", hostKey);
   const pids: number[] = [];
-  for (const group of existsSync(hostDir) ? readdirSync(hostDir, { withFileTypes: true }) : []) {
+  if (!existsSync(hostDir)) return undefined;
+  for (const group of readdirSync(hostDir, { withFileTypes: true })) {
     if (!group.isDirectory()) continue;
     const text = readText(join(hostDir, group.name, "cgroup.procs")) ?? "";
     pids.push(
