@@ -10,6 +10,11 @@ export interface LineLimits {
   readonly bytesPerSecond?: number;
   /** Bytes that may be read at once before the budget applies (default 4 MiB). */
   readonly burstBytes?: number;
+  /**
+   * What a line costs from the budget beyond its bytes (default 128): a flood of empty lines
+   * is paced like one of 128-byte lines (8,192 lines a second at 1 MiB/s), not a million.
+   */
+  readonly lineCostBytes?: number;
 }
 
 /** What the splitter has done, for tests and logs. */
@@ -29,6 +34,7 @@ export function boundedLines(stream: Readable, onLine: (line: string) => void, l
   const maxLine = limits.maxLineBytes ?? 8 * 1024;
   const rate = limits.bytesPerSecond ?? 1024 * 1024;
   const burst = limits.burstBytes ?? 4 * 1024 * 1024;
+  const lineCost = limits.lineCostBytes ?? 128;
   const stats: LineStats = { bytes: 0, lines: 0, cutLines: 0, pauses: 0 };
   let pending: Buffer[] = [];
   let pendingBytes = 0;
@@ -65,14 +71,16 @@ export function boundedLines(stream: Readable, onLine: (line: string) => void, l
   stream.on("data", (chunk: Buffer) => {
     stats.bytes += chunk.length;
     let start = 0;
+    let lines = 0;
     for (let newline = chunk.indexOf(10); newline !== -1; newline = chunk.indexOf(10, start)) {
       keep(chunk.subarray(start, newline));
       endLine();
       start = newline + 1;
+      lines += 1;
     }
     if (start < chunk.length) keep(chunk.subarray(start));
     const now = Date.now();
-    budget = Math.min(burst, budget + ((now - refilledAt) / 1000) * rate) - chunk.length;
+    budget = Math.min(burst, budget + ((now - refilledAt) / 1000) * rate) - chunk.length - lines * lineCost;
     refilledAt = now;
     if (budget < 0 && !resumeTimer) {
       stats.pauses += 1;
