@@ -379,7 +379,10 @@ async function main() {
 
   if (active.has("actors")) {
     const nats = await connectAs("actors");
-    await openBucketsOrFail(() => openBuckets(nats.nc, { replicas: config.replicas, only: actorBuckets }), servers);
+    await openBucketsOrFail(
+      () => openBuckets(nats.nc, { replicas: config.replicas, prefix: config.prefix, only: actorBuckets }),
+      servers,
+    );
     const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
       prefix: config.prefix,
       publisher: nats.publisher,

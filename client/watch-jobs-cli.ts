@@ -52,7 +52,8 @@ const onWatching = () =>
     `watching jobs created on ${servers} (${from})${flags["from-start"] ? ", stored ones first" : ""}; Ctrl-C to stop`,
   );
 try {
-  for await (const job of watchJobs(nc, { fromStart: flags["from-start"] === true, onWatching }))
+  const prefix = process.env.NATS_SUBJECT_PREFIX ?? "";
+  for await (const job of watchJobs(nc, { fromStart: flags["from-start"] === true, onWatching, prefix }))
     console.log(JSON.stringify(job));
 } catch (err) {
   const message = (err as Error).message;

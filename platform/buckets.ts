@@ -1,4 +1,5 @@
 // The JetStream KV buckets the actors persist in, created on first use.
+import { jetstreamManager, type Republish, type StreamConfig } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
@@ -22,7 +23,17 @@ export type Buckets = { readonly [K in keyof typeof bucketNames]: KV };
 export interface BucketOptions {
   /** JetStream replicas per bucket (3 on a 3-node cluster). */
   replicas?: number;
+  /** The operations' subject prefix (`NATS_SUBJECT_PREFIX`): the jobs feed is below it. */
+  prefix?: string;
 }
+
+/**
+ * The core subject below which the server republishes every write of the jobs bucket as it
+ * stores it (`<this>.<key>`, headers `Nats-Sequence`, `KV-Operation`): the job-created feed. A
+ * watcher subscribes to it and needs no consumer of its own, so no user but the service's
+ * roles may create consumers (a push consumer's deliver subject is not visible to permissions).
+ */
+export const jobsCreatedSubject = (prefix = "") => (prefix ? `${prefix}.jobs.created` : "jobs.created");
 
 export type BucketName = keyof typeof bucketNames;
 
@@ -46,10 +57,35 @@ export async function openBuckets<K extends BucketName = BucketName>(
   options: BucketOptions & { only?: readonly K[] } = {},
 ): Promise<Pick<Buckets, K>> {
   const kvm = new Kvm(nc);
-  const open = (name: string) => kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true });
+  const open = async (key: BucketName) => {
+    const name = bucketNames[key];
+    const settings = key === "jobs" ? { republish: jobsRepublish(options.prefix) } : {};
+    const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
+    // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
+    if (key === "jobs") await ensureStreamSettings(nc, `KV_${name}`, settings);
+    return kv;
+  };
   const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
-  const entries = await Promise.all(wanted.map(async (key) => [key, await open(bucketNames[key])] as const));
+  const entries = await Promise.all(wanted.map(async (key) => [key, await open(key)] as const));
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
+}
+
+function jobsRepublish(prefix: string | undefined): Republish {
+  return { src: `$KV.${bucketNames.jobs}.>`, dest: `${jobsCreatedSubject(prefix)}.>` };
+}
+
+/** Updates `stream` where its config differs from `settings` (compared as JSON). */
+async function ensureStreamSettings(
+  nc: NatsConnection,
+  stream: string,
+  settings: Partial<StreamConfig>,
+): Promise<void> {
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
+  const { config } = await jsm.streams.info(stream);
+  const differs = Object.entries(settings).some(
+    ([field, value]) => JSON.stringify(config[field as keyof StreamConfig]) !== JSON.stringify(value),
+  );
+  if (differs) await jsm.streams.update(stream, { ...config, ...settings });
 }
 
 /** The record buckets served by the task, task-object and job actors. */

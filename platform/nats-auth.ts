@@ -5,7 +5,7 @@ import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import * as nkeys from "@nats-io/nkeys";
 import { SERVICE_API_PREFIX, serviceControlSubjects, serviceNames } from "../schemas/index.ts";
-import { actorBuckets, bucketNames, imageObjectBucket } from "./buckets.ts";
+import { actorBuckets, bucketNames, imageObjectBucket, jobsCreatedSubject } from "./buckets.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
 export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
@@ -87,19 +87,6 @@ function kvOwn(bucket: string): string[] {
   return [...kvRead(bucket), `$KV.${bucket}.>`, `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`];
 }
 
-/** Watching a bucket: an ordered consumer on its stream (created, renewed, deleted) and its flow control. */
-function kvWatch(bucket: string): string[] {
-  const stream = `KV_${bucket}`;
-  return [
-    ...kvRead(bucket),
-    `$JS.API.CONSUMER.CREATE.${stream}`,
-    `$JS.API.CONSUMER.CREATE.${stream}.>`,
-    `$JS.API.CONSUMER.DELETE.${stream}.>`,
-    `$JS.API.CONSUMER.INFO.${stream}.>`,
-    `$JS.FC.${stream}.>`,
-  ];
-}
-
 /**
  * Owning an object store bucket: create it, put (chunks and meta), read (a push consumer per
  * get, delivered to the role's inbox, with flow control), and purge (delete).
@@ -178,9 +165,12 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
       allow_responses: true,
     },
     internal: {
-      // `$SRV.>`: discovery (`nats micro ls|info|stats`) of the services' instances.
-      publish: { allow: [...publicOperations(p), ...kvWatch(bucketNames.jobs), `${SERVICE_API_PREFIX}.>`] },
-      subscribe: { allow: [inbox("internal")] },
+      // `$SRV.>`: discovery (`nats micro ls|info|stats`) of the services' instances. Jobs are
+      // watched on the subject the server republishes them to, and replayed by direct gets:
+      // no consumer, since a push consumer may name any deliver subject (permissions cannot
+      // see it) and so make the server publish where this user may not.
+      publish: { allow: [...publicOperations(p), ...kvRead(bucketNames.jobs), `${SERVICE_API_PREFIX}.>`] },
+      subscribe: { allow: [`${jobsCreatedSubject(prefix)}.>`, inbox("internal")] },
     },
   };
 }

@@ -5,6 +5,7 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
+import { Objm } from "@nats-io/obj";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { startActors, startMicrovmHost } from "../actors/index.ts";
 import { natsClient, watchJobs } from "../client/index.ts";
@@ -14,6 +15,8 @@ import { join } from "node:path";
 import {
   actorBuckets,
   authOptions,
+  bucketNames,
+  imageObjectBucket,
   connectNats,
   clientCredentials,
   credentialsFromEnv,
@@ -223,6 +226,27 @@ describe("nats auth - the service and the internal user", () => {
     await watcher.return(undefined);
   });
 
+  it("nats auth - the internal user replays stored jobs without a consumer", { timeout: 30_000 }, async () => {
+    const jobs = natsClient(jobApi, internal);
+    const stored = [await jobs.createJob({ content: "stored 1" }), await jobs.createJob({ content: "stored 2" })];
+    let watching!: () => void;
+    const ready = new Promise<void>((resolve) => (watching = resolve));
+    const watcher = watchJobs(internal, { fromStart: true, onWatching: () => watching() });
+    const seen: string[] = [];
+    let later = "";
+    const live = (async () => {
+      for await (const job of watcher) {
+        seen.push(job.id);
+        if (seen.includes(stored[0]!) && seen.includes(stored[1]!) && seen.includes(later)) return;
+      }
+    })();
+    await ready;
+    later = await jobs.createJob({ content: "after the replay began" });
+    await live;
+    assert.ok(seen.indexOf(stored[0]!) < seen.indexOf(stored[1]!), "in order");
+    assert.equal(new Set(seen).size, seen.length, "each job once");
+  });
+
   it("nats auth - the internal user cannot write KV or create a bucket", async () => {
     const seen = violation(internal, "$KV.jobs.forged");
     const kv = await new Kvm(internal).open("jobs");
@@ -319,5 +343,59 @@ describe("nats auth - credentials from the environment", () => {
     await writeFile(join(dataDir, "nats-url"), "nats://127.0.0.1:4999");
     assert.deepEqual(await clientCredentials("nats://127.0.0.1:4999", { DATA_DIR: dataDir }), seeds.internal);
     assert.equal(await clientCredentials("nats://elsewhere:4222", { DATA_DIR: dataDir }), undefined);
+  });
+});
+
+describe("nats auth - consumers", () => {
+  const kvStreams = Object.values(bucketNames).map((bucket) => `KV_${bucket}`);
+  const streams = [...kvStreams, `OBJ_${imageObjectBucket}`];
+  before(async () => {
+    await new Objm(admin.nc).create(imageObjectBucket);
+  });
+
+  /** A push consumer delivering into the actors' queue group: what a rogue user would create. */
+  const rogue = (stream: string, name: string) =>
+    JSON.stringify({
+      stream_name: stream,
+      config: { name, deliver_subject: "jobs.create", deliver_group: "actors", ack_policy: "none" },
+    });
+  const consumerExists = (stream: string, name: string) =>
+    admin.nc
+      .request(`$JS.API.CONSUMER.INFO.${stream}.${name}`, "")
+      .then((msg) => !(msg.json() as { error?: unknown }).error);
+
+  it("nats auth - the rogue consumer request itself is valid: the test's admin can create it", async () => {
+    const answer = (
+      await admin.nc.request("$JS.API.CONSUMER.CREATE.KV_jobs.control", rogue("KV_jobs", "control"))
+    ).json();
+    assert.equal((answer as { error?: unknown }).error, undefined);
+    assert.equal(await consumerExists("KV_jobs", "control"), true);
+    await admin.nc.request("$JS.API.CONSUMER.DELETE.KV_jobs.control", "");
+  });
+
+  for (const role of ["gateway", "actors", "internal"] as const) {
+    it(`nats auth - ${role} cannot create a push consumer with a foreign deliver subject on any stream`, async () => {
+      const nc = await as(role);
+      for (const stream of streams) {
+        const name = `rogue_${role}`;
+        for (const subject of [`$JS.API.CONSUMER.CREATE.${stream}`, `$JS.API.CONSUMER.CREATE.${stream}.${name}`]) {
+          const seen = violation(nc, subject);
+          nc.publish(subject, rogue(stream, name));
+          assert.deepEqual(await seen, { operation: "publish", subject });
+        }
+        assert.equal(await consumerExists(stream, name), false, `${role} on ${stream}`);
+      }
+    });
+  }
+
+  it("nats auth - the microVM host cannot create a consumer on any KV stream", async () => {
+    const nc = await as("microvms");
+    for (const stream of kvStreams) {
+      const subject = `$JS.API.CONSUMER.CREATE.${stream}.rogue_microvms`;
+      const seen = violation(nc, subject);
+      nc.publish(subject, rogue(stream, "rogue_microvms"));
+      assert.deepEqual(await seen, { operation: "publish", subject });
+      assert.equal(await consumerExists(stream, "rogue_microvms"), false, stream);
+    }
   });
 });
