@@ -103,6 +103,13 @@ const microvmHost = {
   maxInstances: int("MICROVM_MAX_INSTANCES", 50),
   quotaPerPrincipal: int("MICROVM_QUOTA_PER_PRINCIPAL", 10),
   imageCacheMiB: int("MICROVM_IMAGE_CACHE_MIB", 256) || fail("MICROVM_IMAGE_CACHE_MIB must be positive"),
+  /** Stored image versions and MiB per principal, old versions included (429 past either). */
+  imageQuota: {
+    versions: int("MICROVM_IMAGE_QUOTA_VERSIONS", 50) || fail("MICROVM_IMAGE_QUOTA_VERSIONS must be positive"),
+    bytes: (int("MICROVM_IMAGE_QUOTA_MIB", 64) || fail("MICROVM_IMAGE_QUOTA_MIB must be positive")) * 1024 * 1024,
+  },
+  /** `max_bytes` of the image object store: images never take the task and job buckets' space. */
+  imageStoreMiB: int("MICROVM_IMAGE_STORE_MIB", 1024) || fail("MICROVM_IMAGE_STORE_MIB must be positive"),
   /** The principal of callers on the public `microvms.<op>` subjects (the NATS user allowed there). */
   natsPrincipal: env.MICROVM_NATS_PRINCIPAL || undefined,
   retentionSeconds: int("MICROVM_RETENTION_SECONDS", 600),

@@ -75,7 +75,7 @@ function jobsRepublish(prefix: string | undefined): Republish {
 }
 
 /** Updates `stream` where its config differs from `settings` (compared as JSON). */
-async function ensureStreamSettings(
+export async function ensureStreamSettings(
   nc: NatsConnection,
   stream: string,
   settings: Partial<StreamConfig>,

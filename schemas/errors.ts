@@ -81,6 +81,12 @@ export const MicrovmQuotaExceeded = defineError("MicrovmQuotaExceeded", 429, {
   quota: Type.Integer(),
   message: Type.String(),
 });
+/** A push past the principal's stored-image quota: `limit` names which (`versions` or `bytes`). */
+export const ImageQuotaExceeded = defineError("ImageQuotaExceeded", 429, {
+  limit: Type.Union([Type.Literal("versions"), Type.Literal("bytes")]),
+  quota: Type.Integer(),
+  message: Type.String(),
+});
 /** No `Authorization: Bearer <key>` naming a known API key (when API keys are on). */
 export const Unauthorized = defineError("Unauthorized", 401, {});
 /** The `Host` header names none of the API's configured host names. */

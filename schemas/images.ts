@@ -2,7 +2,14 @@
 // default export is a `defineImage` result), served over NATS (`microvms.images.<op>`) and as
 // REST under `/2025-09-09/images` on the microVM API.
 import { Type } from "@sinclair/typebox";
-import { ImageInUse, ImageNotFound, InvalidImage, MicrovmLimitExceeded, MicrovmQuotaExceeded } from "./errors.ts";
+import {
+  ImageInUse,
+  ImageNotFound,
+  ImageQuotaExceeded,
+  InvalidImage,
+  MicrovmLimitExceeded,
+  MicrovmQuotaExceeded,
+} from "./errors.ts";
 import { stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
@@ -51,7 +58,7 @@ export const createImage = {
   ),
   success: ImageInfo,
   /** 429s: checking the module takes one live-instance slot of the host and of the caller's quota. */
-  errors: [InvalidImage, MicrovmLimitExceeded, MicrovmQuotaExceeded],
+  errors: [InvalidImage, MicrovmLimitExceeded, MicrovmQuotaExceeded, ImageQuotaExceeded],
   /** The module may be up to `MAX_IMAGE_MODULE_BYTES`; the body as large as NATS carries. */
   maxBodyBytes: Number.MAX_SAFE_INTEGER,
   /** The host starts the module in a sandboxed instance to check it. */

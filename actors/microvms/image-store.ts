@@ -9,8 +9,8 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { bucketNames, imageObjectBucket } from "../../platform/index.ts";
-import { nameToken } from "../../schemas/index.ts";
+import { bucketNames, ensureStreamSettings, imageObjectBucket } from "../../platform/index.ts";
+import { ImageQuotaExceeded, nameToken } from "../../schemas/index.ts";
 import type { MethodDescription } from "../../vm-runtime/index.ts";
 import { afterDelete, withNameLock } from "./image-lock.ts";
 import { DEFAULT_IMAGE_CACHE_MIB, ModuleCache } from "./module-cache.ts";
@@ -60,7 +60,26 @@ export interface ImageStoreOptions {
   readonly replicas?: number;
   /** Bound of this host's module cache in MiB (`MICROVM_IMAGE_CACHE_MIB`, default 256). */
   readonly cacheMiB?: number;
+  /** What one principal may store, every version of every name counted (429 past either). */
+  readonly quota?: ImageQuota;
+  /**
+   * `max_bytes` of the object store of modules (`MICROVM_IMAGE_STORE_MIB`, default 1024 MiB) and
+   * of the metadata bucket (a 64th of it, at least 1 MiB): JetStream refuses writes past them, so
+   * images never take the space the task and job buckets need.
+   */
+  readonly storeMiB?: number;
 }
+
+/** A principal's stored-image allowance. */
+export interface ImageQuota {
+  /** Stored versions (default 50, `MICROVM_IMAGE_QUOTA_VERSIONS`). */
+  readonly versions: number;
+  /** Bytes of stored modules (default 64 MiB, `MICROVM_IMAGE_QUOTA_MIB`). */
+  readonly bytes: number;
+}
+
+export const DEFAULT_IMAGE_QUOTA: ImageQuota = { versions: 50, bytes: 64 * 1024 * 1024 };
+export const DEFAULT_IMAGE_STORE_MIB = 1024;
 
 /** `name` or `name@sha256:<hex>`; undefined when it is neither. */
 export function parseImageIdentifier(identifier: string): { name: string; digest?: string } | undefined {
@@ -78,16 +97,27 @@ export class ImageStore {
     private readonly objects: ObjectStore,
     /** This host's modules, one `<hex>.mjs` per digest. */
     readonly modules: ModuleCache,
+    private readonly quota: ImageQuota,
   ) {}
 
   /** Creates (or binds to) the image buckets; `cacheDir` holds this host's module cache. */
   static async open(nc: NatsConnection, cacheDir: string, options: ImageStoreOptions = {}): Promise<ImageStore> {
     const replicas = options.replicas ?? 1;
-    const kv = await new Kvm(nc).create(bucketNames.images, { history: 1, replicas, allow_direct: true });
-    const objects = await new Objm(nc).create(imageObjectBucket, { replicas });
+    const storeBytes = (options.storeMiB ?? DEFAULT_IMAGE_STORE_MIB) * 1024 * 1024;
+    const metaBytes = Math.max(1024 * 1024, Math.floor(storeBytes / 64));
+    const kv = await new Kvm(nc).create(bucketNames.images, {
+      history: 1,
+      replicas,
+      allow_direct: true,
+      max_bytes: metaBytes,
+    });
+    const objects = await new Objm(nc).create(imageObjectBucket, { replicas, max_bytes: storeBytes });
+    // `create` binds to buckets as they are: ones made before these limits get them now.
+    await ensureStreamSettings(nc, `KV_${bucketNames.images}`, { max_bytes: metaBytes });
+    await ensureStreamSettings(nc, `OBJ_${imageObjectBucket}`, { max_bytes: storeBytes });
     await mkdir(cacheDir, { recursive: true, mode: 0o700 });
     const modules = await ModuleCache.open(cacheDir, (options.cacheMiB ?? DEFAULT_IMAGE_CACHE_MIB) * 1024 * 1024);
-    return new ImageStore(nc, kv, objects, modules);
+    return new ImageStore(nc, kv, objects, modules, options.quota ?? DEFAULT_IMAGE_QUOTA);
   }
 
   /** Writes a module into the cache under its own digest, held (before it is checked or stored). */
@@ -110,13 +140,17 @@ export class ImageStore {
   async register(record: ImageRecord, module: Uint8Array): Promise<ImageRecord> {
     return withNameLock(this.kv, lockKey(record.owner, record.name), "push", async () => {
       const name = objectName(record);
-      if (!(await this.objects.info(name))) await this.objects.putBlob({ name }, module);
+      const stored = await this.objects.info(name);
+      if (!stored || stored.deleted) {
+        if (record.owner !== BUILTIN_OWNER) await this.assertQuota(record.owner, module.byteLength);
+        await this.objects.putBlob({ name }, module);
+      }
       const existing = await this.readKey(versionKey(record.owner, record.name, record.digest));
       // The same module pushed again keeps its first registration time.
-      const stored = existing ?? record;
-      if (!existing) await this.kv.put(versionKey(record.owner, record.name, record.digest), JSON.stringify(stored));
-      await this.kv.put(latestKey(record.owner, record.name), JSON.stringify(stored));
-      return stored;
+      const kept = existing ?? record;
+      if (!existing) await this.kv.put(versionKey(record.owner, record.name, record.digest), JSON.stringify(kept));
+      await this.kv.put(latestKey(record.owner, record.name), JSON.stringify(kept));
+      return kept;
     });
   }
 
@@ -166,6 +200,30 @@ export class ImageStore {
       for (const key of versions) await this.kv.purge(key);
       for (const object of await this.objectsOf(owner, name)) await this.objects.delete(object);
     });
+  }
+
+  /**
+   * 429 when storing `adding` more bytes as one more version would take `owner` past its
+   * quota; every stored version of every name counts. Two pushes of different names at the
+   * same moment may both pass (each holds only its own name's lock).
+   */
+  private async assertQuota(owner: string, adding: number): Promise<void> {
+    const prefix = `${ownerKey(owner)}/`;
+    const own = (await this.objects.list()).filter((info) => !info.deleted && info.name.startsWith(prefix));
+    const bytes = own.reduce((sum, info) => sum + info.size, 0);
+    const { versions, bytes: maxBytes } = this.quota;
+    if (own.length + 1 > versions)
+      throw ImageQuotaExceeded.make({
+        limit: "versions",
+        quota: versions,
+        message: `you store ${own.length} image versions (old versions count), the most allowed is ${versions}: delete an image first`,
+      });
+    if (bytes + adding > maxBytes)
+      throw ImageQuotaExceeded.make({
+        limit: "bytes",
+        quota: maxBytes,
+        message: `your images take ${bytes} bytes (old versions count); this module's ${adding} more would pass your quota of ${maxBytes} bytes: delete an image first`,
+      });
   }
 
   /** Names of the stored objects of `owner`'s `name`. */

@@ -15,7 +15,7 @@ import { instanceApi, ownerHandlers, queueHandlers, type HostState } from "./han
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, type ReconcileReport } from "./reconcile.ts";
 import { registerBuiltinImages } from "./image-handlers.ts";
-import { ImageStore, type ImageStoreOptions } from "./image-store.ts";
+import { ImageStore, type ImageQuota, type ImageStoreOptions } from "./image-store.ts";
 import { hostSubject } from "./routing.ts";
 import { isTerminal, MicrovmStore } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
@@ -52,6 +52,10 @@ export interface MicrovmHostOptions {
    * 256): modules no live instance uses are evicted least recently used first.
    */
   readonly imageCacheMiB?: number;
+  /** Stored versions and bytes of images per principal (defaults 50 and 64 MiB); 429 past either. */
+  readonly imageQuota?: ImageQuota;
+  /** `max_bytes` of the image object store in MiB (`MICROVM_IMAGE_STORE_MIB`, default 1024). */
+  readonly imageStoreMiB?: number;
   /** Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox` or `process` (development, not isolated). */
   readonly provider?: ProviderName;
   /** Per-instance limits of the sandbox. */
@@ -113,6 +117,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const imageOptions = {
     ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
     ...(options.imageCacheMiB === undefined ? {} : { cacheMiB: options.imageCacheMiB }),
+    ...(options.imageQuota === undefined ? {} : { quota: options.imageQuota }),
+    ...(options.imageStoreMiB === undefined ? {} : { storeMiB: options.imageStoreMiB }),
   };
   const images = await openImages(nc, join(workDir, "image-cache"), builtins, imageOptions).catch(
     async (err: unknown) => {
