@@ -96,7 +96,12 @@ describe("images", () => {
 
   it("images - bad modules are 400 InvalidImage with a useful message and no host paths", async () => {
     const cases: [string, string, RegExp][] = [
-      ["syntax error", "export default {", /does not build: line 1:\d+: Expected/],
+      ["syntax error", "const a = 1;\nexport default {", /SyntaxError: Unexpected end of input \(line 2:\d+\)/],
+      [
+        "syntax error mid-module",
+        "const a = 1;\nconst b = 2;\nlet x = 3 4;\n",
+        /: SyntaxError: Unexpected number \(line 3:11\)$/,
+      ],
       [
         "no default export",
         `${inlineDefineImage}\nexport const image = defineImage({ methods: {} });`,
@@ -111,7 +116,7 @@ describe("images", () => {
       [
         "unbundled import",
         `import x from "left-pad";\nexport default x;`,
-        /Could not resolve "left-pad".*self-contained/,
+        /ImageError: the module imports "left-pad" \(line 1\): an image module can import only node builtins/,
       ],
     ];
     for (const [label, module, expected] of cases) {

@@ -35,7 +35,7 @@ export { createRuntimeServer, DEFAULT_RPC_BODY_LIMIT, describeMethods } from "./
 export type { MethodDescription, RuntimeOptions } from "./runtime/server.ts";
 export { bootRuntime, parseReadyLine, READY_KEY } from "./runtime/boot.ts";
 export type { BootOptions } from "./runtime/boot.ts";
-export { bundleImage, bundleImageModule, checkModuleBuilds, IMAGE_MODULE_ENV } from "./host/bundle.ts";
+export { bundleImage, bundleImageModule, IMAGE_MODULE_ENV } from "./host/bundle.ts";
 
 export { RUNTIME_PORT, MicrovmProviderError, realPort, upstreamOf } from "./host/provider.ts";
 export type { MicrovmProvider, MicrovmHandle, MicrovmSpec, ReclaimedInstance, Upstream } from "./host/provider.ts";

@@ -1,11 +1,11 @@
-// Checking a module before it becomes an image, never by loading it in the host process: it
-// is parsed by esbuild (a syntax or import error stops here), started in a sandboxed
-// instance of this host's provider, asked for its methods, and terminated.
+// Checking a module before it becomes an image, never by building, parsing or loading it on
+// the host: it is started in a sandboxed instance of this host's provider (whose runtime
+// refuses imports other than node builtins), asked for its methods, and terminated; every
+// answer of the instance is read with a size and a time bound.
 import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import { MAX_IMAGE_MODULE_BYTES, InvalidImage } from "../../schemas/index.ts";
 import {
-  checkModuleBuilds,
   RPC_HEALTH_PATH,
   upstreamOf,
   RUNTIME_PORT,
@@ -22,61 +22,73 @@ export function checkModuleSize(module: Uint8Array): void {
   });
 }
 
+/** How long a check may take in all: the instance's start and its methods' answer. */
+export const IMAGE_CHECK_TIMEOUT_MS = 8_000;
+/** Largest methods answer read from a checked instance. */
+export const METHODS_ANSWER_MAX_BYTES = 1024 * 1024;
+
 /**
  * Starts the module at `path` (written by the caller) in an instance and resolves with its
- * methods; a module that does not build, load or define an image is a 400 `InvalidImage`.
+ * methods; a module that does not load or define an image (its imports are checked inside the
+ * instance), or does not answer within `timeoutMs`, is a 400 `InvalidImage`. Nothing of the
+ * module is parsed or followed here: its answer is read with a size and a time bound.
  */
-export async function checkImageModule(path: string, provider: MicrovmProvider): Promise<MethodDescription[]> {
-  try {
-    await checkModuleBuilds(path);
-  } catch (err) {
-    throw InvalidImage.make({ message: buildFailure(err) }, { cause: err });
-  }
+export async function checkImageModule(
+  path: string,
+  provider: MicrovmProvider,
+  timeoutMs = IMAGE_CHECK_TIMEOUT_MS,
+): Promise<MethodDescription[]> {
+  const deadline = AbortSignal.timeout(timeoutMs);
+  const late = () => `it did not answer its readiness probe within ${timeoutMs / 1000} s`;
   let handle: MicrovmHandle;
   try {
-    handle = await provider.start({ microvmId: `image-check-${randomUUID()}`, image: path });
+    handle = await provider.start({ microvmId: `image-check-${randomUUID()}`, image: path }, deadline);
   } catch (err) {
-    throw InvalidImage.make({ message: `the module does not load as an image: ${loadFailure(err)}` }, { cause: err });
+    const why = deadline.aborted ? late() : loadFailure(err);
+    throw InvalidImage.make({ message: `the module does not load as an image: ${why}` }, { cause: err });
   }
   try {
-    return await methodsOf(handle);
+    return await methodsOf(handle, deadline);
+  } catch (err) {
+    const why = deadline.aborted
+      ? `its methods answer did not end within ${timeoutMs / 1000} s`
+      : withoutPaths((err as Error).message);
+    throw InvalidImage.make({ message: `the module does not answer as an image: ${why}` }, { cause: err });
   } finally {
     await provider.terminate(handle, 500).catch(() => undefined);
   }
 }
 
-interface BuildMessage {
-  readonly text: string;
-  readonly location?: { readonly line: number; readonly column: number } | null;
-}
-
-/** esbuild's first errors with their line and column in the module (no file paths). */
-function buildFailure(err: unknown): string {
-  const errors = (err as { errors?: BuildMessage[] }).errors;
-  if (!Array.isArray(errors) || errors.length === 0) return "the module does not build";
-  const described = errors.slice(0, 3).map(({ text, location }) => {
-    const hint = /^Could not resolve/.test(text)
-      ? " (a module must be self-contained: bundle its dependencies, as `taskctl image push` does)"
-      : "";
-    return location ? `line ${location.line}:${location.column + 1}: ${text}${hint}` : `${text}${hint}`;
-  });
-  return `the module does not build: ${described.join("; ")}`;
-}
-
 /**
  * What the instance said before it died, as its last error line (the runtime's stderr), with
- * host paths removed; the provider's own message when there is none.
+ * host paths removed and, for a SyntaxError, node's line:column of it; the runtime's own
+ * `ImageError:` line (a refused import, quoted from the module) as it is. The provider's
+ * message when there is none.
  */
 function loadFailure(err: unknown): string {
   const texts: string[] = [];
   for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) texts.push(cause.message);
-  const lines = texts
-    .join("\n")
-    .split("\n")
-    .map((line) => line.trim());
+  const raw = texts.join("\n").split("\n");
+  const lines = raw.map((line) => line.trim());
+  const refused = lines.find((line) => line.startsWith("ImageError: "));
+  if (refused) return refused.slice(0, 500);
   const thrown = lines.filter((line) => /^(\w*Error|Uncaught|Error)\b.*:/.test(line) || /^\w+Error$/.test(line)).at(-1);
   const line = thrown ?? lines.find((l) => l.length > 0) ?? "the instance did not start";
-  return withoutPaths(line);
+  const where = thrown?.startsWith("SyntaxError") ? sourcePosition(raw) : "";
+  return withoutPaths(line) + where;
+}
+
+/**
+ * ` (line L:C)` from node's report of an uncaught error: `<file>:<line>`, the source line, a
+ * caret under the column (the column only while the lines were short enough to keep whole).
+ */
+function sourcePosition(lines: readonly string[]): string {
+  const at = lines.findLastIndex((line) => /^(file:\/\/)?\/\S*:\d+$/.test(line.trim()));
+  if (at === -1) return "";
+  const line = /:(\d+)$/.exec(lines[at]!.trim())![1];
+  // Spaces without a caret when the error has no width (the end of the input).
+  const caret = /^( *)\^*$/.exec(lines[at + 2] ?? "");
+  return caret ? ` (line ${line}:${caret[1]!.length + 1})` : ` (line ${line})`;
 }
 
 /** Replaces file paths and URLs with `<module>`: an answer never shows the host's layout. */
@@ -84,23 +96,33 @@ export function withoutPaths(text: string): string {
   return text.replace(/(file:\/\/)?\/[^\s:'"()]+/g, "<module>").slice(0, 500);
 }
 
-function methodsOf(handle: MicrovmHandle): Promise<MethodDescription[]> {
+/**
+ * The methods the runtime's readiness probe lists: the answer is read up to
+ * `METHODS_ANSWER_MAX_BYTES` and until `deadline`; either ends the request.
+ */
+function methodsOf(handle: MicrovmHandle, deadline: AbortSignal): Promise<MethodDescription[]> {
   const upstream = upstreamOf(handle, RUNTIME_PORT);
   if (!upstream) return Promise.reject(new Error("the checked instance has no runtime port"));
   const target =
     "socketPath" in upstream ? { socketPath: upstream.socketPath } : { host: upstream.host, port: upstream.port };
   return new Promise((resolve, reject) => {
     const req = request(
-      { ...target, path: RPC_HEALTH_PATH, method: "GET", headers: { ...handle.upstreamHeaders }, timeout: 10_000 },
+      { ...target, path: RPC_HEALTH_PATH, method: "GET", headers: { ...handle.upstreamHeaders }, agent: false },
       (res) => {
-        let text = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => (text += chunk));
+        const chunks: Buffer[] = [];
+        let bytes = 0;
+        res.on("data", (chunk: Buffer) => {
+          bytes += chunk.length;
+          if (bytes > METHODS_ANSWER_MAX_BYTES)
+            return req.destroy(new Error(`its methods answer is over ${METHODS_ANSWER_MAX_BYTES} bytes`));
+          chunks.push(chunk);
+        });
+        res.on("error", reject);
         res.on("end", () => {
           try {
-            const body = JSON.parse(text) as { methods?: MethodDescription[] };
-            if (res.statusCode !== 200 || !Array.isArray(body.methods))
-              throw new Error(`readiness probe answered ${res.statusCode}`);
+            if (res.statusCode !== 200) throw new Error(`its readiness probe answered ${res.statusCode}`);
+            const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { methods?: MethodDescription[] };
+            if (!Array.isArray(body.methods)) throw new Error("its readiness probe listed no methods");
             resolve(body.methods);
           } catch (err) {
             reject(err);
@@ -108,7 +130,10 @@ function methodsOf(handle: MicrovmHandle): Promise<MethodDescription[]> {
         });
       },
     );
-    req.on("timeout", () => req.destroy(new Error("readiness probe timed out")));
+    const onDeadline = () => req.destroy(new Error("its methods answer did not end in time"));
+    if (deadline.aborted) onDeadline();
+    else deadline.addEventListener("abort", onDeadline, { once: true });
+    req.on("close", () => deadline.removeEventListener("abort", onDeadline));
     req.on("error", reject);
     req.end();
   });

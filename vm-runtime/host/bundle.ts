@@ -9,6 +9,7 @@ import { join, resolve } from "node:path";
 import { vmRuntimeFile } from "./source-dir.ts";
 
 const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
+const IMPORT_CHECK_MODULE = vmRuntimeFile("runtime/module-imports.ts");
 
 /** A CommonJS dependency bundled into ESM may `require` node builtins: give it a real require. */
 const REQUIRE_SHIM =
@@ -82,35 +83,31 @@ export async function bundleImageModule(imageModule: string): Promise<string> {
 }
 
 /**
- * Fails as esbuild does when the self-contained module at `path` does not parse or imports
- * something other than a node builtin; writes nothing.
- */
-export async function checkModuleBuilds(path: string): Promise<void> {
-  await build({
-    entryPoints: [path],
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    write: false,
-    logLevel: "silent",
-  });
-}
-
-/**
- * The runtime's entry for a module named at start: CommonJS code bundled into an ES module
- * may call `require` for a node builtin, which the one-file bundle gave it in scope; a global
- * `require` does the same for a module loaded on its own.
+ * The runtime's entry for a module named at start. Before anything of the module runs, or
+ * anything it names is resolved, its source is lexed here, inside the instance, and any
+ * import that is not a node builtin ends the instance with one `ImageError:` line on stderr
+ * (module-imports.ts). CommonJS code bundled into an ES module may call `require` for a node
+ * builtin, which the one-file bundle gave it in scope; a global `require` does the same for a
+ * module loaded on its own, and loads nothing else.
  */
 function runtimeEntrySource(): string {
   return [
-    `import { createRequire } from "node:module";`,
+    `import { readFileSync } from "node:fs";`,
     `import { pathToFileURL } from "node:url";`,
+    `import { builtinRequire, checkModuleImports, ImageError } from ${JSON.stringify(IMPORT_CHECK_MODULE)};`,
     `const imageModule = process.env.${IMAGE_MODULE_ENV};`,
     `if (!imageModule) throw new Error("${IMAGE_MODULE_ENV} is not set");`,
     // Image code sees the environment it saw when it was bundled in: no host path in it.
     `delete process.env.${IMAGE_MODULE_ENV};`,
-    `globalThis.require ??= createRequire(pathToFileURL(imageModule));`,
+    "try {",
+    '  checkModuleImports(readFileSync(imageModule, "utf8"));',
+    "} catch (error) {",
+    "  if (!(error instanceof ImageError)) throw error;",
+    // One line, then exit: the host's 400 quotes it (stderr is synchronous on a pipe).
+    `  process.stderr.write("ImageError: " + error.message + "\\n");`,
+    "  process.exit(1);",
+    "}",
+    `globalThis.require ??= builtinRequire(pathToFileURL(imageModule));`,
     entrySource("pathToFileURL(imageModule).href"),
   ].join("\n");
 }

@@ -74,7 +74,7 @@ export function waitForReadyLine(
   });
 }
 
-/** Polls the runtime's readiness probe until it answers 200, or rejects at the deadline. */
+/** Polls the runtime's readiness probe until it answers 200, or rejects at the deadline or on abort. */
 export async function waitForHealth(
   upstream: Upstream,
   deadline: number,
@@ -85,7 +85,8 @@ export async function waitForHealth(
   while (Date.now() < deadline) {
     signal?.throwIfAborted();
     try {
-      const status = await probeStatus(upstream, headers, Math.max(50, Math.min(1_000, deadline - Date.now())));
+      const timeoutMs = Math.max(50, Math.min(1_000, deadline - Date.now()));
+      const status = await probeStatus(upstream, headers, timeoutMs, signal);
       if (status === 200) return;
       lastError = new Error(`readiness probe answered ${status}`);
     } catch (error) {
@@ -96,24 +97,32 @@ export async function waitForHealth(
   throw new Error("runtime did not answer its readiness probe in time", { cause: lastError });
 }
 
-/** One `GET /__rpc__/` to the runtime over TCP or its unix socket; resolves with the status. */
+/**
+ * One `GET /__rpc__/` to the runtime over TCP or its unix socket; resolves with the status as
+ * soon as it arrives, without reading the body (an instance's answer may never end). The
+ * whole exchange has `timeoutMs`; abort or the deadline destroys the request.
+ */
 function probeStatus(
   upstream: Upstream,
   headers: Readonly<Record<string, string>>,
   timeoutMs: number,
+  signal?: AbortSignal,
 ): Promise<number> {
   return new Promise((resolve, reject) => {
     const target =
       "socketPath" in upstream ? { socketPath: upstream.socketPath } : { host: upstream.host, port: upstream.port };
-    const req = request(
-      { ...target, path: RPC_HEALTH_PATH, headers: { ...headers }, agent: false, timeout: timeoutMs },
-      (res) => {
-        res.resume();
-        res.on("end", () => resolve(res.statusCode ?? 0));
-        res.on("error", reject);
-      },
-    );
-    req.on("timeout", () => req.destroy(new Error("readiness probe timed out")));
+    const req = request({ ...target, path: RPC_HEALTH_PATH, headers: { ...headers }, agent: false }, (res) => {
+      res.on("error", () => undefined);
+      resolve(res.statusCode ?? 0);
+      req.destroy();
+    });
+    const timer = setTimeout(() => req.destroy(new Error("readiness probe timed out")), timeoutMs);
+    const onAbort = () => req.destroy(new Error("readiness probe aborted"));
+    signal?.addEventListener("abort", onAbort, { once: true });
+    req.on("close", () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    });
     req.on("error", reject);
     req.end();
   });
