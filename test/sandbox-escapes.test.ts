@@ -177,9 +177,10 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       t.diagnostic(
         `spinners used ${shares.map((s) => s.toFixed(2)).join(", ")} of a core (${total.toFixed(2)} in all)`,
       );
-      // The spinners were found and ran (a walk that misses them would read 0).
+      // The spinners were found and ran: a walk that misses them reads exactly 0 (how much each
+      // ran depends on what else the machine runs: 0.03-0.05 each at a load of 15).
       assert.ok(
-        shares.every((share) => share > 0.05),
+        shares.every((share) => share > 0),
         `a spinner was not seen running: ${shares}`,
       );
       // No control bound here: an unwalled spinner's share depends on what else the machine runs.
