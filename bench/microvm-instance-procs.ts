@@ -1,23 +1,30 @@
-// Where a host's instances live on this machine, for either provider: the service's child per
-// instance (node for `process`, the outer bwrap for `sandbox`) and its descendants, the
-// sandbox's cgroups (memory charged, and every pid of the host's tree, for leftover checks).
+// Where a host's instances live on this machine, for each provider: the service's child per
+// instance (node for `process`, the outer bwrap for `sandbox`, `runsc run` for `gvisor`) and its
+// processes, the isolated providers' cgroups (memory charged, and every pid of the host's tree,
+// for leftover checks).
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { rmdir, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import { INSTANCE_MARKER, SANDBOX_MARKER } from "../vm-runtime/index.ts";
+import { GVISOR_MARKER, INSTANCE_MARKER, SANDBOX_MARKER } from "../vm-runtime/index.ts";
 
-export type ProviderName = "process" | "sandbox";
+export type ProviderName = "process" | "sandbox" | "gvisor";
 
 /** One instance's processes (host pid namespace). */
 export interface InstanceProcs {
-  /** The service's child: the node runtime (`process`) or the outer bwrap (`sandbox`). */
+  /** The service's child: the node runtime (`process`), the outer bwrap (`sandbox`) or `runsc run` (`gvisor`). */
   readonly root: number;
-  /** The node runtime that runs image code (the deepest process of the tree). */
+  /**
+   * The process that runs image code: the deepest of the tree (node) for `process` and
+   * `sandbox`; for `gvisor` the Sentry (`runsc-sandbox`), as node has no host process there.
+   */
   readonly runtime: number;
-  /** Root and every descendant: what the instance costs in processes. */
+  /**
+   * What the instance costs in processes: root and every descendant; for `gvisor` every pid in
+   * its cgroup (`runsc run`, `runsc-gofer`, `runsc-sandbox` and the Sentry's stub processes).
+   */
   readonly pids: readonly number[];
-  /** The instance's memory cgroup directory (sandbox only). */
+  /** The instance's memory cgroup directory (`sandbox` and `gvisor`). */
   readonly memoryCgroup?: string;
 }
 
@@ -46,7 +53,9 @@ function processTable(): Map<number, number> {
   return table;
 }
 
-const markerOf = (provider: ProviderName) => (provider === "sandbox" ? SANDBOX_MARKER : INSTANCE_MARKER);
+/** What the command line of the service's child for each instance contains. */
+export const markerOf = (provider: ProviderName): string =>
+  ({ process: INSTANCE_MARKER, sandbox: SANDBOX_MARKER, gvisor: GVISOR_MARKER })[provider];
 
 /** The instances the service `servicePid` runs now, with their process trees. */
 export function instancesOf(servicePid: number, provider: ProviderName): InstanceProcs[] {
@@ -57,18 +66,30 @@ export function instancesOf(servicePid: number, provider: ProviderName): Instanc
     read(`/proc/${pid}/cmdline`).includes(markerOf(provider)),
   );
   return roots.map((root) => {
-    const pids: number[] = [];
-    let runtime = root;
+    const tree: number[] = [];
+    let deepest = root;
     let level = [root];
     while (level.length) {
-      pids.push(...level);
-      runtime = level[0]!;
+      tree.push(...level);
+      deepest = level[0]!;
       level = level.flatMap((pid) => children.get(pid) ?? []);
     }
-    const memoryCgroup = provider === "sandbox" ? memoryCgroupOf(root) : undefined;
-    return { root, runtime, pids, ...(memoryCgroup ? { memoryCgroup } : {}) };
+    const memoryCgroup = provider === "process" ? undefined : memoryCgroupOf(root);
+    if (provider !== "gvisor" || !memoryCgroup) {
+      return { root, runtime: deepest, pids: tree, ...(memoryCgroup ? { memoryCgroup } : {}) };
+    }
+    // runsc re-executes itself into namespaces of its own: the cgroup, not the tree, holds all of it.
+    const pids = [...new Set([...tree, ...pidsIn(memoryCgroup)])].filter((pid) => table.has(pid));
+    const sentry = pids.find((pid) => read(`/proc/${pid}/cmdline`).split("\0")[0]?.endsWith("runsc-sandbox"));
+    return { root, runtime: sentry ?? deepest, pids, memoryCgroup };
   });
 }
+
+const pidsIn = (dir: string): number[] =>
+  read(join(dir, "cgroup.procs"))
+    .split("\n")
+    .filter((line) => line.trim())
+    .map(Number);
 
 /** The memory cgroup directory of `pid` (v1 `memory` hierarchy, or the v2 unified one). */
 function memoryCgroupOf(pid: number): string | undefined {

@@ -37,6 +37,12 @@ export interface RpcPath {
   cpuUsPerCall: Record<string, number>;
 }
 
+/** A process, or several counted as one (an instance's processes: bwrap's, or runsc's and the Sentry's stubs). */
+export type CpuSubject = number | readonly number[];
+
+const cpuOf = (subject: CpuSubject) =>
+  typeof subject === "number" ? cpuSeconds(subject) : subject.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+
 /**
  * One path: 1 s of unmeasured concurrent load (a freshly started process runs cold code),
  * then sequential calls, then concurrent load with the CPU of `pids` (by name) sampled.
@@ -44,17 +50,17 @@ export interface RpcPath {
 export async function measurePath(
   path: string,
   calls: { sequential: RpcCall; concurrent: RpcCall },
-  pids: Record<string, number>,
+  pids: Record<string, CpuSubject>,
   settings: RpcSettings,
 ): Promise<RpcPath> {
   await concurrent(calls.concurrent, settings.callers, 1);
   const seq = await sequential(calls.sequential, settings.calls);
-  const before = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, cpuSeconds(pid)]));
+  const before = Object.fromEntries(Object.entries(pids).map(([name, subject]) => [name, cpuOf(subject)]));
   const load = await concurrent(calls.concurrent, settings.callers, settings.seconds);
   const cpuUsPerCall = Object.fromEntries(
-    Object.entries(pids).map(([name, pid]) => [
+    Object.entries(pids).map(([name, subject]) => [
       name,
-      Math.round(((cpuSeconds(pid) - before[name]!) * 1e6) / Math.max(1, load.requests)),
+      Math.round(((cpuOf(subject) - before[name]!) * 1e6) / Math.max(1, load.requests)),
     ]),
   );
   return { path, sequential: seq, concurrent: load, cpuUsPerCall };
@@ -63,7 +69,7 @@ export async function measurePath(
 /** The host's proxy: the stub (fetch) and a raw keep-alive call. */
 export async function measureHostProxy(
   vm: Connected,
-  pids: Record<string, number>,
+  pids: Record<string, CpuSubject>,
   settings: RpcSettings,
 ): Promise<RpcPath[]> {
   const target = targetOf(vm.endpoint, { "x-aws-proxy-auth": vm.token });

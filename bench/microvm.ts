@@ -1,11 +1,13 @@
 // `npm run bench -- --microvm`: the microVM facility of the service (the `sandbox` image)
-// under both providers in the same run, each behind a service of its own: launch → first RPC,
-// RPC through the proxy, suspend/resume, memory per live instance and how latency changes with
-// 1, 10, 50 instances; then the sandbox's cost as ratios to the process provider. Every
-// instance is terminated and every child stopped, also on error and Ctrl-C.
+// under every provider in the same run (process, sandbox, and gvisor where runsc runs), each
+// behind a service of its own: launch → first RPC, RPC through the proxy, suspend/resume, image
+// push, memory per live instance and how latency changes with 1, 10, 50 instances; then each
+// wall's cost as ratios (sandbox / process, gvisor / sandbox) against the issues' targets.
+// Every instance is terminated and every child stopped, also on error and Ctrl-C.
 import { openBuckets } from "../platform/index.ts";
 import { installShutdownHandlers } from "./environment.ts";
-import { comparisonRows, formatComparison, sandboxTargets, type ProviderResults } from "./microvm-compare.ts";
+import { checkGvisor } from "../vm-runtime/index.ts";
+import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";
 import {
@@ -15,13 +17,15 @@ import {
   thawCgroupsOf,
   type MicrovmEnvironment,
 } from "./microvm-environment.ts";
-import type { ProviderName } from "./microvm-instance-procs.ts";
+import { hostCgroupKey, type ProviderName } from "./microvm-instance-procs.ts";
 import { launchAndCall, launchedIds, terminate, type Connected } from "./microvm-instances.ts";
 import { sequential, stubCall } from "./microvm-http.ts";
+import { measureLaunchFloor } from "./microvm-launch-floor.ts";
 import { launchSampler, measureSuspendResume, type LaunchResults } from "./microvm-lifecycle.ts";
-import { formatDensity, formatLatencies, formatRpcPaths, latencyRows, targets } from "./microvm-report.ts";
+import { targets } from "./microvm-report.ts";
 import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from "./microvm-rpc.ts";
-import { formatImages, imageTargets, measureImages } from "./microvm-images.ts";
+import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
+import { printProviderResults } from "./microvm-summary.ts";
 import type { BenchOptions } from "./options.ts";
 import { writeResults } from "./results.ts";
 
@@ -32,12 +36,21 @@ export interface MicrovmSettings {
   /** Suspend/resume cycles (and as many auto-resumes). */
   cycles: number;
   density: DensitySettings;
-  /** Images pushed and launched uncached then cached (sandbox provider). */
+  /** Images pushed and launched uncached then cached, per provider. */
   images: number;
+  /** `node -e 0` under each wall's trial sandbox, per provider. */
+  floorSamples: number;
 }
 
-/** The baseline first: ratios are sandbox / process. */
-const providers: readonly ProviderName[] = ["process", "sandbox"];
+/**
+ * The baseline first, each wall after the one it is compared with (sandbox / process, gvisor /
+ * sandbox); gvisor only where a trial runsc sandbox runs (else said, and its targets "not measured").
+ */
+async function providersHere(): Promise<ProviderName[]> {
+  const gvisor = await checkGvisor();
+  if (!gvisor.ok) console.log(`gvisor: not measured in this run: ${gvisor.reason}`);
+  return gvisor.ok ? ["process", "sandbox", "gvisor"] : ["process", "sandbox"];
+}
 
 export function microvmSettings(options: BenchOptions): MicrovmSettings {
   if (options.quick) {
@@ -47,6 +60,7 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
       cycles: 5,
       density: { levels: [1, 10], rpcCalls: 300, extraLaunches: 3, fillConcurrency: 4 },
       images: 3,
+      floorSamples: 3,
     };
   }
   return {
@@ -55,6 +69,7 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
     cycles: 20,
     density: { levels: [1, 10, 50], rpcCalls: 1_000, extraLaunches: 5, fillConcurrency: 4 },
     images: 9,
+    floorSamples: 7,
   };
 }
 
@@ -66,6 +81,7 @@ export async function runMicrovmBench(
   startedAt: Date,
 ): Promise<void> {
   const settings = microvmSettings(options);
+  const providers = await providersHere();
   const envs: Envs = {};
   let direct: Awaited<ReturnType<typeof directRuntimes>> | undefined;
   let cleaning: Promise<void> | undefined;
@@ -76,7 +92,9 @@ export async function runMicrovmBench(
       const started = Object.values(envs);
       await Promise.all(started.map((env) => env.close()));
       // This run's directories and cgroups only: another bench running beside this one keeps its instances.
-      const markers = [...started.map((env) => env.dataDir), ...(direct ? [direct.workDir] : [])];
+      // A gVisor instance's runsc processes name the host's run directory (their --root), not DATA_DIR.
+      const runDirs = started.map((env) => `typed-service-microvms/${hostCgroupKey(env.hostId)}/`);
+      const markers = [...started.map((env) => env.dataDir), ...runDirs, ...(direct ? [direct.workDir] : [])];
       const hostIds = started.map((env) => env.hostId);
       await assertNoInstanceLeft(markers, hostIds).finally(() => removeCgroupsOf(hostIds));
     })());
@@ -96,6 +114,7 @@ export async function runMicrovmBench(
       );
     }
     results = await measureAll(
+      providers,
       envs as Record<ProviderName, MicrovmEnvironment>,
       (direct = await directRuntimes()),
       settings,
@@ -109,7 +128,7 @@ export async function runMicrovmBench(
   }
   await cleanUp();
   const file = await writeResults(
-    { ...header, settings, targets, sandboxTargets, imageTargets, ...results },
+    { ...header, settings, targets, sandboxTargets, gvisorTargets, imageTargets, ...results },
     startedAt,
     "microvm",
   );
@@ -164,10 +183,11 @@ async function assertNoInstanceLeft(markers: string[], hostIds: string[]): Promi
 
 /**
  * Phase by phase, the providers taking turns (launch by launch in the launch phase) so drift
- * on the machine hits both alike; then the density of one provider after the other (its live
- * instances would weigh on the other's figures).
+ * on the machine hits all alike; then the density of one provider after the other (its live
+ * instances would weigh on the others' figures).
  */
 async function measureAll(
+  providers: readonly ProviderName[],
   envs: Record<ProviderName, MicrovmEnvironment>,
   direct: Awaited<ReturnType<typeof directRuntimes>>,
   settings: MicrovmSettings,
@@ -188,6 +208,8 @@ async function measureAll(
     launches[provider] = samplers[provider].results();
     console.log(`  ${provider}: RunMicrovm → first RPC p50 ${launches[provider].firstRpc.p50} ms`);
   }
+  console.log(`launch floor: node -e 0 in each wall's trial sandbox, ${settings.floorSamples} times, taking turns…`);
+  const floor = await measureLaunchFloor(providers, settings.floorSamples);
 
   console.log(
     `RPC: ${settings.rpc.calls} sequential calls and ${settings.rpc.seconds} s × ${settings.rpc.callers} callers per path…`,
@@ -205,7 +227,7 @@ async function measureAll(
     );
     proxied[provider] = {
       getMicrovm,
-      rpc: await measureHostProxy(vm, { service: env.servicePid, instance: instance.runtime }, settings.rpc),
+      rpc: await measureHostProxy(vm, { service: env.servicePid, instance: instance.pids }, settings.rpc),
     };
   }
   const runtime = await direct.start();
@@ -220,8 +242,14 @@ async function measureAll(
     await terminate(envs[provider].api, vms[provider].microvmId);
   }
 
-  console.log(`images (sandbox): ${settings.images} pushed, each launched uncached then cached…`);
-  const images = await measureImages(envs.sandbox, settings.images);
+  console.log(
+    `images: ${settings.images} pushed per provider (checked in an instance), each launched uncached then cached…`,
+  );
+  const images = {} as Record<ProviderName, ImageResults>;
+  for (const provider of providers) {
+    images[provider] = await measureImages(envs[provider], settings.images);
+    console.log(`  ${provider}: createImage → registered p50 ${images[provider].registration.p50.toFixed(0)} ms`);
+  }
 
   for (const provider of providers) {
     console.log(`density (${provider}): ${settings.density.levels.join(", ")} live instances…`);
@@ -235,35 +263,14 @@ async function measureAll(
       launches: launches[provider],
       ...proxied[provider],
       suspend: suspends[provider],
+      images: images[provider],
+      launchFloor: floor[provider]!,
       density,
       deaths: envs[provider].deaths(),
     };
   }
 
-  for (const provider of providers) {
-    const r = results[provider];
-    console.log(`\n## ${provider} provider\n\nlatencies (sandbox image; p50 against the facility's targets):\n`);
-    const firstRpcTarget = provider === "sandbox" ? sandboxTargets.firstRpcMs : targets.firstRpcMs;
-    console.log(formatLatencies(latencyRows(r.launches, r.rpc, r.suspend, r.getMicrovm, firstRpcTarget)));
-    console.log(
-      `\ndensity (live instances have each answered one RPC; memory read 1 s after the last launch; summed over each instance's processes):\n`,
-    );
-    console.log(formatDensity(r.density));
-    if (r.deaths.length) console.log(`\nprocesses that died during the run: ${r.deaths.join("; ")}`);
-  }
-  console.log(
-    `\nRPC paths (hello("x"); sequential after 100 unmeasured, then ${settings.rpc.callers} concurrent callers for ${settings.rpc.seconds} s):\n`,
-  );
-  console.log(
-    formatRpcPaths([
-      ...providers.flatMap((p) => results[p].rpc.map((path) => ({ ...path, path: `${p}: ${path.path}` }))),
-      ...directPaths,
-    ]),
-  );
-  console.log(`\nimages on the sandbox provider (targets from issue 13):\n`);
-  console.log(formatImages(images));
-  const comparison = comparisonRows(results.process, results.sandbox);
-  console.log(`\nsandbox vs process provider, same run (ratio = sandbox / process; targets from issue 11):\n`);
-  console.log(formatComparison(comparison));
-  return { providers: results, direct: directPaths, images, comparison };
+  printProviderResults(providers, results, directPaths, settings.rpc);
+  const comparison = comparisonRows(results);
+  return { providers: results, direct: directPaths, comparison, verdicts: verdicts(comparison) };
 }
