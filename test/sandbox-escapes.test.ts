@@ -253,6 +253,12 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       for (const pid of left) process.kill(pid, "SIGKILL");
       if (walled) assert.deepEqual(left, [], "instance processes outlived their host by 2 s");
       else assert.notDeepEqual(left, [], "control: a hijacked unwalled instance should outlive its host");
+      if (walled) {
+        // What the next start of that host does: reclaim finds its (empty) groups and directories.
+        const again = await wall.create({ hostKey: `${hostKey}-killed`, workDir: join(dir, "again") });
+        assert.deepEqual(await again.reclaim(), [], "reclaim found a live process of the killed host");
+        await again.close();
+      }
     });
 
     test(`${name} - reconcile never signals a pid read from a forged record`, async () => {

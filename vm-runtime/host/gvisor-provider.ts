@@ -2,7 +2,8 @@
 // code and the host's, with no network, a read-only root of node and the image, its own host
 // uid, inside its cgroup (isolated-provider.ts has what it shares with the bubblewrap sandbox).
 import { execFile } from "node:child_process";
-import { existsSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, statSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -100,6 +101,17 @@ function gvisorLauncher(runsc: string): Launcher {
   };
 }
 
+const CHECK_CACHE_DIR = "/run/typed-service-microvms";
+
+/** Names the runsc and node binaries exactly as they are (path, size, change time). */
+function trialKey(runsc: string): string {
+  const facts = [runsc, process.execPath].map((path) => {
+    const info = statSync(path);
+    return `${path}:${info.size}:${info.ctimeMs}`;
+  });
+  return createHash("sha256").update(facts.join("\n")).digest("hex").slice(0, 16);
+}
+
 export type GvisorCheck = { readonly ok: true } | { readonly ok: false; readonly reason: string };
 
 /** Whether runsc runs here: one trial sandbox runs `node -e 0` under the instance's own settings. */
@@ -110,6 +122,10 @@ export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
       reason: `runsc is not installed${runsc ? ` at ${runsc}` : ""} (npm install fetches Debian's runsc into .tools/; or set MICROVM_RUNSC)`,
     };
   if (process.getuid?.() !== 0) return { ok: false, reason: "runsc needs the microVM host to run as root" };
+  // A trial that passed is remembered until the next boot (/run is a tmpfs) for this runsc and
+  // node: every host start would otherwise pay for one more sandbox.
+  const passed = join(CHECK_CACHE_DIR, `gvisor-ok-${trialKey(runsc)}`);
+  if (existsSync(passed)) return { ok: true };
   const dir = await mkdtemp(join(tmpdir(), "gvisor-check-"));
   try {
     const stateDir = join(dir, "state");
@@ -135,6 +151,8 @@ export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
       args: [process.execPath, "-e", "0"],
     });
     await run(runsc, args, { timeout: 20_000 });
+    await mkdir(CHECK_CACHE_DIR, { recursive: true, mode: 0o711 });
+    await writeFile(passed, "");
     return { ok: true };
   } catch (error) {
     const detail =
