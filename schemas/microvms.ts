@@ -13,7 +13,7 @@ import { ownedByHost, stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
 /** Instance states (contract), the one list: the lifecycle machine's top-level states must match it. */
-const MICROVM_STATES = [
+export const MICROVM_STATES = [
   "PENDING",
   "RUNNING",
   "SUSPENDING",

@@ -9,7 +9,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { bucketNames, ensureStreamSettings, imageObjectBucket } from "../../platform/index.ts";
+import { bucketNames, ensureStreamSettings, imageObjectBucket, log } from "../../platform/index.ts";
 import { ImageQuotaExceeded, nameToken } from "../../schemas/index.ts";
 import type { MethodDescription } from "../../vm-runtime/index.ts";
 import { afterDelete, withNameLock } from "./image-lock.ts";
@@ -275,10 +275,27 @@ export class ImageStore {
     this.modules.added(digest, module.byteLength);
   }
 
+  /** The record at `key`; one not of the shape this code writes counts as absent. */
   private async readKey(key: string): Promise<ImageRecord | undefined> {
     const entry = await this.kv.get(key);
     if (entry?.operation !== "PUT" || entry.length === 0) return undefined;
-    return entry.json<ImageRecord>();
+    let record: Partial<ImageRecord> | undefined;
+    try {
+      record = entry.json<Partial<ImageRecord>>();
+    } catch {
+      record = undefined;
+    }
+    const wellFormed =
+      typeof record === "object" &&
+      record !== null &&
+      typeof record.name === "string" &&
+      typeof record.digest === "string" &&
+      typeof record.owner === "string" &&
+      typeof record.createdAt === "string" &&
+      Array.isArray(record.methods);
+    if (wellFormed) return record as ImageRecord;
+    log.warn({ bucket: bucketNames.images, key }, "image record of the wrong shape ignored");
+    return undefined;
   }
 
   private async readAll(filter: string): Promise<ImageRecord[]> {

@@ -4,9 +4,10 @@
 import type { KV } from "@nats-io/kv";
 import { JetStreamApiCodes, JetStreamApiError, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { bucketNames } from "../../platform/index.ts";
+import type { KvEntry } from "@nats-io/kv";
+import { bucketNames, log } from "../../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
-import { idKey, type IdlePolicy, type Microvm, type MicrovmState } from "../../schemas/index.ts";
+import { idKey, MICROVM_STATES, type IdlePolicy, type Microvm, type MicrovmState } from "../../schemas/index.ts";
 
 export type MicrovmView = Static<typeof Microvm>;
 /** A contract state name. */
@@ -72,9 +73,7 @@ export class MicrovmStore {
   async read(microvmId: string): Promise<StoredRecord | undefined> {
     const key = idKey(microvmId);
     if (key === undefined) return undefined;
-    const entry = await this.kv.get(key);
-    if (entry?.operation !== "PUT" || entry.length === 0) return undefined;
-    return { record: entry.json<MicrovmRecord>(), revision: entry.revision };
+    return storedRecord(await this.kv.get(key));
   }
 
   /** Writes a new record; undefined when the key exists already (the stored one wins). */
@@ -161,10 +160,46 @@ export class MicrovmStore {
   }
 
   private async readKey(key: string): Promise<StoredRecord | undefined> {
-    const entry = await this.kv.get(key);
-    if (entry?.operation !== "PUT" || entry.length === 0) return undefined;
-    return { record: entry.json<MicrovmRecord>(), revision: entry.revision };
+    return storedRecord(await this.kv.get(key));
   }
+}
+
+/**
+ * The record in `entry`, or undefined when absent, deleted or not of the shape this code
+ * writes (a foreign or broken write): such a record is absent for every reader, so it fails
+ * no list, sweep or quota count of others' instances.
+ */
+function storedRecord(entry: KvEntry | null): StoredRecord | undefined {
+  if (entry?.operation !== "PUT" || entry.length === 0) return undefined;
+  let value: unknown;
+  try {
+    value = entry.json();
+  } catch {
+    value = undefined;
+  }
+  if (isRecordShape(value)) return { record: value, revision: entry.revision };
+  log.warn(
+    { bucket: entry.bucket, key: entry.key, revision: entry.revision },
+    "microvm record of the wrong shape ignored",
+  );
+  return undefined;
+}
+
+function isRecordShape(value: unknown): value is MicrovmRecord {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const r = value as Record<string, unknown>;
+  const strings = ["microvmId", "imageIdentifier", "endpoint", "startedAt", "hostId", "updatedAt"] as const;
+  const policy = r.idlePolicy as Record<string, unknown> | null | undefined;
+  return (
+    strings.every((field) => typeof r[field] === "string") &&
+    (MICROVM_STATES as readonly unknown[]).includes(r.state) &&
+    (r.owner === undefined || typeof r.owner === "string") &&
+    typeof policy === "object" &&
+    policy !== null &&
+    typeof policy.maxIdleDurationSeconds === "number" &&
+    typeof policy.suspendedDurationSeconds === "number" &&
+    typeof policy.autoResumeEnabled === "boolean"
+  );
 }
 
 /** The contract fields of a record (what GetMicrovm and ListMicrovms answer). */
