@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { httpClient } from "../client/index.ts";
-import { bucketNames, connectNats, openBuckets, type NatsHandle } from "../platform/index.ts";
+import { connectNats, openBuckets, type NatsHandle } from "../platform/index.ts";
 import {
   idKey,
   imageApi,
