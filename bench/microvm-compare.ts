@@ -22,6 +22,8 @@ export interface ProviderResults {
   /** `node -e 0` in the wall's trial sandbox, outside any instance cgroup (microvm-launch-floor.ts). */
   launchFloor: Percentiles;
   density: DensityPoint[];
+  /** Why density stopped before its last level (a launch failed or timed out while filling). */
+  densityFailures: string[];
   deaths: string[];
 }
 

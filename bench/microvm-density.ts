@@ -51,16 +51,24 @@ function cgroupMean(dirs: string[]): { usage: number; anon: number } | undefined
   };
 }
 
+/** The levels measured, and why the next was not (a launch that failed or timed out on the way). */
 export async function measureDensity(
   env: MicrovmEnvironment,
   settings: DensitySettings,
   report: (point: DensityPoint) => void,
+  failures: string[],
 ): Promise<DensityPoint[]> {
   const live: Connected[] = [];
   const points: DensityPoint[] = [];
   try {
     for (const level of settings.levels) {
-      await fill(env, live, level, settings.fillConcurrency);
+      try {
+        await fill(env, live, level, settings.fillConcurrency);
+      } catch (err) {
+        // What the host could not reach is a finding: said, and the levels measured kept.
+        failures.push(`filling to ${level} live stopped at ${live.length}: ${(err as Error).message}`);
+        break;
+      }
       await pause(1_000); // let start-up garbage settle before reading memory
       const instances = env.instances();
       const memory = memoryOf(instances.flatMap((i) => i.pids));

@@ -57,6 +57,7 @@ export function printProviderResults(
     );
     console.log(formatDensity(r.density));
     if (r.deaths.length) console.log(`\nprocesses that died during the run: ${r.deaths.join("; ")}`);
+    if (r.densityFailures.length) console.log(`\nDENSITY NOT REACHED: ${r.densityFailures.join("; ")}`);
   }
   console.log(
     `\nRPC paths (hello("x"); sequential after 100 unmeasured, then ${rpc.callers} concurrent callers for ${rpc.seconds} s; instance CPU summed over all its processes):\n`,

@@ -4,6 +4,7 @@
 // push, memory per live instance and how latency changes with 1, 10, 50 instances; then each
 // wall's cost as ratios (sandbox / process, gvisor / sandbox) against the issues' targets.
 // Every instance is terminated and every child stopped, also on error and Ctrl-C.
+import { rm } from "node:fs/promises";
 import { openBuckets } from "../platform/index.ts";
 import { installShutdownHandlers } from "./environment.ts";
 import { checkGvisor } from "../vm-runtime/index.ts";
@@ -96,7 +97,12 @@ export async function runMicrovmBench(
       const runDirs = started.map((env) => `typed-service-microvms/${hostCgroupKey(env.hostId)}/`);
       const markers = [...started.map((env) => env.dataDir), ...runDirs, ...(direct ? [direct.workDir] : [])];
       const hostIds = started.map((env) => env.hostId);
-      await assertNoInstanceLeft(markers, hostIds).finally(() => removeCgroupsOf(hostIds));
+      await assertNoInstanceLeft(markers, hostIds).finally(async () => {
+        await removeCgroupsOf(hostIds);
+        // The isolated hosts' run directories (instance sockets, runsc state) when a stop left them.
+        for (const id of hostIds)
+          await rm(`/run/typed-service-microvms/${hostCgroupKey(id)}`, { recursive: true, force: true });
+      });
     })());
   installShutdownHandlers(cleanUp);
   // Room for the densest level plus the launches measured at that level.
@@ -253,12 +259,18 @@ async function measureAll(
 
   for (const provider of providers) {
     console.log(`density (${provider}): ${settings.density.levels.join(", ")} live instances…`);
-    const density = await measureDensity(envs[provider], settings.density, (p: DensityPoint) =>
-      console.log(
-        `  ${p.live} live: ${p.perInstance.pss} MiB PSS per instance (VmRSS ${p.perInstance.rss}${p.cgroupPerInstance ? `, cgroup ${p.cgroupPerInstance.usage}` : ""}), ` +
-          `service ${p.serviceMiB.rss} MiB, RPC p50 ${p.rpc.p50} ms, Run→RUNNING p50 ${p.running.p50} ms`,
-      ),
+    const failures: string[] = [];
+    const density = await measureDensity(
+      envs[provider],
+      settings.density,
+      (p: DensityPoint) =>
+        console.log(
+          `  ${p.live} live: ${p.perInstance.pss} MiB PSS per instance (VmRSS ${p.perInstance.rss}${p.cgroupPerInstance ? `, cgroup ${p.cgroupPerInstance.usage}` : ""}), ` +
+            `service ${p.serviceMiB.rss} MiB, RPC p50 ${p.rpc.p50} ms, Run→RUNNING p50 ${p.running.p50} ms`,
+        ),
+      failures,
     );
+    for (const failure of failures) console.log(`  ${provider}: DENSITY FAILED: ${failure}`);
     results[provider] = {
       launches: launches[provider],
       ...proxied[provider],
@@ -267,6 +279,7 @@ async function measureAll(
       launchFloor: floor[provider]!,
       density,
       deaths: envs[provider].deaths(),
+      densityFailures: failures,
     };
   }
 

@@ -75,10 +75,12 @@ Options:
                        uses (compare runs with and without, e.g. "--max-semi-space-size=8")
   --growth             growth check instead: RSS and getTask latency at 0 and 100k records
   --growth-size N      records to grow to (implies --growth; e.g. 1000000 adds a 1M point)
-  --microvm            microVM bench instead, both providers (process, sandbox) in one run and
-                       the sandbox's cost as ratios: launch → first RPC, RPC via the proxy,
-                       suspend/resume, memory per instance at 1/10/50 live (~4 min; --quick
-                       ~1.5 min; --cpu-prof DIR profiles the services). Not in the default run.
+  --microvm            microVM bench instead, every provider (process, sandbox, and gvisor where
+                       runsc runs) in one run and each wall's cost as ratios (sandbox/process,
+                       gvisor/sandbox): launch → first RPC, RPC via the proxy, suspend/resume,
+                       image push, memory per instance at 1/10/50 live, against issues 11, 13
+                       and 23's targets (~15 min on a loaded 2-core machine; --quick ~4 min;
+                       --cpu-prof DIR profiles the services). Not in the default run.
   --microvm-flags      node-flag experiment: RSS, start and RPC latency of the sandbox runtime
                        started by hand under each candidate set of node flags
   --microvm-images     only the image rows of --microvm, on the sandbox provider: createImage
