@@ -276,7 +276,7 @@ async function measureAll(
       ...proxied[provider],
       suspend: suspends[provider],
       images: images[provider],
-      launchFloor: floor[provider]!,
+      launchFloor: floor[provider] ?? { n: 0, p50: NaN, p99: NaN, mean: NaN },
       density,
       deaths: envs[provider].deaths(),
       densityFailures: failures,
