@@ -123,7 +123,8 @@ export function serveOperation<Op extends Operation>(
     queue: options.queue,
     callback: (err, msg) => {
       if (err) log.error({ op: op.name, err }, "subscription failed");
-      else void handle(msg);
+      // Answering can throw too (a closed connection): that fails this message only.
+      else handle(msg).catch((failure: unknown) => log.warn({ op: op.name, err: failure }, "answer not sent"));
     },
   });
 }

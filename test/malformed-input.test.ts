@@ -6,10 +6,12 @@ import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { headers as natsHeaders } from "@nats-io/transport-node";
+import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
+import { serveOperation } from "../actors/index.ts";
 import { httpClient } from "../client/index.ts";
-import { connectNats, openBuckets, type NatsHandle } from "../platform/index.ts";
+import { connectNats, openBuckets, type BatchPublisher, type NatsHandle } from "../platform/index.ts";
 import {
+  getTask,
   idKey,
   imageApi,
   jobApi,
@@ -181,3 +183,28 @@ async function assertServing(): Promise<void> {
   await vms.terminateMicrovm({ microvmIdentifier: vm.microvmId });
   assert.ok(Array.isArray((await httpClient(imageApi, svc.microvmUrl).listImages({})).items));
 }
+
+describe("serve adapter - an answer that cannot be sent", () => {
+  it("serve adapter - a reply whose send throws fails only that message", async () => {
+    let sends = 0;
+    // A publisher whose first two sends throw (as on a closing connection): the answer, then the
+    // error answer the adapter sends for it, which no try around the handler catches any more.
+    const publisher = {
+      publish({ subject, data, headers }: { subject: string; data: string; headers?: MsgHdrs }) {
+        if (sends++ < 2) throw new Error("connection closed");
+        admin.nc.publish(subject, data, { headers });
+      },
+    } as unknown as BatchPublisher;
+    const sub = serveOperation(admin.nc, getTask, async ({ id }) => ({ id, title: "t", completed: false }), {
+      prefix: "throwing-reply",
+      queue: "q",
+      publisher,
+    });
+    defer(() => sub.unsubscribe());
+    await admin.nc.flush();
+    const subject = requestSubject(getTask, { id: "a" }, "throwing-reply");
+    await assert.rejects(admin.nc.request(subject, '{"id":"a"}', { timeout: 1_000 }), "the first answer was lost");
+    const answer = await admin.nc.request(subject, '{"id":"b"}', { timeout: 5_000 });
+    assert.deepEqual(answer.json(), { id: "b", title: "t", completed: false });
+  });
+});
