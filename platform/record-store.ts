@@ -82,6 +82,25 @@ export async function leaderEntry(
   return { revision: reply.message.seq, value: Buffer.from(reply.message.data ?? "", "base64") };
 }
 
+/** Peers heard from within this long count toward the leader's majority (elections wait 4-9 s). */
+const IN_TOUCH_NS = 2_500_000_000;
+
+/**
+ * Whether the stream's leader heard from a majority of its group (itself included) within
+ * `IN_TOUCH_NS`: before any other peer can have been elected, so its reads are current.
+ */
+export async function leaderInTouch(requester: Requester, bucket: string, timeoutMs: number): Promise<boolean> {
+  const msg = await requester.request(`$JS.API.STREAM.INFO.KV_${bucket}`, undefined, timeoutMs);
+  const info = msg.json<{
+    cluster?: { replicas?: { current?: boolean; offline?: boolean; active?: number }[] };
+    error?: { code: number; err_code: number; description: string };
+  }>();
+  if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
+  const peers = info.cluster?.replicas ?? [];
+  const inTouch = peers.filter((peer) => !peer.offline && (peer.active ?? Number.POSITIVE_INFINITY) < IN_TOUCH_NS);
+  return (1 + inTouch.length) * 2 > peers.length + 1;
+}
+
 export function recordStore(requester: Requester, bucket: string, options: RecordStoreOptions = {}): RecordStore {
   const timeout = options.timeoutMs ?? 5_000;
   const stream = `KV_${bucket}`;
@@ -90,6 +109,15 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
 
   const leaderGet = async (key: string) => (await leaderEntry(requester, bucket, key, timeout))?.value;
+  // A leader cut off from its peers answers as leader until it notices (10-20 s), while the
+  // others elect a new one and take writes: its "not found" is confirmed only while it heard
+  // from a majority within less than the shortest election timeout.
+  const confirmedMiss = async (key: string) => {
+    const value = await leaderGet(key);
+    if (value === undefined && !(await leaderInTouch(requester, bucket, timeout)))
+      throw new JetStreamRequestError(503, 0, "the stream leader lost touch with its peers: a miss is not confirmed");
+    return value;
+  };
 
   return {
     bucket,
@@ -103,7 +131,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
         throw err;
       }
       const code = msg.headers?.code ?? 0;
-      if (code === 404) return (options.replicas ?? 1) > 1 ? leaderGet(key) : undefined;
+      if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
       if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
       const operation = msg.headers?.get("KV-Operation");
       if (operation === "DEL" || operation === "PURGE") return undefined;
