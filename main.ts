@@ -126,6 +126,7 @@ const microvmHost = {
       ? int("MICROVM_TOTAL_MEMORY_MIB", 0) || fail("MICROVM_TOTAL_MEMORY_MIB must be positive")
       : undefined,
     uidBase: env.MICROVM_UID_BASE ? int("MICROVM_UID_BASE", 0) : undefined,
+    warmInstances: env.MICROVM_WARM_INSTANCES ? int("MICROVM_WARM_INSTANCES", 1) : undefined,
     pids: env.MICROVM_PIDS ? int("MICROVM_PIDS", 64) || fail("MICROVM_PIDS must be positive") : undefined,
     scratchMiB: env.MICROVM_SCRATCH_MIB
       ? int("MICROVM_SCRATCH_MIB", 64) || fail("MICROVM_SCRATCH_MIB must be positive")

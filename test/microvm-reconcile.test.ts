@@ -91,6 +91,11 @@ describe("microvm reconcile", () => {
     assert.ok(await gone(lost.pid), "a running instance exits with its host (stdin pipe closed)");
     assert.ok(await gone(orphan.pid));
     assert.ok(isSuspended(suspended.pid), "a stopped instance outlives its host");
+    // Everything else of the old run in its cgroups (its walls booted ahead too) died with it.
+    const stillThere = () => (hostCgroupPids(hostId) ?? []).filter((pid) => !isSuspended(pid));
+    for (const deadline = Date.now() + 5_000; stillThere().length > 0 && Date.now() < deadline; )
+      await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(stillThere(), [], "a process of the killed host outlived it");
 
     // Another host answers for the dead owner: terminate marks the record at once.
     const otherDir = await mkdtemp(join(tmpdir(), "microvm-other-"));
@@ -109,7 +114,7 @@ describe("microvm reconcile", () => {
     const second = await startHostProcess();
     assert.ok(await gone(suspended.pid, 1_000), "the suspended instance of the old run was killed at start");
     assert.deepEqual(instanceProcessesUnder(workDir), []);
-    assert.deepEqual(hostCgroupPids(hostId), []);
+    assert.deepEqual(hostCgroupPids(hostId, { instancesOnly: true }), []);
     const reconciled = second.logs.find((entry) => entry.msg === "microvm host reconciled");
     assert.deepEqual([reconciled?.terminated, reconciled?.killed], [2, 1]);
     for (const [vm, reason] of [

@@ -42,6 +42,7 @@ export type { MicrovmProvider, MicrovmHandle, MicrovmSpec, ReclaimedInstance, Up
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
 export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";
+export { WARM_PREFIX } from "./host/isolated-provider.ts";
 export type { IsolatedProvider, IsolatedProviderOptions } from "./host/isolated-provider.ts";
 export { permissionFlag } from "./host/node-args.ts";
 export { SANDBOX_MARKER } from "./host/sandbox-command.ts";

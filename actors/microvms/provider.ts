@@ -21,11 +21,12 @@ export type ProviderName = "auto" | "gvisor" | "sandbox" | "process";
 /**
  * Per-instance limits of the sandboxes and their host-wide caps (the process provider honours
  * `memoryMiB` only); main.ts reads them from MICROVM_MEMORY_MIB, MICROVM_CPUS,
- * MICROVM_TOTAL_CPUS, MICROVM_TOTAL_MEMORY_MIB, MICROVM_PIDS, MICROVM_SCRATCH_MIB, MICROVM_UID_BASE.
+ * MICROVM_TOTAL_CPUS, MICROVM_TOTAL_MEMORY_MIB, MICROVM_PIDS, MICROVM_SCRATCH_MIB, MICROVM_UID_BASE,
+ * MICROVM_WARM_INSTANCES.
  */
 export type InstanceLimits = Pick<
   IsolatedProviderOptions,
-  "memoryMiB" | "cpus" | "totalCpus" | "totalMemoryMiB" | "pids" | "scratchMiB" | "uidBase"
+  "memoryMiB" | "cpus" | "totalCpus" | "totalMemoryMiB" | "pids" | "scratchMiB" | "uidBase" | "warmInstances"
 >;
 
 /** The provider could not be made; `message` says what is missing and how to fix it. */

@@ -19,6 +19,7 @@ import {
   readProcStat,
   SANDBOX_MARKER,
   GVISOR_MARKER,
+  WARM_PREFIX,
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
 import type { Defer } from "./defer.ts";
@@ -116,9 +117,21 @@ export async function waitForState(
   }
 }
 
-/** Instance processes started by this test process (the in-process hosts' children), either provider. */
-export function instanceChildren(): number[] {
-  return [INSTANCE_MARKER, SANDBOX_MARKER, GVISOR_MARKER].flatMap((marker) => childProcessesWith(process.pid, marker));
+/**
+ * Instance processes started by this test process (the in-process hosts' children), any
+ * provider; with `instancesOnly`, not the walls booted ahead that no instance has yet.
+ */
+export function instanceChildren(options: { instancesOnly?: boolean } = {}): number[] {
+  const all = [INSTANCE_MARKER, SANDBOX_MARKER, GVISOR_MARKER].flatMap((marker) =>
+    childProcessesWith(process.pid, marker),
+  );
+  return options.instancesOnly ? all.filter((pid) => !inWarmWall(pid)) : all;
+}
+
+/** Whether `pid` is in a cgroup of a wall booted ahead (named WARM_PREFIX…). */
+function inWarmWall(pid: number): boolean {
+  const groups = readText(`/proc/${pid}/cgroup`) ?? "";
+  return groups.split("\n").some((line) => line.split("/").at(-1)?.startsWith(WARM_PREFIX));
 }
 
 /** The file's last check: every instance process of this test process is gone. */
@@ -147,10 +160,11 @@ export function isSuspended(pid: number): boolean {
 }
 
 /**
- * Pids left in the instance cgroups of host `hostId` (the kernel's list); undefined when the
- * host's group does not exist (a running host always has it; a closed one removes it).
+ * Pids left in the instance cgroups of host `hostId` (the kernel's list; with `instancesOnly`,
+ * not those of walls booted ahead); undefined when the host's group does not exist (a running
+ * host always has it; a closed one removes it).
  */
-export function hostCgroupPids(hostId: string): number[] | undefined {
+export function hostCgroupPids(hostId: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
   const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
   const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer";
   const hostDir = join(root, "typed-service-microvms", hostKey);
@@ -158,6 +172,8 @@ export function hostCgroupPids(hostId: string): number[] | undefined {
   if (!existsSync(hostDir)) return undefined;
   for (const group of readdirSync(hostDir, { withFileTypes: true })) {
     if (!group.isDirectory()) continue;
+    // Walls booted ahead for the next instance (WARM_PREFIX) until one is assigned.
+    if (options.instancesOnly && group.name.startsWith(WARM_PREFIX)) continue;
     const text = readText(join(hostDir, group.name, "cgroup.procs")) ?? "";
     pids.push(
       ...text

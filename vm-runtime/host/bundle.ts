@@ -10,6 +10,7 @@ import { vmRuntimeFile } from "./source-dir.ts";
 
 const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
 const IMPORT_CHECK_MODULE = vmRuntimeFile("runtime/module-imports.ts");
+const STARTUP_INPUT_MODULE = vmRuntimeFile("runtime/startup-input.ts");
 
 /** A CommonJS dependency bundled into ESM may `require` node builtins: give it a real require. */
 const REQUIRE_SHIM =
@@ -92,13 +93,25 @@ export async function bundleImageModule(imageModule: string): Promise<string> {
  */
 function runtimeEntrySource(): string {
   return [
-    `import { readFileSync } from "node:fs";`,
+    `import { readFileSync, writeFileSync } from "node:fs";`,
     `import { pathToFileURL } from "node:url";`,
     `import { builtinRequire, checkModuleImports, ImageError } from ${JSON.stringify(IMPORT_CHECK_MODULE)};`,
-    `const imageModule = process.env.${IMAGE_MODULE_ENV};`,
-    `if (!imageModule) throw new Error("${IMAGE_MODULE_ENV} is not set");`,
+    `import { StartupInput } from ${JSON.stringify(STARTUP_INPUT_MODULE)};`,
+    `import { bootRuntime } from ${JSON.stringify(BOOT_MODULE)};`,
+    `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
+    "const input = new StartupInput();",
+    "const accessSecret = await input.line();",
+    `let imageModule = process.env.${IMAGE_MODULE_ENV};`,
     // Image code sees the environment it saw when it was bundled in: no host path in it.
     `delete process.env.${IMAGE_MODULE_ENV};`,
+    "if (!imageModule) {",
+    // A wall started before its image: the host sends the instance's id and module on stdin.
+    "  const assignment = await input.assignment();",
+    "  process.env.MICROVM_ID = assignment.microvmId;",
+    `  imageModule = (process.env.HOME || "/scratch") + "/.microvm-image.mjs";`,
+    "  writeFileSync(imageModule, assignment.module);",
+    "}",
+    "input.release();",
     "try {",
     '  checkModuleImports(readFileSync(imageModule, "utf8"));',
     "} catch (error) {",
@@ -107,8 +120,12 @@ function runtimeEntrySource(): string {
     `  process.stderr.write("ImageError: " + error.message + "\\n");`,
     "  process.exit(1);",
     "}",
-    `globalThis.require ??= builtinRequire(pathToFileURL(imageModule));`,
-    entrySource("pathToFileURL(imageModule).href"),
+    "globalThis.require ??= builtinRequire(pathToFileURL(imageModule));",
+    "const socketPath = process.env.MICROVM_RUNTIME_SOCKET || undefined;",
+    "const port = Number(process.env.MICROVM_RUNTIME_PORT ?? 0);",
+    "const { default: image } = await import(pathToFileURL(imageModule).href);",
+    `if (!isImage(image)) throw new TypeError("the image module's default export is not an image (use defineImage)");`,
+    "await bootRuntime(image, { port, socketPath, exitWhenStdinEnds: true, ...(accessSecret ? { accessSecret } : {}) });",
   ].join("\n");
 }
 

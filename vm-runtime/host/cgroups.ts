@@ -3,7 +3,7 @@
 // of every process in the group. A host's instances sit under one host group of their own, so
 // reconcile finds what an earlier run left from the kernel's own lists, never from storage.
 import { existsSync, readFileSync, readdirSync } from "node:fs";
-import { mkdir, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, rename, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pollUntil } from "./provider-util.ts";
 
@@ -24,6 +24,8 @@ export interface InstanceCgroup {
   readonly procsFiles: readonly string[];
   /** Pids of the processes in the group (host pid namespace). */
   pids(): number[];
+  /** Whether `pid` has joined the group in every hierarchy. */
+  holds(pid: number): boolean;
   /** Resolves once every process of the group is frozen. */
   freeze(timeoutMs?: number): Promise<void>;
   thaw(): Promise<void>;
@@ -44,6 +46,8 @@ export interface HostCgroups {
   create(name: string, limits: CgroupLimits): Promise<InstanceCgroup>;
   /** The instance groups that exist now (e.g. left by an earlier run of this host). */
   existing(): InstanceCgroup[];
+  /** Renames a group, its processes staying in it (a warm wall named after its instance). */
+  rename(group: InstanceCgroup, name: string): Promise<InstanceCgroup>;
   /** Removes the host's own group once it holds no instance group (best effort). */
   remove(): Promise<void>;
 }
@@ -98,6 +102,7 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
       name,
       procsFiles: all.map((dir) => join(dir, "cgroup.procs")),
       pids: () => unionPids(all),
+      holds: (pid) => all.every((dir) => unionPids([dir]).includes(pid)),
       async freeze(timeoutMs = 2_000) {
         await writeFile(join(freezer, "freezer.state"), "FROZEN");
         const frozen = await pollUntil(() => readText(join(freezer, "freezer.state")) === "FROZEN", timeoutMs);
@@ -128,6 +133,11 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
       return group(name);
     },
     existing: () => subdirectories(join(root, "freezer", hostPath)).map(group),
+    async rename(from, name) {
+      const [sources, targets] = [dirs(from.name), dirs(name)];
+      for (const [i, source] of sources.entries()) await rename(source, targets[i]!);
+      return group(name);
+    },
     async remove() {
       for (const controller of V1_CONTROLLERS) await rmdir(join(root, controller, hostPath)).catch(() => undefined);
     },
@@ -146,6 +156,7 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
       name,
       procsFiles: [join(dir, "cgroup.procs")],
       pids: () => unionPids([dir]),
+      holds: (pid) => unionPids([dir]).includes(pid),
       async freeze(timeoutMs = 2_000) {
         await writeFile(join(dir, "cgroup.freeze"), "1");
         const frozen = await pollUntil(() => /^frozen 1$/m.test(readText(join(dir, "cgroup.events")) ?? ""), timeoutMs);
@@ -178,6 +189,10 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
       return group(name);
     },
     existing: () => subdirectories(hostDir).map(group),
+    async rename(from, name) {
+      await rename(join(hostDir, from.name), join(hostDir, name));
+      return group(name);
+    },
     remove: () => rmdir(hostDir).catch(() => undefined),
   };
 }

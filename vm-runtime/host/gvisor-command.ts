@@ -17,14 +17,12 @@ export interface GvisorLaunch {
   /** Shared libraries node needs: [path inside, real path on the host]. */
   readonly libraries: readonly (readonly [string, string])[];
   readonly runtimeFile: string;
-  readonly moduleFile: string;
   readonly socketDir: string;
   readonly uid: number;
   readonly scratchBytes: number;
   readonly heapMiB: number;
   /** Processes and threads of the instance's user (RLIMIT_NPROC inside). */
   readonly pids: number;
-  readonly microvmId: string;
   readonly permissions: boolean;
   /** The command to run instead of the runtime (the availability check). */
   readonly args?: readonly string[];
@@ -55,16 +53,11 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
     mkdirSync(join(rootfs, dirname(inside)), { recursive: true });
     writeFileSync(join(rootfs, inside), "");
   }
-  // The image files are copies in the root, readable by the instance's uid whatever the
-  // originals' modes (the image cache is the host's own, closed to instance uids).
-  for (const [host, inside] of [
-    [launch.runtimeFile, SANDBOX_PATHS.bundle],
-    [launch.moduleFile, SANDBOX_PATHS.module],
-  ] as const) {
-    mkdirSync(join(rootfs, dirname(inside)), { recursive: true });
-    copyFileSync(host, join(rootfs, inside));
-    chmodSync(join(rootfs, inside), 0o444);
-  }
+  // The runtime bundle is a copy in the root, readable by the instance's uid whatever the
+  // original's mode (the host's work directory is closed to instance uids).
+  mkdirSync(join(rootfs, dirname(SANDBOX_PATHS.bundle)), { recursive: true });
+  copyFileSync(launch.runtimeFile, join(rootfs, SANDBOX_PATHS.bundle));
+  chmodSync(join(rootfs, SANDBOX_PATHS.bundle), 0o444);
   for (const dir of ["proc", "dev", "tmp", SANDBOX_PATHS.scratch, SANDBOX_PATHS.socketDir]) {
     mkdirSync(join(rootfs, dir), { recursive: true });
   }
@@ -74,7 +67,7 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
     source: host,
     options: ["rbind", "ro", "nosuid", "nodev"],
   });
-  const env = instanceEnv(launch.microvmId);
+  const env = instanceEnv();
   const args = launch.args ?? [launch.node, ...instanceNodeArgs(launch.heapMiB, launch.permissions)];
   const config = {
     ociVersion: "1.0.0",

@@ -4,13 +4,14 @@
 // a unix socket in a directory the host made (runtime-socket.ts). A `Launcher` supplies the wall.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { availableParallelism, totalmem } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
 import { uidPool } from "./instance-uids.ts";
 import { waitForExit, waitForHealth, watchOutput, type OutputSink } from "./process-io.ts";
-import { bundleCache, pollUntil, safeName, within, type InstanceFiles } from "./provider-util.ts";
+import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
+import { MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
 import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import {
@@ -54,14 +55,19 @@ export interface IsolatedProviderOptions {
   readonly permissions?: boolean;
   /** Receives every line an instance prints (default: dropped). */
   readonly onOutput?: OutputSink;
+  /**
+   * Walls booted ahead, waiting for their image (default 1): a start takes one and sends it the
+   * module, skipping the wall's and node's start-up. Only for the default heap size.
+   */
+  readonly warmInstances?: number;
 }
 
-/** One instance as a launcher starts it. */
+/** One wall as a launcher starts it, before it knows its image (sent on stdin). */
 export interface InstanceLaunch {
-  readonly microvmId: string;
-  /** Unique among this host's instances: its cgroup's and directory's name. */
+  /** Unique among this host's instances: its directory's (and first cgroup) name. */
   readonly name: string;
-  readonly files: InstanceFiles;
+  /** The runtime bundle (the same for every image). */
+  readonly runtimeFile: string;
   readonly cgroup: InstanceCgroup;
   /** Host uid of the instance; undefined when the host is not root (its own uid then). */
   readonly uid: number | undefined;
@@ -116,9 +122,17 @@ export interface IsolatedProvider extends MicrovmProvider {
 
 interface Tracked {
   readonly launched: Launched;
-  readonly cgroup: InstanceCgroup;
+  /** Renamed after its instance when a warm wall is assigned. */
+  cgroup: InstanceCgroup;
   readonly exited: Promise<void>;
   readonly uid: number | undefined;
+  /** The instance's directory on the host (its socket directory is `run/` in it). */
+  readonly dir: string;
+  readonly secret: string;
+  readonly heapMiB: number;
+  readonly stderrTail: string[];
+  /** The instance it serves; undefined while the wall is warm. */
+  microvmId?: string;
   done: boolean;
   /** Set when terminate or close ends it: its exit is then no news. */
   stopping: boolean;
@@ -131,6 +145,8 @@ interface Tracked {
 const MiB = 1024 * 1024;
 const RUN_ROOT = "/run/typed-service-microvms";
 const OOM_POLL_MS = 250;
+/** Names a wall booted ahead until it is assigned its instance. */
+export const WARM_PREFIX = "warm-";
 /** Node's own memory beyond its heap (code, buffers, the runtime). */
 const NODE_HEADROOM_MIB = 128;
 
@@ -151,13 +167,16 @@ export async function createIsolatedProvider(
   // the host's own under /run whose ancestors it may pass through (but not list).
   const runDir = asRoot ? join(options.runDir ?? RUN_ROOT, options.hostKey) : undefined;
   if (runDir) await mkdir(runDir, { recursive: true, mode: 0o711 });
-  const tracked = new Map<string, Tracked>();
+  const tracked = new Set<Tracked>();
   const bundles = bundleCache(options.workDir, `${launcher.name}-`);
   let closed = false;
+  const warmTarget = options.warmInstances ?? 1;
+  const warm: Tracked[] = [];
+  const booting = new Set<Promise<unknown>>();
   // The OOM killer may end one process of a wall (gVisor's Sentry, a helper) and leave the rest
   // waiting: an instance with an OOM kill is over, whatever still runs of it.
   const oomWatch = setInterval(() => {
-    for (const entry of tracked.values()) {
+    for (const entry of tracked) {
       if (!entry.done && !entry.stopping && entry.cgroup.oomKills() > 0) void forceStop(entry).catch(() => undefined);
     }
   }, OOM_POLL_MS);
@@ -165,24 +184,25 @@ export async function createIsolatedProvider(
 
   const heapMiB = options.memoryMiB ?? 256;
   const scratchMiB = options.scratchMiB ?? 64;
-  const limitsFor = (spec: MicrovmSpec): CgroupLimits => ({
-    memoryBytes: ((spec.memoryMiB ?? heapMiB) + scratchMiB + NODE_HEADROOM_MIB + launcher.overheadMiB) * MiB,
+  const startTimeoutMs = options.startTimeoutMs ?? 25_000;
+  const limitsFor = (memoryMiB: number): CgroupLimits => ({
+    memoryBytes: (memoryMiB + scratchMiB + NODE_HEADROOM_MIB + launcher.overheadMiB) * MiB,
     cpus: options.cpus ?? 0.5,
     pids: (options.pids ?? 64) + launcher.overheadPids,
   });
 
-  async function start(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle> {
-    const files = await bundles.bundle(spec.image).catch((cause: unknown) => {
-      throw new MicrovmProviderError(`cannot build image ${spec.image}`, { cause });
-    });
+  /** Starts a wall around a runtime that waits for its image; resolves once the wall is up. */
+  async function boot(memoryMiB: number, deadline: number, signal?: AbortSignal): Promise<Tracked> {
+    const runtimeFile = await bundles.runtime();
     if (closed) throw new MicrovmProviderError("provider is closed");
-    const name = `${safeName(spec.microvmId)}-${randomBytes(4).toString("hex")}`;
+    const name = `${WARM_PREFIX}${randomBytes(6).toString("hex")}`;
     const dir = join(runDir ?? join(await bundles.workDir(), "instances"), name);
-    const cgroup = await cgroups.create(name, limitsFor(spec));
+    const cgroup = await cgroups.create(name, limitsFor(memoryMiB));
     const uid = asRoot ? uids.take() : undefined;
+    let current = cgroup;
     const release = async () => {
-      await cgroup.kill().catch(() => undefined);
-      await cgroup.remove().catch(() => undefined);
+      await current.kill().catch(() => undefined);
+      await current.remove().catch(() => undefined);
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       if (uid !== undefined) uids.give(uid);
     };
@@ -190,65 +210,145 @@ export async function createIsolatedProvider(
     try {
       const socketDir = makeSocketDir(dir, "run", uid);
       launched = await launcher.launch({
-        microvmId: spec.microvmId,
         name,
-        files,
+        runtimeFile,
         cgroup,
         uid,
         dir,
         socketDir,
-        heapMiB: spec.memoryMiB ?? heapMiB,
+        heapMiB: memoryMiB,
         scratchBytes: scratchMiB * MiB,
         pids: options.pids ?? 64,
         permissions: options.permissions ?? true,
       });
     } catch (cause) {
       await release();
-      throw new MicrovmProviderError(`cannot start instance ${spec.microvmId}`, { cause });
+      throw new MicrovmProviderError("cannot start an instance's wall", { cause });
     }
     const { child } = launched;
     // The wall's process can exit while its children are still ending: the instance is gone
     // once its cgroup is empty (a zombie is no member).
     const exited = waitForExit(child).then(async () => {
-      await pollUntil(() => cgroup.pids().length === 0, 2_000);
+      await pollUntil(() => entry.cgroup.pids().length === 0, 2_000);
     });
-    const entry: Tracked = { launched, cgroup, exited, uid, done: false, stopping: false };
-    tracked.set(name, entry);
+    const secret = randomBytes(24).toString("base64url");
+    const output = watchOutput(child, name, (_name, stream, line) =>
+      options.onOutput?.(entry.microvmId ?? name, stream, line),
+    );
+    const entry: Tracked = {
+      launched,
+      cgroup,
+      exited,
+      uid,
+      dir,
+      secret,
+      heapMiB: memoryMiB,
+      stderrTail: output.stderrTail,
+      done: false,
+      stopping: false,
+    };
+    tracked.add(entry);
     void entry.exited.then(async () => {
       entry.done = true;
       entry.exitReason =
-        cgroup.oomKills() > 0
+        entry.cgroup.oomKills() > 0
           ? "InstanceExited: out of memory (the instance reached its memory limit)"
           : "InstanceExited: the instance's runtime stopped";
       entry.socket?.close();
       await launched.cleanup().catch(() => undefined);
+      current = entry.cgroup;
       await release();
-      tracked.delete(name);
+      tracked.delete(entry);
     });
-    const secret = randomBytes(24).toString("base64url");
     child.stdin?.write(`${secret}\n`);
-    const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: secret };
-    const deadline = Date.now() + (options.startTimeoutMs ?? 25_000);
     try {
-      const output = watchOutput(child, spec.microvmId, options.onOutput);
       await launched.ready(deadline, signal, output.stderrTail);
+      // Its shell joins each hierarchy's group before it becomes the wall: done before the
+      // group may be renamed for its instance.
+      const joined = await pollUntil(
+        () => child.pid !== undefined && (entry.cgroup.holds(child.pid) || child.exitCode !== null),
+        Math.max(0, deadline - Date.now()),
+      );
+      if (!joined) throw new Error("the wall did not join its cgroup in time");
+    } catch (cause) {
+      await forceStop(entry);
+      await entry.exited;
+      throw new MicrovmProviderError("an instance's wall did not start", { cause });
+    }
+    return entry;
+  }
+
+  /** Boots walls in the background until `warmTarget` wait; a failed boot is left to the next start. */
+  function refill(): void {
+    while (!closed && warm.length + booting.size < warmTarget) {
+      const booted = boot(heapMiB, Date.now() + startTimeoutMs).then(
+        (entry) => {
+          if (closed) return stopEntry(entry);
+          warm.push(entry);
+        },
+        () => undefined,
+      );
+      booting.add(booted);
+      void booted.finally(() => booting.delete(booted));
+    }
+  }
+
+  function takeWarm(memoryMiB: number): Tracked | undefined {
+    if (memoryMiB !== heapMiB) return undefined;
+    for (let entry = warm.shift(); entry; entry = warm.shift()) if (!entry.done) return entry;
+    return undefined;
+  }
+
+  async function start(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle> {
+    const files = await bundles.bundle(spec.image).catch((cause: unknown) => {
+      throw new MicrovmProviderError(`cannot build image ${spec.image}`, { cause });
+    });
+    // The module is the host's own file (a cached image or a bundle it made): read with a bound.
+    const module = await readFile(files.module);
+    if (module.length > MODULE_BYTES_LIMIT) throw new MicrovmProviderError(`image ${spec.image} is too large`);
+    if (closed) throw new MicrovmProviderError("provider is closed");
+    const deadline = Date.now() + startTimeoutMs;
+    const memoryMiB = spec.memoryMiB ?? heapMiB;
+    let warmEntry = takeWarm(memoryMiB);
+    // A wall being booted ahead is ready sooner than one booted now.
+    while (!warmEntry && memoryMiB === heapMiB && booting.size > 0) {
+      await Promise.race(booting);
+      warmEntry = takeWarm(memoryMiB);
+    }
+    const entry =
+      warmEntry ??
+      (await boot(memoryMiB, deadline, signal).catch((cause: unknown) => {
+        throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+      }));
+    refill();
+    try {
+      entry.microvmId = spec.microvmId;
+      entry.cgroup = await cgroups.rename(
+        entry.cgroup,
+        `${safeName(spec.microvmId)}-${randomBytes(4).toString("hex")}`,
+      );
+      const stdin = entry.launched.child.stdin;
+      stdin?.write(`${JSON.stringify({ microvmId: spec.microvmId, moduleBytes: module.length })}\n`);
+      stdin?.write(module);
+      const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: entry.secret };
       await healthyOrExited(
         entry,
-        () => output.stderrTail,
+        () => entry.stderrTail,
         async (probeSignal) => {
-          const socket = await socketOf(join(dir, "run"), deadline, probeSignal);
+          const socket = await socketOf(join(entry.dir, "run"), deadline, probeSignal);
           entry.socket = socket;
           await waitForHealth({ socketPath: socket.path, headers: {} }, deadline, upstreamHeaders, probeSignal);
         },
         signal,
       );
+      const pid = entry.launched.pid();
       entry.handle = {
         microvmId: spec.microvmId,
         provider: launcher.name,
         host: "",
         ports: {},
         socketPath: entry.socket!.path,
-        ...(launched.pid() === undefined ? {} : { pid: launched.pid() }),
+        ...(pid === undefined ? {} : { pid }),
         upstreamHeaders,
         startedAt: new Date().toISOString(),
       };
@@ -260,9 +360,16 @@ export async function createIsolatedProvider(
     }
   }
 
+  async function stopEntry(entry: Tracked): Promise<void> {
+    entry.stopping = true;
+    await entry.launched.stop().catch(() => undefined);
+    if (!(await within(entry.exited, 500))) await forceStop(entry);
+    await entry.exited;
+  }
+
   /** The live entry of a handle: matched by its socket, so a stale handle finds nothing. */
   const entryOf = (handle: MicrovmHandle): Tracked | undefined => {
-    for (const entry of tracked.values()) {
+    for (const entry of tracked) {
       if (!entry.done && entry.handle && entry.handle.socketPath === handle.socketPath) return entry;
     }
     return undefined;
@@ -329,22 +436,27 @@ export async function createIsolatedProvider(
       );
     },
     upstream: (handle, port): Upstream | undefined => (entryOf(handle) ? upstreamOf(handle, port) : undefined),
-    live: () => [...tracked.values()].flatMap((entry) => (entry.handle && !entry.done ? [entry.handle] : [])),
+    live: () => [...tracked].flatMap((entry) => (entry.handle && !entry.done ? [entry.handle] : [])),
     cgroupOf: (handle) => entryOf(handle)?.cgroup,
     uidOf: (handle) => entryOf(handle)?.uid,
-    prepare: (images) => bundles.prepare(images),
+    async prepare(images) {
+      await bundles.prepare(images);
+      refill();
+    },
     async reclaim() {
       const killed: ReclaimedInstance[] = [];
+      const own = new Set([...tracked].map((entry) => entry.cgroup.name));
       for (const group of cgroups.existing()) {
-        if (tracked.has(group.name)) continue;
+        if (own.has(group.name)) continue;
         const pids = group.pids();
         await group.kill();
         await group.remove();
         if (pids.length > 0) killed.push({ pids });
       }
       if (runDir) {
+        const dirs = new Set([...tracked].map((entry) => basename(entry.dir)));
         for (const name of await readdir(runDir).catch(() => [] as string[])) {
-          if (!tracked.has(name)) await rm(join(runDir, name), { recursive: true, force: true }).catch(() => undefined);
+          if (!dirs.has(name)) await rm(join(runDir, name), { recursive: true, force: true }).catch(() => undefined);
         }
       }
       return killed;
@@ -352,9 +464,10 @@ export async function createIsolatedProvider(
     async close() {
       closed = true;
       clearInterval(oomWatch);
+      await Promise.allSettled(booting);
       await bundles.close();
       await Promise.all(
-        [...tracked.values()].map(async (entry) => {
+        [...tracked].map(async (entry) => {
           entry.stopping = true;
           if (entry.handle) await terminate(entry.handle, 500).catch(() => undefined);
           await forceStop(entry);

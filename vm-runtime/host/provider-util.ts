@@ -22,6 +22,8 @@ export interface BundleCache {
    * stores) used as it is; any other source is bundled once. A failed build is tried again.
    */
   bundle(image: string): Promise<InstanceFiles>;
+  /** The runtime bundle alone (the same for every image). */
+  runtime(): Promise<string>;
   /** Bundles the runtime and these now, one at a time; rejects with the first failure after trying each. */
   prepare(images: readonly string[]): Promise<void>;
   /** No more bundles; resolves once those being written are done. */
@@ -73,6 +75,7 @@ export function bundleCache(parent: string | undefined, prefix: string): BundleC
   return {
     workDir,
     bundle,
+    runtime: runtimeFile,
     async prepare(images) {
       let failure: unknown;
       await runtimeFile().catch((error: unknown) => (failure ??= error));

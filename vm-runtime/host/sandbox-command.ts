@@ -4,14 +4,12 @@
 // bound in by file descriptor at /run/microvm.
 import { execFileSync } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
-import { IMAGE_MODULE_ENV } from "./bundle.ts";
 import { runtimeNodeArgs } from "./node-args.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
 
 /** Paths inside the instance. */
 export const SANDBOX_PATHS = {
   bundle: "/app/image.mjs",
-  module: "/app/module.mjs",
   scratch: "/scratch",
   socketDir: "/run/microvm",
   socket: `/run/microvm/${RUNTIME_SOCKET_NAME}`,
@@ -34,12 +32,9 @@ export interface SandboxLaunch {
    * directory stays closed to the sandbox's uid).
    */
   readonly bundleFd: number;
-  /** File descriptor of the image module the runtime bundle imports, copied in the same way. */
-  readonly moduleFd: number;
   readonly scratchBytes: number;
   /** V8 heap cap in MiB. */
   readonly heapMiB: number;
-  readonly microvmId: string;
   /** Node's permission model inside as a second wall (default true). */
   readonly permissions: boolean;
   /** File descriptor bwrap reports the sandbox's pid on. */
@@ -59,13 +54,8 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     "--ro-bind-data",
     String(launch.bundleFd),
     SANDBOX_PATHS.bundle,
-    "--perms",
-    "0444",
-    "--ro-bind-data",
-    String(launch.moduleFd),
-    SANDBOX_PATHS.module,
   ];
-  const env = instanceEnv(launch.microvmId);
+  const env = instanceEnv();
   const nodeArgs = instanceNodeArgs(launch.heapMiB, launch.permissions);
   return [
     "--unshare-user",
@@ -113,17 +103,18 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
   ];
 }
 
-/** The whole environment of an instance's runtime (nothing of the host's). */
-export function instanceEnv(microvmId: string): Record<string, string> {
+/**
+ * The whole environment of an instance's runtime (nothing of the host's). The wall starts
+ * before its image: the runtime sets MICROVM_ID and writes the module it is sent on stdin.
+ */
+export function instanceEnv(): Record<string, string> {
   return {
     PATH: "/usr/bin:/bin",
     HOME: SANDBOX_PATHS.scratch,
     TMPDIR: SANDBOX_PATHS.scratch,
     LANG: "C.UTF-8",
     NODE_ENV: "production",
-    MICROVM_ID: microvmId,
     MICROVM_RUNTIME_SOCKET: SANDBOX_PATHS.socket,
-    [IMAGE_MODULE_ENV]: SANDBOX_PATHS.module,
   };
 }
 
@@ -132,7 +123,7 @@ export function instanceNodeArgs(heapMiB: number, permissions: boolean): string[
   return runtimeNodeArgs({
     heapMiB,
     permissions,
-    readable: [SANDBOX_PATHS.bundle, SANDBOX_PATHS.module, SANDBOX_PATHS.scratch],
+    readable: [SANDBOX_PATHS.bundle, SANDBOX_PATHS.scratch],
     writable: [SANDBOX_PATHS.scratch],
     entry: SANDBOX_PATHS.bundle,
   });

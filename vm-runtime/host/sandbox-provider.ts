@@ -25,8 +25,7 @@ export type SandboxProvider = IsolatedProvider;
 
 const INFO_FD = 3;
 const BUNDLE_FD = 4;
-const MODULE_FD = 5;
-const SOCKET_DIR_FD = 6;
+const SOCKET_DIR_FD = 5;
 
 export async function createSandboxProvider(options: SandboxProviderOptions): Promise<SandboxProvider> {
   return createIsolatedProvider(options, bwrapLauncher(options.bwrap ?? "bwrap"));
@@ -41,8 +40,7 @@ function bwrapLauncher(bwrap: string): Launcher {
     async launch(instance) {
       // The files reach the sandbox as fds: no path of the host's work directory is opened by the instance's uid.
       const opened = await Promise.allSettled([
-        open(instance.files.runtime, "r"),
-        open(instance.files.module, "r"),
+        open(instance.runtimeFile, "r"),
         open(instance.socketDir, constants.O_RDONLY | constants.O_DIRECTORY),
       ]);
       const fds = opened.flatMap((result) => (result.status === "fulfilled" ? [result.value] : []));
@@ -67,11 +65,9 @@ function bwrapLauncher(bwrap: string): Launcher {
               node: process.execPath,
               libraries,
               bundleFd: BUNDLE_FD,
-              moduleFd: MODULE_FD,
               socketDirFd: SOCKET_DIR_FD,
               scratchBytes: instance.scratchBytes,
               heapMiB: instance.heapMiB,
-              microvmId: instance.microvmId,
               permissions: instance.permissions,
               infoFd: INFO_FD,
             }),
