@@ -1,5 +1,6 @@
-// Hostile pushes against a real service process (its own nats-server, the sandbox provider,
-// real HTTP): modules importing host files (a planted secret, the service's NATS seeds,
+// Hostile pushes against a real service process (its own nats-server, the wall MICROVM_PROVIDER
+// picks, gVisor where it runs; test/image-check-hostile-sandbox.test.ts runs the same on the
+// bubblewrap sandbox; real HTTP): modules importing host files (a planted secret, the service's NATS seeds,
 // /dev/zero, /proc/self/environ) are 400s naming the import and carrying no byte of the file,
 // at a bounded cost in the service's memory; images whose readiness answer never ends, stalls
 // or never comes fail their push within the check's limit while a good push goes through;
@@ -16,6 +17,8 @@ import { lifo } from "./helpers/defer.ts";
 import { alive, startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 
 const defer = lifo(after);
+/** The wall the service runs checks in (`auto`: gVisor where it runs, else the sandbox). */
+const wall = process.env.IMAGE_CHECK_PROVIDER ?? "auto";
 /** One token (an identifier), so a parser's error about the file would quote it whole. */
 const marker = `HOSTILE${randomBytes(12).toString("hex")}`;
 const secretDir = mkdtempSync(join(tmpdir(), "hostile-secret-"));
@@ -120,13 +123,18 @@ before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "hostile-data-"));
   defer(() => rmSync(dataDir, { recursive: true, force: true }));
   // The marker is in the service's own environment too: /proc/self/environ of the host holds it.
-  svc = await startServiceProcess({ DATA_DIR: dataDir, LOG_LEVEL: "debug", HOSTILE_MARKER: marker });
+  svc = await startServiceProcess({
+    DATA_DIR: dataDir,
+    LOG_LEVEL: "debug",
+    HOSTILE_MARKER: marker,
+    MICROVM_PROVIDER: wall,
+  });
   defer(() => svc.stop("SIGKILL"));
   const warm = await push("warm-up", greeter("warm"));
   assert.equal(warm.status, 200, JSON.stringify(warm.body));
 });
 
-describe("image check, hostile modules", () => {
+describe(`image check, hostile modules (MICROVM_PROVIDER=${wall})`, () => {
   it("image check - imports of host files are 400s naming the import, without a byte of the file, at a bounded memory cost", async (t) => {
     const seedDir = join(dataDir, "nats-auth");
     const seedFile = join(seedDir, readdirSync(seedDir).find((file) => /seed|nk|creds/.test(file)) ?? "");
