@@ -12,12 +12,19 @@ cd "$(dirname "$0")/.."
 dest="$PWD/.tools/runsc"
 suite="${RUNSC_SUITE:-bookworm-backports}"
 
+# The first line of `runsc --version` (read whole: a pipe into head would SIGPIPE runsc).
+version() {
+  local text
+  text="$("$1" --version 2>/dev/null)" || return 1
+  echo "${text%%$'\n'*}"
+}
+
 for candidate in "${MICROVM_RUNSC:-}" "$dest/usr/bin/runsc" "$(command -v runsc || true)"; do
-  if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" --version >/dev/null 2>&1; then
-    echo "$("$candidate" --version | head -n 1) at $candidate"
+  if [ -n "$candidate" ] && [ -x "$candidate" ] && line="$(version "$candidate")"; then
+    echo "$line at $candidate"
     exit 0
   fi
 done
 
 bash scripts/debian-fetch.sh runsc "$suite" "$dest"
-"$dest/usr/bin/runsc" --version | head -n 1
+echo "$(version "$dest/usr/bin/runsc") at $dest/usr/bin/runsc"
