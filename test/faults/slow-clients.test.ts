@@ -42,7 +42,7 @@ describe("faults: slow clients", () => {
     const drip = setInterval(() => {
       for (const s of sockets) if (!s.closedAt) s.socket.write("X-Slow: 1\r\n");
     }, 250);
-    for (const s of sockets) s.socket.write("GET /livez HTTP/1.1\r\nHost: x\r\n");
+    for (const s of sockets) s.socket.write("GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     const started = Date.now();
     try {
       const normalMs = await normalRequests(svc);
@@ -66,7 +66,7 @@ describe("faults: slow clients", () => {
     const s = rawSocket(svc.taskUrl);
     const body = `{"title":"${"x".repeat(80)}"}`;
     s.socket.write(
-      `POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,
+      `POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`,
     );
     const started = Date.now();
     let sent = 0;
@@ -89,7 +89,7 @@ describe("faults: slow clients", () => {
 
   it("slow clients - 1,000 idle keep-alive connections are closed and cost nothing meanwhile", async () => {
     const sockets = Array.from({ length: 1_000 }, () => rawSocket(svc.jobUrl));
-    for (const s of sockets) s.socket.write("GET /livez HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+    for (const s of sockets) s.socket.write("GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n");
     const started = Date.now();
     while (sockets.some((s) => !s.answer.includes("200 OK")) && Date.now() - started < 10_000) await sleep(50);
     assert.equal(sockets.filter((s) => s.answer.includes("200 OK")).length, 1_000, "all 1,000 were served");
