@@ -98,6 +98,7 @@ function runtimeEntrySource(): string {
     `import { builtinRequire, checkModuleImports, ImageError } from ${JSON.stringify(IMPORT_CHECK_MODULE)};`,
     `import { StartupInput } from ${JSON.stringify(STARTUP_INPUT_MODULE)};`,
     `import { bootRuntime } from ${JSON.stringify(BOOT_MODULE)};`,
+    `import { warmValidators } from ${JSON.stringify(vmRuntimeFile("runtime/rpc-handler.ts"))};`,
     `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
     "const input = new StartupInput();",
     "const accessSecret = await input.line();",
@@ -105,6 +106,8 @@ function runtimeEntrySource(): string {
     // Image code sees the environment it saw when it was bundled in: no host path in it.
     `delete process.env.${IMAGE_MODULE_ENV};`,
     "if (!imageModule) {",
+    // A wall booted ahead: what every instance needs on its first call is loaded while it waits.
+    "  await warmValidators();",
     // A wall started before its image: the host sends the instance's id and module on stdin.
     "  const assignment = await input.assignment();",
     "  process.env.MICROVM_ID = assignment.microvmId;",
