@@ -93,7 +93,6 @@ function gvisorLauncher(runsc: string): Launcher {
         // runsc delivers the signal to the container's init: the runtime.
         stop: () => runscCommand("kill", containerId, "SIGTERM"),
         kill: () => instance.cgroup.kill(),
-        cleanup: async () => undefined,
       };
     },
   };

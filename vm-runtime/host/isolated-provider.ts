@@ -94,8 +94,6 @@ export interface Launched {
   stop(): Promise<void>;
   /** Ends the wall's init at once; the group kill follows if that is not enough. */
   kill(): Promise<void>;
-  /** Removes what the wall left once the instance is gone. */
-  cleanup(): Promise<void>;
 }
 
 export interface Launcher {
@@ -199,10 +197,9 @@ export async function createIsolatedProvider(
     const dir = join(runDir ?? join(await bundles.workDir(), "instances"), name);
     const cgroup = await cgroups.create(name, limitsFor(memoryMiB));
     const uid = asRoot ? uids.take() : undefined;
-    let current = cgroup;
-    const release = async () => {
-      await current.kill().catch(() => undefined);
-      await current.remove().catch(() => undefined);
+    const release = async (group: InstanceCgroup) => {
+      await group.kill().catch(() => undefined);
+      await group.remove().catch(() => undefined);
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       if (uid !== undefined) uids.give(uid);
     };
@@ -222,7 +219,7 @@ export async function createIsolatedProvider(
         permissions: options.permissions ?? true,
       });
     } catch (cause) {
-      await release();
+      await release(cgroup);
       throw new MicrovmProviderError("cannot start an instance's wall", { cause });
     }
     const { child } = launched;
@@ -255,9 +252,7 @@ export async function createIsolatedProvider(
           ? "InstanceExited: out of memory (the instance reached its memory limit)"
           : "InstanceExited: the instance's runtime stopped";
       entry.socket?.close();
-      await launched.cleanup().catch(() => undefined);
-      current = entry.cgroup;
-      await release();
+      await release(entry.cgroup);
       tracked.delete(entry);
     });
     child.stdin?.write(`${secret}\n`);

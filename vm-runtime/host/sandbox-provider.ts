@@ -96,7 +96,6 @@ function bwrapLauncher(bwrap: string): Launcher {
           if (initPid !== undefined && initPid > 1) sendSignal(initPid, "SIGKILL");
           else child.kill("SIGKILL");
         },
-        cleanup: async () => undefined,
       };
     },
   };
