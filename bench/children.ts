@@ -157,8 +157,25 @@ export type ServiceOptions = Omit<RoleProcessOptions, "entry" | "onSpawn"> & { r
  */
 export async function startBuiltService(options: ServiceOptions): Promise<{ child: Child; ports?: GatewayPorts }> {
   const entry = [...(options.nodeFlags ?? []), await bundle("main.ts")];
-  const proc = await whileStarting((onSpawn) => startRole({ ...options, entry, detached: false, onSpawn }));
+  const proc = await whileStarting((onSpawn) =>
+    startRole({ ...options, entry, detached: false, onSpawn, onLine: echoProblems }),
+  );
   return { child: track({ name: proc.name, pid: proc.pid, process: proc.child, stop: proc.stop }), ports: proc.ports };
+}
+
+/**
+ * The service's warnings and errors (pino levels 40 and up) and anything it writes that is not
+ * a log entry, on the bench's stderr: a run that fails says why (e.g. a provider that cannot
+ * start here), where only the service's log had it.
+ */
+function echoProblems(name: string, line: string): void {
+  let level: unknown;
+  try {
+    level = (JSON.parse(line) as { level?: unknown }).level;
+  } catch {
+    level = undefined;
+  }
+  if (typeof level !== "number" || level >= 40) console.error(`${name}: ${line}`);
 }
 
 /** One of the bench's own servers (`bench/<name>.ts`) from its bundle, on the port it reports when ready. */

@@ -7,7 +7,7 @@
 import { rm } from "node:fs/promises";
 import { openBuckets } from "../platform/index.ts";
 import { installShutdownHandlers } from "./environment.ts";
-import { checkGvisor } from "../vm-runtime/index.ts";
+import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";
@@ -48,6 +48,9 @@ export interface MicrovmSettings {
  * sandbox); gvisor only where a trial runsc sandbox runs (else said, and its targets "not measured").
  */
 async function providersHere(): Promise<ProviderName[]> {
+  const sandbox = await checkSandbox();
+  // Every comparison is against the sandbox: without it there is nothing to compare.
+  if (!sandbox.ok) throw new Error(`the bubblewrap sandbox cannot run here: ${sandbox.reason}`);
   const gvisor = await checkGvisor();
   if (!gvisor.ok) console.log(`gvisor: not measured in this run: ${gvisor.reason}`);
   return gvisor.ok ? ["process", "sandbox", "gvisor"] : ["process", "sandbox"];
