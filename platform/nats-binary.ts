@@ -1,12 +1,14 @@
 // Which `nats-server` to run, first that exists: `NATS_SERVER_BIN`; the project-local one that
 // `scripts/get-nats-server.sh` puts in `.tools/`; `nats-server` on PATH; `/usr/sbin/nats-server`
-// (Debian's package, outside a user's PATH). The project needs 2.10 or later (`sync_interval`).
+// (Debian's package, outside a user's PATH). The minimum is 2.12, for its atomic batches and
+// `Nats-Expected-Last-Subject-Sequence-Subject` (issue #28): Debian bookworm's 2.9 and trixie's
+// 2.10 are refused.
 import { execFileSync } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-export const MIN_NATS_SERVER = [2, 10] as const;
+export const MIN_NATS_SERVER = [2, 12] as const;
 
 export const GET_NATS_SERVER = "scripts/get-nats-server.sh";
 
@@ -66,7 +68,7 @@ function executable(path: string): boolean {
   }
 }
 
-/** `nats-server: v2.10.27` → `[2, 10, 27]`. */
+/** `nats-server: v2.15.1` → `[2, 15, 1]`. */
 export function parseNatsServerVersion(output: string): number[] | undefined {
   const match = /v?(\d+)\.(\d+)\.(\d+)/.exec(output);
   return match ? match.slice(1, 4).map(Number) : undefined;
@@ -87,13 +89,13 @@ export function recentEnough(version: readonly number[] | undefined): boolean {
 }
 
 /**
- * The path of a nats-server >= 2.10, or an error whose one-line message says what was found
- * and how to get a current one.
+ * The path of a nats-server >= `MIN_NATS_SERVER`, or an error whose one-line message says what
+ * was found and how to get a current one.
  */
 export function natsServerPath(env: NodeJS.ProcessEnv = process.env): string {
   const found = findNatsServer(env);
   const need = `nats-server >= ${MIN_NATS_SERVER.join(".")} is needed`;
-  const script = `run ${GET_NATS_SERVER} (Debian trixie's package into .tools/)`;
+  const script = `run ${GET_NATS_SERVER} (Debian unstable's package into .tools/)`;
   const how = `${script}, or set NATS_SERVER_BIN to a current binary`;
   if (!found) throw new Error(`${need} and none was found (NATS_SERVER_BIN, .tools/, PATH, /usr/sbin): ${how}`);
   if (found.source === "NATS_SERVER_BIN" && !executable(found.path)) {

@@ -21,7 +21,7 @@ export interface NatsServerOptions {
   authorization?: string;
   /** Server name; required to be unique in a cluster. */
   serverName?: string;
-  /** Default: `natsServerPath()` (NATS_SERVER_BIN, `.tools/`, PATH, /usr/sbin; >= 2.10). */
+  /** Default: `natsServerPath()` (NATS_SERVER_BIN, `.tools/`, PATH, /usr/sbin; >= 2.12). */
   binary?: string;
   /** JetStream's `sync_interval`: a Go duration or `always`. Default: `NATS_SYNC`, else `1s`. */
   sync?: string;

@@ -3,7 +3,7 @@
 # from the Debian mirror this machine is configured with, through a temporary sources list:
 # the system's apt sources and state are left as they are.
 #
-#   bash scripts/debian-fetch.sh PACKAGE SUITE DEST     # e.g. nats-server trixie .tools/nats-server
+#   bash scripts/debian-fetch.sh PACKAGE SUITE DEST     # e.g. nats-server unstable .tools/nats-server
 #   bash scripts/debian-fetch.sh --mirror               # prints the mirror's URI and keyring
 set -euo pipefail
 

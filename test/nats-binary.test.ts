@@ -1,15 +1,16 @@
-// The nats-server the project runs (>= 2.10, found as NATS_SERVER_BIN, .tools/, PATH, /usr/sbin)
+// The nats-server the project runs (>= 2.12, found as NATS_SERVER_BIN, .tools/, PATH, /usr/sbin)
 // and NATS_SYNC, JetStream's sync_interval: parsed, written into the config, refused at start
 // with one line when invalid.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import {
+  MIN_NATS_SERVER,
   findNatsServer,
   natsServerPath,
   parseNatsServerVersion,
@@ -56,26 +57,70 @@ async function startMain(env: Record<string, string>): Promise<{ code: number; s
 }
 
 describe("nats-server binary", () => {
-  it("nats-server binary - versions: 2.10 and later are recent enough, 2.9 is not", () => {
-    assert.deepEqual(parseNatsServerVersion("nats-server: v2.10.27\n"), [2, 10, 27]);
+  it("nats-server binary - versions: 2.12 and later are recent enough; 2.9 (bookworm), 2.10 (trixie) and 2.11 are not", () => {
+    assert.deepEqual(parseNatsServerVersion("nats-server: v2.15.1\n"), [2, 15, 1]);
     assert.equal(parseNatsServerVersion("command not found"), undefined);
-    assert.equal(recentEnough([2, 9, 10]), false);
-    assert.equal(recentEnough([2, 10, 0]), true);
-    assert.equal(recentEnough([2, 11, 1]), true);
-    assert.equal(recentEnough([3, 0, 0]), true);
+    assert.deepEqual(MIN_NATS_SERVER, [2, 12]);
+    for (const old of [
+      [2, 9, 10],
+      [2, 10, 27],
+      [2, 11, 9],
+      [1, 99, 0],
+    ])
+      assert.equal(recentEnough(old), false, `${old}`);
+    for (const ok of [
+      [2, 12, 0],
+      [2, 15, 1],
+      [3, 0, 0],
+    ])
+      assert.equal(recentEnough(ok), true, `${ok}`);
     assert.equal(recentEnough(undefined), false);
+  });
+
+  it("nats-server binary - get-nats-server.sh replaces an older binary in .tools/ with Debian unstable's, keeps a current one", async (t) => {
+    const script = await readFile(join(root, "scripts/get-nats-server.sh"), "utf8");
+    assert.equal(/^minimum="([\d.]+)"$/m.exec(script)?.[1], MIN_NATS_SERVER.join("."), "the script's minimum");
+    if (recentEnough(findNatsServer({ PATH: "/usr/bin:/bin", NATS_SERVER_BIN: "/usr/sbin/nats-server" })?.version)) {
+      t.skip("/usr/sbin/nats-server is current: the script would take it");
+      return;
+    }
+    // A copy of the script beside a debian-fetch.sh that records its arguments and "fetches" 2.15.1.
+    const dir = await mkdtemp(join(tmpdir(), "get-nats-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    await mkdir(join(dir, "scripts"));
+    await writeFile(join(dir, "scripts/get-nats-server.sh"), script);
+    await writeFile(
+      join(dir, "scripts/debian-fetch.sh"),
+      'echo "$@" >> fetched; rm -rf "$3"; mkdir -p "$3/usr/sbin"; printf \'#!/bin/sh\\necho "nats-server: v2.15.1"\\n\' > "$3/usr/sbin/nats-server"; chmod +x "$3/usr/sbin/nats-server"\n',
+    );
+    const tools = join(dir, ".tools/nats-server/usr/sbin");
+    await mkdir(tools, { recursive: true });
+    await rename(await fakeNatsServer(dir, "2.10.27"), join(tools, "nats-server"));
+    const run = () =>
+      promisify(execFile)("bash", [join(dir, "scripts/get-nats-server.sh")], { env: { PATH: "/usr/bin:/bin" } });
+    assert.equal((await run()).stdout, `nats-server: v2.15.1 at ${join(tools, "nats-server")}\n`);
+    assert.equal(
+      await readFile(join(dir, "fetched"), "utf8"),
+      `nats-server unstable ${join(dir, ".tools/nats-server")}\n`,
+    );
+    assert.equal((await run()).stdout, `nats-server: v2.15.1 at ${join(tools, "nats-server")}\n`);
+    assert.equal(
+      (await readFile(join(dir, "fetched"), "utf8")).split("\n").length,
+      2,
+      "a current one is not fetched again",
+    );
   });
 
   it("nats-server binary - NATS_SERVER_BIN comes first; an old one is refused in one line naming the script", async (t) => {
     const defer = lifo((fn) => t.after(fn));
     const dir = await mkdtemp(join(tmpdir(), "nats-bin-"));
     defer(() => rm(dir, { recursive: true, force: true }));
-    const current = await fakeNatsServer(dir, "2.10.27");
-    const old = await fakeNatsServer(dir, "2.9.10");
+    const current = await fakeNatsServer(dir, "2.15.1");
+    const old = await fakeNatsServer(dir, "2.10.27");
     assert.deepEqual(findNatsServer({ NATS_SERVER_BIN: current, PATH: "" }), {
       path: current,
       source: "NATS_SERVER_BIN",
-      version: [2, 10, 27],
+      version: [2, 15, 1],
     });
     assert.equal(natsServerPath({ NATS_SERVER_BIN: current, PATH: "" }), current);
     assert.throws(
@@ -83,7 +128,7 @@ describe("nats-server binary", () => {
       (err: Error) => {
         assert.equal(
           err.message,
-          `nats-server >= 2.10 is needed, but ${old} is v2.9.10: run scripts/get-nats-server.sh (Debian trixie's package into .tools/), or set NATS_SERVER_BIN to a current binary`,
+          `nats-server >= 2.12 is needed, but ${old} is v2.10.27: run scripts/get-nats-server.sh (Debian unstable's package into .tools/), or set NATS_SERVER_BIN to a current binary`,
         );
         return true;
       },
@@ -101,12 +146,12 @@ describe("nats-server binary", () => {
     const defer = lifo((fn) => t.after(fn));
     const dir = await mkdtemp(join(tmpdir(), "nats-bin-"));
     defer(() => rm(dir, { recursive: true, force: true }));
-    const { code, stderr } = await startMain({ NATS_SERVER_BIN: await fakeNatsServer(dir, "2.9.10") });
+    const { code, stderr } = await startMain({ NATS_SERVER_BIN: await fakeNatsServer(dir, "2.11.9") });
     assert.equal(code, 1);
     assert.equal(stderr.trim().split("\n").length, 1, stderr);
     assert.match(
       stderr,
-      /^error: nats-server >= 2\.10 is needed, but .* is v2\.9\.10: run scripts\/get-nats-server\.sh/,
+      /^error: nats-server >= 2\.12 is needed, but .* is v2\.11\.9: run scripts\/get-nats-server\.sh/,
     );
   });
 });

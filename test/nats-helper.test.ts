@@ -49,7 +49,7 @@ describe("test NATS", () => {
   it("test NATS - with neither NATS_URL, nor nats-server, nor a Docker engine, the error names all three", async () => {
     await assert.rejects(natsSource({ env: withNothing, ...noBinary }), (err: Error) => {
       assert.match(err.message, /set NATS_URL/);
-      assert.match(err.message, /get nats-server >= 2\.10 \(scripts\/get-nats-server\.sh\)/);
+      assert.match(err.message, /get nats-server >= 2\.12 \(scripts\/get-nats-server\.sh\)/);
       assert.match(
         err.message,
         /start a Docker engine for testcontainers \(none answered at unix:\/\/\/nonexistent\/docker\.sock\)/,

@@ -4,10 +4,10 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readFile } from "node:fs/promises";
+import { chmod, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import { freePort, natsServerPath } from "../platform/index.ts";
+import { findNatsServer, freePort, natsServerPath, recentEnough } from "../platform/index.ts";
 import { alive, runToExit, serviceDataDir, type Exited } from "./helpers/process.ts";
 
 /** Exactly one line on stderr, no stack, no fatal JSON log line. */
@@ -62,6 +62,30 @@ describe("start-up errors", () => {
     oneLine(run, new RegExp(`^error: port ${port} \\(JOB_API_PORT\\) is in use.*set JOB_API_PORT to a free port`));
     const natsPid = Number(await readFile(join(dir, "nats-server.pid"), "utf8"));
     assert.equal(alive(natsPid), false, "the private nats-server stopped with the failed start");
+  });
+
+  it("start-up errors - a nats-server older than 2.12 (trixie's 2.10, bookworm's 2.9 in /usr/sbin) is named with the fix, and none starts", async (t) => {
+    const dir = await serviceDataDir(t);
+    const trixie = join(dir, "nats-server-2.10");
+    await writeFile(trixie, '#!/bin/sh\necho "nats-server: v2.10.27"\n');
+    await chmod(trixie, 0o755);
+    const old = [trixie];
+    // Debian's own package where it is installed (bookworm: 2.9.10).
+    const debian = findNatsServer({ NATS_SERVER_BIN: "/usr/sbin/nats-server" })?.version;
+    if (debian && !recentEnough(debian)) old.push("/usr/sbin/nats-server");
+    else t.diagnostic(`/usr/sbin/nats-server: ${debian ? `v${debian.join(".")}, current` : "not installed"}`);
+    for (const binary of old) {
+      const run = await runToExit(["main.ts"], { NATS_URL: "", DATA_DIR: dir, NATS_SERVER_BIN: binary });
+      const version = binary === trixie ? "2.10.27" : debian!.join(".");
+      oneLine(
+        run,
+        new RegExp(
+          `^error: nats-server >= 2\\.12 is needed, but ${binary} is v${version.replaceAll(".", "\\.")}: ` +
+            "run scripts/get-nats-server\\.sh \\(Debian unstable's package into \\.tools/\\), or set NATS_SERVER_BIN to a current binary \\(or set NATS_URL to join a running NATS\\)$",
+        ),
+      );
+      await assert.rejects(readFile(join(dir, "nats-server.pid")), `no nats-server was started from ${binary}`);
+    }
   });
 
   it("start-up errors - a NATS without JetStream is named with the fix", async (t) => {

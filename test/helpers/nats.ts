@@ -10,6 +10,7 @@ import {
   authorizationConfig,
   ensureNatsCredentials,
   findNatsServer,
+  MIN_NATS_SERVER,
   startNatsServer,
   type NatsCredentials,
   type NatsRole,
@@ -129,8 +130,8 @@ export interface NatsSourceOptions {
 /**
  * Which NATS the tests get: `NATS_URL` (unless private), else a local nats-server binary, else
  * testcontainers when a Docker engine answers. `TEST_NATS=local|testcontainers` forces one.
- * A local binary older than 2.10 is still chosen: starting it fails with the message that says
- * how to get a current one.
+ * A local binary older than `MIN_NATS_SERVER` is still chosen: starting it fails with the
+ * message that says how to get a current one.
  */
 export async function natsSource(options: NatsSourceOptions = {}): Promise<NatsSource> {
   const env = options.env ?? process.env;
@@ -139,7 +140,8 @@ export async function natsSource(options: NatsSourceOptions = {}): Promise<NatsS
   if ((options.findBinary ?? findNatsServer)(env)) return "local";
   if (env.TEST_NATS !== "local" && (await dockerEngine(env))) return "testcontainers";
   throw new Error(
-    "no NATS for the tests: set NATS_URL to a NATS server with JetStream, or get nats-server >= 2.10 " +
+    "no NATS for the tests: set NATS_URL to a NATS server with JetStream, " +
+      `or get nats-server >= ${MIN_NATS_SERVER.join(".")} ` +
       "(scripts/get-nats-server.sh), or start a Docker engine for testcontainers " +
       `(none answered at ${dockerCandidates(env).join(", ")})`,
   );
