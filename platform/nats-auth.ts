@@ -88,8 +88,9 @@ function kvOwn(bucket: string): string[] {
 }
 
 /**
- * Owning an object store bucket: create it, put (chunks and meta), read (a push consumer per
- * get, delivered to the role's inbox, with flow control), and purge (delete).
+ * Owning an object store bucket: create it, put (chunks and meta), read (meta from the leader,
+ * chunks by direct gets, objects listed from the stream info: no consumer) and purge (delete).
+ * No consumer create: a push consumer may name any deliver subject, which permissions cannot see.
  */
 function objOwn(bucket: string): string[] {
   const stream = `OBJ_${bucket}`;
@@ -98,11 +99,6 @@ function objOwn(bucket: string): string[] {
     ...[`INFO`, `CREATE`, `UPDATE`, `PURGE`, `MSG.GET`].map((api) => `$JS.API.STREAM.${api}.${stream}`),
     `$JS.API.DIRECT.GET.${stream}`,
     `$JS.API.DIRECT.GET.${stream}.>`,
-    `$JS.API.CONSUMER.CREATE.${stream}`,
-    `$JS.API.CONSUMER.CREATE.${stream}.>`,
-    `$JS.API.CONSUMER.DELETE.${stream}.>`,
-    `$JS.API.CONSUMER.INFO.${stream}.>`,
-    `$JS.FC.${stream}.>`,
   ];
 }
 

@@ -1,17 +1,24 @@
 // The image store against a real nats-server: a push racing a delete of the same name leaves
-// no record without its object and no object without its record; the host's module cache
-// stays in its bound, evicting least recently used modules no instance holds.
+// no record without its object and no object without its record; modules are read with no
+// consumer, those nats.js's object store API wrote included, and an object whose chunks do not
+// match its meta is refused; the host's module cache stays in its bound, evicting least
+// recently used modules no instance holds.
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { headers } from "@nats-io/transport-node";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Objm } from "@nats-io/obj";
 import { ImageStore, digestOf, type ImageRecord } from "../actors/microvms/image-store.ts";
 import { ModuleCache } from "../actors/microvms/module-cache.ts";
-import { connectNats } from "../platform/index.ts";
+import { connectNats, imageObjectBucket, type NatsHandle } from "../platform/index.ts";
+import { nameToken } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { testNats } from "./helpers/nats.ts";
+import { testNats, type TestNats, type TestRole } from "./helpers/nats.ts";
 
 const defer = lifo(after);
 const KiB = 1024;
@@ -22,10 +29,14 @@ async function tempDir(prefix: string): Promise<string> {
   return dir;
 }
 
-async function openStore(): Promise<ImageStore> {
-  const nats = await testNats(defer);
-  const handle = await connectNats({ ...nats.login("microvms"), name: "test-image-store" });
+async function login(nats: TestNats, role: TestRole): Promise<NatsHandle> {
+  const handle = await connectNats({ ...nats.login(role), name: `test-image-store-${role}` });
   defer(() => handle.close());
+  return handle;
+}
+
+async function openStore(nats?: TestNats): Promise<ImageStore> {
+  const handle = await login(nats ?? (await testNats(defer)), "microvms");
   return ImageStore.open(handle.nc, await tempDir("image-store-"));
 }
 
@@ -121,6 +132,101 @@ describe("image store", () => {
     assert.equal(await waiting, false, "the delete went through: the launch gives way");
     assert.equal(await store.launchable(record), false, "and after it");
     assert.equal(await store.fetch(record), undefined, "its module is gone from the object store");
+  });
+});
+
+describe("image store - objects read with no consumer", () => {
+  /** The object name the store gives `record`'s module (the stored layout, a contract). */
+  const objectNameOf = (record: ImageRecord) =>
+    `${nameToken(record.owner)}/${record.name}/${record.digest.slice("sha256:".length)}`;
+  /** A module of about `kib` KiB: several 128 KiB chunks in the object store. */
+  const bigModule = (kib: number, fill = "x") =>
+    Buffer.from(`export default ${JSON.stringify(fill.repeat(kib * KiB))};`);
+
+  /** nats.js's own object store API, as the test's admin (who may do anything). */
+  async function asAdmin(nats: TestNats) {
+    const { nc } = await login(nats, "admin");
+    return {
+      objects: await new Objm(nc).create(imageObjectBucket),
+      jsm: await jetstreamManager(nc),
+      js: jetstream(nc),
+    };
+  }
+  type Admin = Awaited<ReturnType<typeof asAdmin>>;
+  const stream = `OBJ_${imageObjectBucket}`;
+
+  it("image store - reads a module of several chunks that nats.js's object store API wrote, in a store made without direct gets", async () => {
+    const nats = await testNats(defer);
+    const { objects, jsm } = await asAdmin(nats);
+    const { config } = await jsm.streams.info(stream);
+    await jsm.streams.update(stream, { ...config, allow_direct: false });
+    const module = bigModule(300);
+    const record = recordOf("alice", "big", module);
+    const written = await objects.putBlob({ name: objectNameOf(record) }, module);
+    assert.equal(written.chunks, 3, "the module is stored in several chunks");
+
+    const store = await openStore(nats);
+    assert.equal((await jsm.streams.info(stream)).config.allow_direct, true, "opening the store turns direct gets on");
+    const held = await store.fetch(record);
+    assert.ok(held, "the module is found");
+    assert.ok((await readFile(held.path)).equals(module), "the module arrives whole");
+    held.release();
+    assert.deepEqual(await store.objectsOf("alice", "big"), [objectNameOf(record)]);
+    const ownModule = bigModule(200, "y");
+    const own = await store.register(recordOf("alice", "own", ownModule), ownModule);
+    const read = await objects.getBlob(objectNameOf(own));
+    assert.ok(read && Buffer.from(read).equals(ownModule), "and nats.js reads what the store wrote");
+  });
+
+  /** Fetches a registered module after the admin changed its stored object with `change`. */
+  async function fetchTampered(change: (admin: Admin, name: string, module: Buffer) => Promise<void>) {
+    const nats = await testNats(defer);
+    const store = await openStore(nats);
+    const module = bigModule(300);
+    const record = await store.register(recordOf("alice", "tampered", module), module);
+    await change(await asAdmin(nats), objectNameOf(record), module);
+    return store.fetch(record);
+  }
+
+  /** Publishes `name`'s meta again with `fields` changed; its chunks stay as they are. */
+  async function rewriteMeta({ objects, js }: Admin, name: string, fields: Record<string, unknown>) {
+    const info = (await objects.info(name))!;
+    const { bucket, nuid, size, chunks, digest, mtime } = info;
+    const hdrs = headers();
+    hdrs.set("Nats-Rollup", "sub");
+    const token = Buffer.from(name).toString("base64").replace(/\+/g, "-").replace(/\//g, "_");
+    const meta = { name, bucket, nuid, size, chunks, digest, mtime, options: info.options, ...fields };
+    await js.publish(`$O.${bucket}.M.${token}`, JSON.stringify(meta), { headers: hdrs });
+  }
+
+  it("image store - a module whose chunks do not match the meta's digest is refused", async () => {
+    const other = `SHA-256=${createHash("sha256").update("other").digest("base64url")}=`;
+    await assert.rejects(
+      fetchTampered((admin, name) => rewriteMeta(admin, name, { digest: other })),
+      /does not match its digest/,
+    );
+  });
+
+  it("image store - a module whose chunks do not add up to the meta's size is refused", async () => {
+    await assert.rejects(
+      fetchTampered((admin, name, module) => rewriteMeta(admin, name, { size: module.byteLength - 1 })),
+      /more than its \d+ bytes/,
+    );
+    await assert.rejects(
+      fetchTampered((admin, name, module) => rewriteMeta(admin, name, { size: module.byteLength + 1 })),
+      /has \d+ of its \d+ bytes/,
+    );
+  });
+
+  it("image store - a module that lost a chunk is refused", async () => {
+    await assert.rejects(
+      fetchTampered(async ({ objects, jsm }, name) => {
+        const info = (await objects.info(name))!;
+        assert.equal((await jsm.streams.getMessage(stream, { seq: 2 }))?.subject, `$O.${info.bucket}.C.${info.nuid}`);
+        await jsm.streams.deleteMessage(stream, 2);
+      }),
+      /lacks chunk 3 of 3/,
+    );
   });
 });
 

@@ -2,7 +2,7 @@
 // name and digest), metadata in the KV bucket `images`, keyed by owner. Writes to one name
 // (push, delete) take its lock, so a record never names a missing object and no object
 // outlives its name. A host fetches a module by digest on first use, checks its sha256 and
-// keeps it in its bounded module cache.
+// keeps it in its bounded module cache. Objects are read with no consumer (image-objects.ts).
 import { createHash } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { Kvm, type KV } from "@nats-io/kv";
@@ -10,9 +10,10 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { bucketNames, ensureStreamSettings, imageObjectBucket, log } from "../../platform/index.ts";
-import { ImageQuotaExceeded, nameToken } from "../../schemas/index.ts";
+import { ImageQuotaExceeded, MAX_IMAGE_MODULE_BYTES, nameToken } from "../../schemas/index.ts";
 import type { MethodDescription } from "../../vm-runtime/index.ts";
 import { afterDelete, withNameLock } from "./image-lock.ts";
+import { listObjects, readObject } from "./image-objects.ts";
 import { DEFAULT_IMAGE_CACHE_MIB, ModuleCache } from "./module-cache.ts";
 
 /** The owner of the built-in images, which every principal sees (no principal has a `~`-prefixed name here). */
@@ -112,9 +113,10 @@ export class ImageStore {
       max_bytes: metaBytes,
     });
     const objects = await new Objm(nc).create(imageObjectBucket, { replicas, max_bytes: storeBytes });
-    // `create` binds to buckets as they are: ones made before these limits get them now.
+    // `create` binds to buckets as they are: ones made before these limits get them now, and
+    // direct gets (how modules are read) where they are off.
     await ensureStreamSettings(nc, `KV_${bucketNames.images}`, { max_bytes: metaBytes });
-    await ensureStreamSettings(nc, `OBJ_${imageObjectBucket}`, { max_bytes: storeBytes });
+    await ensureStreamSettings(nc, `OBJ_${imageObjectBucket}`, { max_bytes: storeBytes, allow_direct: true });
     await mkdir(cacheDir, { recursive: true, mode: 0o700 });
     const modules = await ModuleCache.open(cacheDir, (options.cacheMiB ?? DEFAULT_IMAGE_CACHE_MIB) * 1024 * 1024);
     return new ImageStore(nc, kv, objects, modules, options.quota ?? DEFAULT_IMAGE_QUOTA);
@@ -208,8 +210,7 @@ export class ImageStore {
    * same moment may both pass (each holds only its own name's lock).
    */
   private async assertQuota(owner: string, adding: number): Promise<void> {
-    const prefix = `${ownerKey(owner)}/`;
-    const own = (await this.objects.list()).filter((info) => !info.deleted && info.name.startsWith(prefix));
+    const own = await this.#objectsUnder(`${ownerKey(owner)}/`);
     const bytes = own.reduce((sum, info) => sum + info.size, 0);
     const { versions, bytes: maxBytes } = this.quota;
     if (own.length + 1 > versions)
@@ -228,10 +229,15 @@ export class ImageStore {
 
   /** Names of the stored objects of `owner`'s `name`. */
   async objectsOf(owner: string, name: string): Promise<string[]> {
-    const prefix = objectPrefix(owner, name);
-    return (await this.objects.list())
-      .filter((info) => !info.deleted && info.name.startsWith(prefix))
-      .map((info) => info.name);
+    return (await this.#objectsUnder(objectPrefix(owner, name))).map((object) => object.name);
+  }
+
+  async #objectsUnder(prefix: string) {
+    return listObjects(await this.#manager(), this.objects, imageObjectBucket, prefix);
+  }
+
+  #manager(): Promise<JetStreamManager> {
+    return (this.#jsm ??= jetstreamManager(this.nc));
   }
 
   /** Whether the module of `record` is in the object store. */
@@ -255,7 +261,7 @@ export class ImageStore {
         this.modules.touch(digest);
         return { digest, path, release };
       }
-      const module = await this.objects.getBlob(objectName(record));
+      const module = await readObject(await this.#manager(), this.objects, objectName(record), MAX_IMAGE_MODULE_BYTES);
       if (!module) {
         release();
         return undefined;
@@ -306,7 +312,7 @@ export class ImageStore {
 
   /** Keys holding a message that match `filter`, from the stream's per-subject counts. */
   private async subjectsOf(filter: string): Promise<string[]> {
-    const jsm = await (this.#jsm ??= jetstreamManager(this.nc));
+    const jsm = await this.#manager();
     const prefix = `$KV.${bucketNames.images}.`;
     const info = await jsm.streams.info(`KV_${bucketNames.images}`, { subjects_filter: `${prefix}${filter}` });
     return Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length));
