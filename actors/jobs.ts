@@ -4,7 +4,7 @@ import type { RecordStore } from "../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { v4 as uuidv4 } from "uuid";
 import { idKey, JobNotFound, type createJob, type getJob, type Job } from "../schemas/index.ts";
-import { createRecord, readRecord } from "./records.ts";
+import { createRecord, isObjectRecord, readRecord } from "./records.ts";
 import type { Handler } from "./serve.ts";
 
 export type JobRecord = Static<typeof Job>;
@@ -18,10 +18,12 @@ export function jobHandlers(store: RecordStore): JobHandlers {
   return {
     async getJob({ jobId }) {
       const key = idKey(jobId);
-      const item = key === undefined ? undefined : await readRecord<Partial<JobRecord>>(store, key);
-      if (!item || typeof item !== "object") throw JobNotFound.make({ id: jobId });
-      // Items written by other services may lack fields: answer the requested id and "".
-      const { id, content } = item as { id?: unknown; content?: unknown };
+      // Items written by other services may lack fields (answered with the requested id and
+      // ""), but one that is no JSON object at all is corrupt.
+      const item =
+        key === undefined ? undefined : await readRecord<Record<string, unknown>>(store, key, isObjectRecord);
+      if (!item) throw JobNotFound.make({ id: jobId });
+      const { id, content } = item;
       return {
         id: typeof id === "string" ? id : jobId,
         content: typeof content === "string" ? content : content == null ? "" : JSON.stringify(content),
@@ -29,7 +31,7 @@ export function jobHandlers(store: RecordStore): JobHandlers {
     },
     async createJob({ content }, { idempotencyKey }) {
       const job: JobRecord = { id: idempotencyKey ?? uuidv4(), content };
-      const stored = await createRecord(store, job.id, job, (s) => s.content === content);
+      const stored = await createRecord(store, job.id, job, isObjectRecord, (s) => s.content === content);
       return stored.id;
     },
   };

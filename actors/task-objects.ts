@@ -29,7 +29,7 @@ import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
 import { createRecord, readRecord } from "./records.ts";
 import type { ApiHandlers, Handler, HandlerContext } from "./serve.ts";
-import type { TaskRecord } from "./tasks.ts";
+import { isTaskRecord, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
 export const taskObjectApi = ownedOperations(taskApi);
@@ -72,7 +72,7 @@ function holdBudget(context: HandlerContext, fallbackMs: number): number {
 export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> {
   return async ({ id, name }) => {
     const key = taskObjectKey(name ?? "default", id);
-    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key);
+    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key, isTaskRecord);
     if (!task) throw TaskNotFound.make({ id });
     return task;
   };
@@ -92,7 +92,8 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   const records = entries > 0 ? new LRUCache<string, TaskRecord>({ max: entries }) : undefined;
   const read = (name: string, id: string) => async () => {
     const key = taskObjectKey(name, id);
-    const task = key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key)));
+    const task =
+      key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key, isTaskRecord)));
     if (!task) throw TaskNotFound.make({ id });
     records?.set(key!, task);
     return task;
@@ -100,7 +101,7 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   const create = (name: string, task: TaskRecord) => async (activation: Activation) => {
     await placement.fence(activation);
     const key = taskObjectKey(name, task.id)!;
-    const stored = await createRecord(store, key, task, (s) => s.title === task.title);
+    const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
     records?.set(key, stored);
     return stored;
   };
