@@ -7,7 +7,6 @@ import { basename, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import {
-  restartStuckNodes,
   startNatsCluster,
   startNodeProcess,
   startRole,
@@ -117,15 +116,7 @@ export async function startNatsR3(
       stop: node.server!.stop,
     });
   const children = cluster.nodes.map(trackNode);
-  await waitForJetStream(cluster.url, {
-    replicas: 3,
-    credentials: options.credentials,
-    // A restarted node is a new process: tracked in its predecessor's place.
-    onNoPeers: restartStuckNodes(cluster, (node) => {
-      const i = cluster.nodes.indexOf(node);
-      children[i] = trackNode(node);
-    }),
-  });
+  await waitForJetStream(cluster.url, { replicas: 3, credentials: options.credentials });
   return { url: cluster.url, children };
 }
 

@@ -15,8 +15,6 @@ export {
   bucketLeader,
   clusterConfig,
   leadersBack,
-  metaGroupOutsiders,
-  restartStuckNodes,
   startNatsCluster,
   waitForJetStream,
   type NatsCluster,

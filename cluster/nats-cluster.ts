@@ -130,11 +130,12 @@ async function startNatsClusterOnce(options: NatsClusterOptions): Promise<NatsCl
       await Promise.all(nodes.map((n) => n.stop()));
     },
   };
-  try {
-    await Promise.all(nodes.map((n) => n.start()));
-  } catch (err) {
+  // Every start settled before the stop: a node still starting when another failed would
+  // otherwise be left running (on the same store as the next attempt's node).
+  const failed = (await Promise.allSettled(nodes.map((n) => n.start()))).find((r) => r.status === "rejected");
+  if (failed) {
     await cluster.stop();
-    throw err;
+    throw failed.reason;
   }
   return cluster;
 }
@@ -172,7 +173,6 @@ function natsNode(spec: NodeSpec): NatsNode {
         binary: spec.binary,
         sync: spec.sync,
         awaitRoutes: true,
-        monitor: true,
       });
     },
     async kill() {
@@ -196,78 +196,13 @@ async function fixPorts(count: number, wanted: readonly number[] = []): Promise<
   return ports;
 }
 
-/**
- * The running nodes that the JetStream meta leader does not count as peers, from the leader's
- * `/jsz`; undefined while no node reports itself as the leader.
- */
-export async function metaGroupOutsiders(cluster: NatsCluster): Promise<NatsNode[] | undefined> {
-  for (const node of cluster.nodes) {
-    const url = node.server?.monitorUrl;
-    if (!url) continue;
-    let meta: { leader?: string; replicas?: { name: string }[] } | undefined;
-    try {
-      const response = await fetch(`${url}/jsz`, { signal: AbortSignal.timeout(2_000) });
-      meta = ((await response.json()) as { meta_cluster?: typeof meta }).meta_cluster;
-    } catch {
-      continue; // stopped or busy: ask the next node
-    }
-    if (meta?.leader !== node.name) continue;
-    const members = new Set([node.name, ...(meta.replicas ?? []).map((r) => r.name)]);
-    return cluster.nodes.filter((n) => n.server && !members.has(n.name));
-  }
-  return undefined;
-}
-
-/**
- * An `onNoPeers` for `waitForJetStream`. Seen on nats-server 2.10 with three nodes started at
- * once: the meta leader's group is sized 2 and the third node is never added, so R3 buckets are
- * refused ("no suitable peers for placement") until that node restarts. This restarts the nodes
- * the leader does not count as peers; with no leader to ask (or every node counted), one node
- * per call, in turn. Restarting a member instead would only cost the group its quorum for a
- * while. `onRestart` hears of each restart (the node has a new pid).
- */
-export function restartStuckNodes(
-  cluster: NatsCluster,
-  onRestart?: (node: NatsNode, why: string) => void,
-): () => Promise<void> {
-  let next = cluster.nodes.length - 1;
-  return async () => {
-    const outsiders = await metaGroupOutsiders(cluster);
-    let nodes: readonly NatsNode[];
-    let why: string;
-    if (outsiders?.length) {
-      nodes = outsiders;
-      why = "outside the JetStream meta group";
-    } else {
-      nodes = [cluster.nodes[next]!];
-      next = (next + cluster.nodes.length - 1) % cluster.nodes.length;
-      why = outsiders ? "every node a meta group peer, restarted in turn" : "no meta leader, restarted in turn";
-    }
-    for (const node of nodes) {
-      await node.stop();
-      await node.start();
-      onRestart?.(node, why);
-    }
-  };
-}
-
 export interface JetStreamWaitOptions {
   /** Replicas of the service's buckets (3 on a 3-node cluster). */
   readonly replicas: number;
   readonly timeoutMs?: number;
   /** The roles' credentials: each creates its own buckets. */
   readonly credentials?: Partial<Record<NatsRole, NatsCredentials>>;
-  /**
-   * Called each time JetStream has answered "temporarily unavailable" (no meta leader) or
-   * refused buckets for want of peers for `STUCK_MS`: with nodes started at the same moment,
-   * one can stay outside the meta group until it restarts (seen on 2.10). The cluster runners
-   * pass `restartStuckNodes`.
-   */
-  readonly onNoPeers?: () => Promise<void>;
 }
-
-/** How long either symptom may last before `onNoPeers` is called. */
-const STUCK_MS = 8_000;
 
 /**
  * Waits until the cluster has a JetStream meta leader (the account info request answers; a
@@ -276,7 +211,7 @@ const STUCK_MS = 8_000;
  */
 export async function waitForJetStream(servers: string, options: JetStreamWaitOptions): Promise<number> {
   const started = Date.now();
-  // Room for two rounds of `onNoPeers` and the elections after them, on a busy machine.
+  // Elections take seconds, more on a busy machine (and where two nodes' first routes collide).
   const timeoutMs = options.timeoutMs ?? 60_000;
   const as = (role: NatsRole) =>
     connect({
@@ -302,26 +237,14 @@ export async function waitForJetStream(servers: string, options: JetStreamWaitOp
     }
   };
   try {
-    // Either symptom of a node left outside the meta group: no meta leader, or no peers for R3.
-    let stuckSince: number | undefined;
-    const unstick = async (err: unknown) => {
-      if (!/no suitable peers|temporarily unavailable/i.test((err as Error).message) || !options.onNoPeers) throw err;
-      stuckSince ??= Date.now();
-      if (Date.now() - stuckSince >= STUCK_MS) {
-        stuckSince = undefined;
-        await options.onNoPeers();
-      }
-      throw err;
-    };
+    // Until the meta leader is elected JetStream answers "temporarily unavailable"; until every
+    // node is a meta group peer, R3 buckets are refused ("no suitable peers"): both retried.
     await retry(async () => {
       const reply = await nc.request("$JS.API.INFO", "", { timeout: 1_000 });
       const error = reply.json<{ error?: { description: string } }>().error;
-      if (error) await unstick(new Error(error.description));
+      if (error) throw new Error(error.description);
     });
-    stuckSince = undefined;
-    await retry(() =>
-      openBuckets(nc, { replicas: options.replicas, only: actorBuckets }).then(() => undefined, unstick),
-    );
+    await retry(async () => void (await openBuckets(nc, { replicas: options.replicas, only: actorBuckets })));
     await retry(async () => void (await openBuckets(host, { replicas: options.replicas, only: ["microvms"] })));
     return Date.now() - started;
   } finally {

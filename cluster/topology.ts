@@ -10,7 +10,7 @@ import {
   type NatsCredentials,
   type NatsRole,
 } from "../platform/index.ts";
-import { restartStuckNodes, startNatsCluster, waitForJetStream, type NatsCluster } from "./nats-cluster.ts";
+import { startNatsCluster, waitForJetStream, type NatsCluster } from "./nats-cluster.ts";
 import { startRole, type GatewayPorts, type Role, type RoleProcess } from "./roles.ts";
 
 export interface GatewaySpec {
@@ -102,8 +102,6 @@ export interface RunningCluster {
   readonly services: readonly RoleProcess[];
   /** How long the cluster took to have a JetStream meta leader. */
   readonly jetStreamReadyMs: number;
-  /** Nodes restarted while waiting for it, and why (`restartStuckNodes`). */
-  readonly natsRestarts: readonly string[];
   /** Gateways first, then actors and hosts, then NATS: nothing is left running. */
   stop(): Promise<void>;
 }
@@ -133,16 +131,10 @@ export async function startCluster(topology: Topology, options: StartClusterOpti
     await Promise.all([...byRole("actors"), ...byRole("microvms")].map((s) => s.stop()));
     await nats.stop();
   };
-  const natsRestarts: string[] = [];
   try {
     const jetStreamReadyMs = await waitForJetStream(nats.url, {
       replicas: topology.replicas,
       credentials,
-      onNoPeers: restartStuckNodes(nats, (node, why) => {
-        natsRestarts.push(`${node.name} restarted (${why})`);
-        options.onLine?.(node.name, `restarted: ${why}`);
-        options.onStarted?.(node.server!.pid);
-      }),
     });
     const common = { natsUrl: nats.url, runDir: options.baseDir, onLine: options.onLine };
     const env = { ...options.env, KV_REPLICAS: String(topology.replicas), NATS_AUTH_DIR: authDir };
@@ -171,7 +163,7 @@ export async function startCluster(topology: Topology, options: StartClusterOpti
     const failed = started.find((s) => s.status === "rejected");
     if (failed) throw failed.reason;
     const gateways = topology.gateways.map((g) => services.find((s) => s.name === g.name)!);
-    return { topology, credentials, nats, gateways, services, jetStreamReadyMs, natsRestarts, stop };
+    return { topology, credentials, nats, gateways, services, jetStreamReadyMs, stop };
   } catch (err) {
     await stop();
     throw err;

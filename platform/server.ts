@@ -37,8 +37,6 @@ export interface NatsServerOptions {
    * exists, the kernel sends it SIGTERM when this process dies, even by SIGKILL.
    */
   dieWithParent?: boolean;
-  /** HTTP monitoring (`/jsz`, `/healthz`…) on a free loopback port: its URL is `monitorUrl`. */
-  monitor?: boolean;
 }
 
 export interface NatsServer {
@@ -46,8 +44,6 @@ export interface NatsServer {
   readonly port: number;
   readonly pid: number;
   readonly process: ChildProcess;
-  /** With `monitor`: the HTTP monitoring endpoint, e.g. `http://127.0.0.1:8222`. */
-  readonly monitorUrl?: string;
   /** SIGTERM, then SIGKILL after `graceMs`. */
   stop(graceMs?: number): Promise<void>;
 }
@@ -73,8 +69,6 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     `server_name: ${JSON.stringify(options.serverName ?? `local-${port}`)}`,
     `max_payload: ${options.maxPayload ?? 8 * 1024 * 1024}`,
     `jetstream { store_dir: ${JSON.stringify(join(options.storeDir, "jetstream"))}, ${syncIntervalConfig(sync)} }`,
-    // -1: a port the server picks itself (no race with another process), read back from its log.
-    options.monitor ? `http: "127.0.0.1:-1"` : "",
     options.extraConfig ?? "",
     options.authorization ?? "",
   ].join("\n");
@@ -86,8 +80,7 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     stdio: ["ignore", "ignore", "pipe"],
     detached: options.dieWithParent === true,
   });
-  const log = await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
-  const monitor = options.monitor ? MONITOR.exec(log)?.[1] : undefined;
+  await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
   const stop = async (graceMs = 5_000) => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, "exit");
@@ -101,7 +94,6 @@ export async function startNatsServer(options: NatsServerOptions): Promise<NatsS
     port,
     pid: child.pid!,
     process: child,
-    monitorUrl: monitor && `http://${monitor}`,
     stop,
   };
 }
@@ -120,7 +112,6 @@ function findSetpriv(): string | undefined {
 
 const READY = "Server is ready";
 const ROUTES_READY = "Listening for route connections";
-const MONITOR = /Starting http monitor on (\S+:\d+)/;
 
 /** Resolves with the server's log up to the moment every one of `lines` has appeared in it. */
 function waitUntilReady(child: ChildProcess, lines: readonly string[], timeoutMs = 15_000): Promise<string> {

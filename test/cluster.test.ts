@@ -4,7 +4,8 @@
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
@@ -18,7 +19,6 @@ import {
   defaultTopology,
   gatewayPorts,
   leadersBack,
-  metaGroupOutsiders,
   startCluster,
   startNatsCluster,
   waitForJetStream,
@@ -42,6 +42,8 @@ import { natsSource } from "./helpers/nats.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** How long a compose node may answer /healthz with an error before the test restarts it. */
+const HEALTHY_MS = 20_000;
 /** These tests run nats-server processes themselves (a cluster); a container cannot stand in. */
 const noLocalNats = await natsSource({ private: true }).then(
   (source) => (source === "local" ? undefined : "needs a local nats-server to run a cluster"),
@@ -88,10 +90,7 @@ describe("cluster", () => {
     // No read cache in the gateway: every read below comes from the KV replicas.
     const cluster = await startCluster(topology, { baseDir, env: { READ_CACHE_ENTRIES: "0" } });
     defer(() => cluster.stop());
-    t.diagnostic(`JetStream meta leader after ${cluster.jetStreamReadyMs} ms`);
-    for (const line of cluster.natsRestarts) t.diagnostic(line);
-    // Every node counted by the meta leader: R3 buckets can be placed on all three.
-    assert.deepEqual(await metaGroupOutsiders(cluster.nats), []);
+    t.diagnostic(`JetStream meta leader and R3 buckets after ${cluster.jetStreamReadyMs} ms`);
     for (const node of cluster.nats.nodes) {
       const config = await readFile(join(node.storeDir, "nats-server.conf"), "utf8");
       assert.match(
@@ -162,26 +161,52 @@ describe("cluster", () => {
     });
     defer(() => nc.close());
     const kv = await new Kvm(nc).open("tasks");
-    const current = () =>
-      untilOk(async () => {
-        const replicas = (await kv.status()).streamInfo.cluster?.replicas ?? [];
-        const back = replicas.find((r) => r.name === victim.name);
-        if (!back?.current || back.offline) throw new Error(`${victim.name} not current yet`);
-        return replicas;
-      }, 15_000);
-    // A restarted node and its peers dial each other at once; nats-server 2.10 can then keep
-    // routes that carry nothing (docs/deployment.md). The runners restart such a node; so does this.
-    const caughtUp = await current().catch(async (err: Error) => {
-      t.diagnostic(`${victim.name} restarted again: ${err.message.slice(0, 80)}`);
-      await victim.stop();
-      await victim.start();
-      return current();
-    });
+    // A restarted node and its peers dial each other at once: their first routes can close as
+    // "Duplicate Route" and the node take seconds to be current (up to 8.8 s measured on 2.15;
+    // 2.10 could stay stuck until restarted again).
+    const caughtUp = await untilOk(async () => {
+      const replicas = (await kv.status()).streamInfo.cluster?.replicas ?? [];
+      const back = replicas.find((r) => r.name === victim.name);
+      if (!back?.current || back.offline) throw new Error(`${victim.name} not current yet`);
+      return replicas;
+    }, 30_000);
     assert.equal(caughtUp.value.length, 2, "a leader and two current replicas again");
     const direct = natsClient(taskApi, nc);
     assert.deepEqual(await direct.getTask({ id: first.value.id }), first.value);
     const late = await direct.createTask({ title: "through the restarted node" });
     assert.deepEqual(await tasks.getTask({ id: late.id }), late);
+  });
+
+  it("cluster - a start that fails (a node's client port taken) leaves no node running", {
+    skip: noLocalNats,
+  }, async (t) => {
+    const defer = lifo((fn) => t.after(fn));
+    const baseDir = await mkdtemp(join(tmpdir(), "cluster-failed-"));
+    defer(() => rm(baseDir, { recursive: true, force: true }));
+    const taken = createServer().listen(0, "127.0.0.1");
+    await once(taken, "listening");
+    defer(() => new Promise((r) => taken.close(r)));
+    const port = (taken.address() as AddressInfo).port;
+    const nodes = ["f1", "f2", "f3"];
+    await assert.rejects(
+      startNatsCluster({
+        baseDir,
+        names: nodes,
+        clusterName: "failed-test",
+        clientPorts: [await freePort(), port, await freePort()],
+        routePorts: await Promise.all(nodes.map(() => freePort())),
+      }),
+      /nats-server exited/,
+    );
+    // The nodes that were still starting when f2 failed were stopped once they had started.
+    await sleep(1_500);
+    const left: string[] = [];
+    for (const pid of (await readdir("/proc")).filter((p) => /^\d+$/.test(p))) {
+      const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+      if (cmdline.includes(baseDir)) left.push(`${pid} ${cmdline.replaceAll("\0", " ")}`);
+    }
+    for (const line of left) process.kill(Number(line.split(" ")[0]), "SIGKILL");
+    assert.deepEqual(left, []);
   });
 
   it("cluster - nodes take no anonymous client and route only with the cluster's password", {
@@ -208,26 +233,11 @@ describe("cluster", () => {
     const config = await readFile(join(baseDir, "n1", "nats-server.conf"), "utf8");
     assert.match(config, /cluster \{[\s\S]*authorization \{ user: "route", password: "[\w-]{20,}" \}/);
     assert.match(config, /nats-route:\/\/route:[\w-]{20,}@127\.0\.0\.1:/);
-    // The monitoring endpoint (loopback, for the start-up's /jsz) shows neither a password nor a seed.
-    const routePassword = /password: "([\w-]{20,})"/.exec(config)![1]!;
-    const secrets = [routePassword, ...Object.values(credentials).map((c) => c.nkeySeed!)];
-    assert.ok(
-      secrets.length === 5 && secrets.every((secret) => secret?.length >= 20),
-      "a route password and four seeds",
-    );
-    const monitor = nats.nodes[0]!.server!.monitorUrl;
-    assert.match(monitor ?? "", /^http:\/\/127\.0\.0\.1:\d+$/);
-    // An open connection, so that /connz has one to show.
-    const watcher = await connect({ servers: nats.nodes[0]!.url, ...authOptions(credentials.internal) });
-    defer(() => watcher.close());
-    for (const path of ["varz", "routez", "connz?auth=true&subs=1", "subsz?subs=1", "jsz?accounts=true", "accountz"]) {
-      const body = await (await fetch(`${monitor}/${path}`)).text();
-      assert.ok(body.length > 100, `/${path} answers`);
-      for (const secret of secrets) assert.ok(!body.includes(secret), `/${path} shows no secret`);
-    }
+    // No monitoring endpoint, which would show connections, subjects and keys to anyone local.
+    assert.doesNotMatch(config, /^\s*(http|https|http_port|monitor_port)\s*:/m);
   });
 
-  it("cluster - R3 buckets refused for want of peers: onNoPeers is called and the buckets are made once the node is back", {
+  it("cluster - R3 buckets refused for want of peers: waitForJetStream waits, and makes them once the third node is up", {
     skip: noLocalNats,
   }, async (t) => {
     const defer = lifo((fn) => t.after(fn));
@@ -243,32 +253,31 @@ describe("cluster", () => {
     defer(() => nats.stop());
     // Two of three nodes elect a meta leader, but an R3 bucket needs the third: "no suitable peers".
     await nats.nodes[2]!.stop();
-    let calls = 0;
     const servers = nats.nodes
       .slice(0, 2)
       .map((n) => n.url)
       .join(",");
-    await waitForJetStream(servers, {
-      replicas: 3,
-      credentials,
-      timeoutMs: 60_000,
-      onNoPeers: async () => {
-        calls += 1;
-        const node = nats.nodes[2]!;
-        if (calls > 1) {
-          // A node started while its peers run can stay outside their meta group on nats-server
-          // 2.10 (docs/cluster.md): the node that came back is the one restarted.
-          t.diagnostic(`${node.name} restarted again: R3 buckets still refused 8 s after it came back`);
-          await node.stop();
-        }
-        await node.start();
-      },
+    let done = false;
+    const waited = waitForJetStream(servers, { replicas: 3, credentials, timeoutMs: 60_000 }).finally(() => {
+      done = true;
     });
-    assert.ok(
-      calls >= 1 && calls <= 3,
-      `called ${calls} times: once the refusals lasted, then only to restart the node`,
+    await sleep(3_000);
+    assert.equal(done, false, "still waiting (no R1 bucket made instead, no error) while two nodes run");
+    // A node started while its peers run joins their meta group (on nats-server 2.10 it sometimes
+    // stayed outside until restarted).
+    await nats.nodes[2]!.start();
+    t.diagnostic(`buckets made ${(await waited) - 3_000} ms after the third node was started`);
+    const nc = await connect({ servers, ...authOptions(credentials.gateway) });
+    defer(() => nc.close());
+    const info = (await (await new Kvm(nc).open(bucketNames.tasks)).status()).streamInfo;
+    assert.equal(info.config.num_replicas, 3);
+    assert.deepEqual(
+      info.cluster?.replicas
+        ?.map((r) => r.name)
+        .concat(info.cluster.leader!)
+        .sort(),
+      ["p1", "p2", "p3"],
     );
-    assert.deepEqual(await metaGroupOutsiders(nats), [], "the node that came back is a meta group peer");
   });
 
   it("compose - three routed JetStream nodes, two gateways, two actor processes, a microVM host, R3", async () => {
@@ -434,26 +443,38 @@ describe("cluster", () => {
       }, 10_000).catch((err) => assert.fail(`${name}: ${(err as Error).message}\n${node.log}`));
       return kill;
     };
-    // The compose healthcheck: /healthz answers 200 once JetStream has a meta leader. A node
-    // without one for 8 s is restarted on its store, as the cluster runners do (docs/cluster.md:
-    // nats-server 2.10 can leave two nodes that solicited each other at once with routes that
-    // carry nothing, "Duplicate Route" in the log); the restarts are printed.
-    const healthy = async (name: string) => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await untilOk(async () => {
-            const res = await fetch(`http://127.0.0.1:${ports[name]!.http}/healthz`);
-            if (!res.ok) throw new Error(`${name} healthz ${res.status} ${await res.text()}`);
-          }, 8_000);
-        } catch (err) {
-          if (attempt === 2)
-            assert.fail(
-              `${(err as Error).message}\nlogs ${JSON.stringify(Object.fromEntries(Object.entries(nodes).map(([n, { log }]) => [n, log])))}`,
-            );
-          t.diagnostic(`${name} restarted after 8 s without a JetStream meta leader`);
-          await kill[name]!();
-          kill[name] = await start(name);
+    // The compose healthcheck: /healthz answers 200 once JetStream has a meta leader. Two nodes
+    // that dial each other at once can close routes as "Duplicate Route" and go seconds without
+    // a meta leader (8.8 s measured on 2.15 beside a CPU hog; on 2.10 a CI run never got one):
+    // compose allows a minute (30 checks 2 s apart). Nodes still unhealthy after HEALTHY_MS
+    // are restarted on their stores one at a time, in turn, as docs/deployment.md tells users.
+    const unhealthy = async (group: readonly string[]) => {
+      const deadline = Date.now() + HEALTHY_MS;
+      for (;;) {
+        const failing = (
+          await Promise.all(
+            group.map(async (name) => {
+              const res = await fetch(`http://127.0.0.1:${ports[name]!.http}/healthz`).catch((err: Error) => err);
+              return res instanceof Response && res.ok ? [] : [name];
+            }),
+          )
+        ).flat();
+        if (!failing.length || Date.now() > deadline) return failing;
+        await sleep(200);
+      }
+    };
+    const healthy = async (group: readonly string[]) => {
+      for (let restarts = 0; ; restarts++) {
+        const failing = await unhealthy(group);
+        if (!failing.length) return;
+        if (restarts === 3) {
+          const logs = Object.fromEntries(Object.entries(nodes).map(([n, { log }]) => [n, log]));
+          assert.fail(`${failing.join(", ")} unhealthy after ${restarts} restarts\nlogs ${JSON.stringify(logs)}`);
         }
+        const node = failing.at(-1 - (restarts % failing.length))!;
+        t.diagnostic(`${failing.join(", ")} without a meta leader after ${HEALTHY_MS} ms: ${node} restarted`);
+        await kill[node]!();
+        kill[node] = await start(node);
       }
     };
     let kill: Record<string, () => Promise<void>> = {};
@@ -463,7 +484,8 @@ describe("cluster", () => {
       try {
         for (const name of names) {
           // compose starts a node once the nodes it depends on are healthy (nats-3 after the others).
-          for (const dependency of Object.keys(compose.services[name].depends_on ?? {})) await healthy(dependency);
+          const dependencies = Object.keys(compose.services[name].depends_on ?? {});
+          if (dependencies.length) await healthy(dependencies);
           kill[name] = await start(name);
         }
         break;
@@ -474,8 +496,8 @@ describe("cluster", () => {
         [kill, stores, ports] = [{}, {}, await pickPorts()];
       }
     }
+    await healthy(names);
     for (const name of names) {
-      await healthy(name);
       const http = `http://127.0.0.1:${ports[name]!.http}`;
       const routez = (await (await fetch(`${http}/routez`)).json()) as { num_routes: number };
       assert.ok(routez.num_routes >= 2, `${name} routes to both peers`);

@@ -83,7 +83,6 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   const env = activationLogEnv;
   const cluster = await startCluster(topology, { baseDir, onLine, env, natsBinary: tool.binary });
   defer(() => cluster.stop());
-  for (const line of cluster.natsRestarts) t.diagnostic(line);
   const nodes = cluster.nats.nodes;
   const roleEnv = { ...env, KV_REPLICAS: String(topology.replicas), NATS_AUTH_DIR: authDirOf(baseDir) };
   /** A service process connected to `node` only (the cluster's own pick one of the three at random). */

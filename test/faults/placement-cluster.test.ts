@@ -39,7 +39,6 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   const env = activationLogEnv;
   const cluster = await startCluster(topology, { baseDir, onLine, env });
   defer(() => cluster.stop());
-  for (const line of cluster.natsRestarts) t.diagnostic(line);
   const extra: RoleProcess[] = [];
   defer(() => Promise.all(extra.map((p) => p.stop())));
   const actors = new Map(cluster.services.filter((s) => s.role === "actors").map((s) => [s.name, s]));
