@@ -59,11 +59,12 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
       TASK_OBJECT_LOG_WRITES: "1",
     });
     const started = Date.now();
-    // nats-server 2.10 can keep routes that carry nothing when two nodes dial each other at
-    // once (docs/deployment.md): `up` then fails on an unhealthy node. The test does what the
-    // docs tell users to do, restarts one stuck node and runs `up` again, and says so; a restart
-    // can meet the same race, so the unhealthy nodes are restarted in turn (seen under a CPU hog:
-    // nats-2 restarted twice while nats-1 stayed without a meta leader).
+    // Two nodes that dial each other at once can go seconds without a meta leader
+    // (docs/deployment.md; on nats-server 2.10 sometimes for good): should `up` fail on an
+    // unhealthy node, the test does what the docs tell users to do, restarts one stuck node and
+    // runs `up` again, and says so; a restart can meet the same race, so the unhealthy nodes are
+    // restarted in turn (seen on 2.10 under a CPU hog: nats-2 restarted twice while nats-1 stayed
+    // without a meta leader).
     for (let restarts = 0; ; restarts++) {
       const failed = await project.compose("up", "--detach", "--no-build", "--pull", "never", "--wait").then(
         () => undefined,

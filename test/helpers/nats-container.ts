@@ -6,7 +6,7 @@
 import { NatsContainer } from "@testcontainers/nats";
 
 /** The image; override with TEST_NATS_IMAGE. */
-export const NATS_IMAGE = process.env.TEST_NATS_IMAGE || "nats:2.10-alpine";
+export const NATS_IMAGE = process.env.TEST_NATS_IMAGE || "nats:2.15-alpine";
 
 // The same limits as the private nats-server of `platform/server.ts`: 1 MiB bodies must fit.
 const CONFIG = ["listen: 0.0.0.0:4222", "max_payload: 8388608", 'jetstream { store_dir: "/tmp/nats" }'].join("\n");
