@@ -10,14 +10,20 @@ import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { builtinImages, bundleImage, INSTANCE_SECRET_HEADER, parseReadyLine } from "../vm-runtime/index.ts";
+import {
+  builtinImages,
+  bundleImage,
+  dataLimitMiB,
+  INSTANCE_SECRET_HEADER,
+  parseReadyLine,
+  permissionFlag,
+} from "../vm-runtime/index.ts";
 
 /** In the work directory's name, so leftover checks find these processes. */
 export const DIRECT_MARKER = "bench-microvm-direct";
 
 /** What `vm-runtime/host/process-provider.ts` (spawnInstance) runs; keep the two in step. */
 const LIMIT_SCRIPT = 'ulimit -d "$1" || exit 97; shift; exec "$@"';
-const OFF_HEAP_HEADROOM_MIB = 256;
 
 export interface DirectRuntime {
   readonly pid: number;
@@ -92,26 +98,14 @@ async function startRuntime(bundle: string, workDir: string, options: DirectOpti
     ...heapCap,
     ...extra,
     ...((options.permissions ?? true)
-      ? [
-          "--experimental-permission",
-          `--allow-fs-read=${bundle}`,
-          `--allow-fs-read=${scratch}`,
-          `--allow-fs-write=${scratch}`,
-        ]
+      ? [permissionFlag(), `--allow-fs-read=${bundle}`, `--allow-fs-read=${scratch}`, `--allow-fs-write=${scratch}`]
       : []),
     bundle,
   ];
   const startedAt = performance.now();
   const child = spawn(
     "/bin/sh",
-    [
-      "-c",
-      LIMIT_SCRIPT,
-      DIRECT_MARKER,
-      String((memoryMiB + OFF_HEAP_HEADROOM_MIB) * 1024),
-      process.execPath,
-      ...nodeArgs,
-    ],
+    ["-c", LIMIT_SCRIPT, DIRECT_MARKER, String(dataLimitMiB(memoryMiB) * 1024), process.execPath, ...nodeArgs],
     {
       detached: true,
       cwd: scratch,

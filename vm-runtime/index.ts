@@ -37,7 +37,14 @@ export { bootRuntime, parseReadyLine, READY_KEY } from "./runtime/boot.ts";
 export type { BootOptions } from "./runtime/boot.ts";
 export { bundleImage, bundleImageModule, IMAGE_MODULE_ENV } from "./host/bundle.ts";
 
-export { RUNTIME_PORT, MicrovmProviderError, realPort, upstreamOf } from "./host/provider.ts";
+export {
+  RUNTIME_PORT,
+  MicrovmProviderError,
+  MicrovmHostError,
+  hostFailureOf,
+  realPort,
+  upstreamOf,
+} from "./host/provider.ts";
 export type { MicrovmProvider, MicrovmHandle, MicrovmSpec, ReclaimedInstance, Upstream } from "./host/provider.ts";
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
 export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
@@ -45,13 +52,14 @@ export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provid
 export { WARM_PREFIX } from "./host/isolated-provider.ts";
 export type { IsolatedProvider, IsolatedProviderOptions } from "./host/isolated-provider.ts";
 export { permissionFlag } from "./host/node-args.ts";
+export type { InstanceNode } from "./host/node-args.ts";
 export { SANDBOX_MARKER } from "./host/sandbox-command.ts";
 export type { SandboxProvider, SandboxProviderOptions } from "./host/sandbox-provider.ts";
 export { checkSandbox } from "./host/sandbox-check.ts";
 export { cgroupVersion } from "./host/cgroups.ts";
 export { instanceProcessesUnder } from "./host/process-reclaim.ts";
 export { boundedLines } from "./host/output-lines.ts";
-export { createProcessProvider, INSTANCE_MARKER } from "./host/process-provider.ts";
+export { createProcessProvider, dataLimitMiB, INSTANCE_MARKER } from "./host/process-provider.ts";
 export type { ProcessProvider, ProcessProviderOptions } from "./host/process-provider.ts";
 export type { OutputSink } from "./host/process-io.ts";
 export { readProcStat, isProcessAlive, residentBytes, childProcessesWith } from "./host/proc.ts";

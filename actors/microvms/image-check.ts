@@ -1,11 +1,13 @@
 // Checking a module before it becomes an image, never by building, parsing or loading it on
 // the host: it is started in a sandboxed instance of this host's provider (whose runtime
 // refuses imports other than node builtins), asked for its methods, and terminated; every
-// answer of the instance is read with a size and a time bound.
+// answer of the instance is read with a size and a time bound. An instance the host could not
+// start is the host's failure (5xx), never the module's.
 import { randomUUID } from "node:crypto";
 import { request } from "node:http";
-import { MAX_IMAGE_MODULE_BYTES, InvalidImage } from "../../schemas/index.ts";
+import { InternalServerError, InvalidImage, MAX_IMAGE_MODULE_BYTES, ServiceUnavailable } from "../../schemas/index.ts";
 import {
+  hostFailureOf,
   RPC_HEALTH_PATH,
   upstreamOf,
   RUNTIME_PORT,
@@ -31,7 +33,8 @@ export const METHODS_ANSWER_MAX_BYTES = 1024 * 1024;
  * Starts the module at `path` (written by the caller) in an instance and resolves with its
  * methods; a module that does not load or define an image (its imports are checked inside the
  * instance), or does not answer within `timeoutMs`, is a 400 `InvalidImage`. Nothing of the
- * module is parsed or followed here: its answer is read with a size and a time bound.
+ * module is parsed or followed here: its answer is read with a size and a time bound. An
+ * instance whose wall or runtime never came up is a 500 (503 when it only came up too slowly).
  */
 export async function checkImageModule(
   path: string,
@@ -44,6 +47,9 @@ export async function checkImageModule(
   try {
     handle = await provider.start({ microvmId: `image-check-${randomUUID()}`, image: path }, deadline);
   } catch (err) {
+    // Logged with its cause where the host's provider is made (provider.ts).
+    const host = hostFailureOf(err);
+    if (host) throw (host.timedOut ? ServiceUnavailable : InternalServerError).make({}, { cause: err });
     const why = deadline.aborted ? late() : loadFailure(err);
     throw InvalidImage.make({ message: `the module does not load as an image: ${why}` }, { cause: err });
   }

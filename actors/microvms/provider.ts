@@ -1,6 +1,7 @@
 // Which isolation this host's instances get: gVisor where it runs, else the bubblewrap sandbox
 // (each refuses to start where the machine cannot run it, saying what is missing), or, as an
-// explicit development opt-in, the plain process provider, announced with a warning.
+// explicit development opt-in, the plain process provider, announced with a warning. An
+// instance that does not start for a reason of the host is logged here with its cause.
 import { createHash } from "node:crypto";
 import {
   checkGvisor,
@@ -8,7 +9,9 @@ import {
   createGvisorProvider,
   createProcessProvider,
   createSandboxProvider,
+  hostFailureOf,
   type IsolatedProvider,
+  type MicrovmProvider,
   type IsolatedProviderOptions,
   type OutputSink,
   type ProcessProvider,
@@ -46,11 +49,13 @@ export async function createHostProvider(
       "MICROVM_PROVIDER=process: instances run as plain processes of this host's user, NOT isolated " +
         "(they can reach the network and NATS, signal host processes and fill the disk). Development only.",
     );
-    return createProcessProvider({
-      workDir,
-      onOutput,
-      ...(limits.memoryMiB === undefined ? {} : { memoryMiB: limits.memoryMiB }),
-    });
+    return loggingHostFailures(
+      createProcessProvider({
+        workDir,
+        onOutput,
+        ...(limits.memoryMiB === undefined ? {} : { memoryMiB: limits.memoryMiB }),
+      }),
+    );
   }
   const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
   const options = { hostKey, workDir, onOutput, ...withoutUndefined(limits) };
@@ -63,7 +68,7 @@ export async function createHostProvider(
         { provider: "gvisor", cgroup: `v${provider.cgroupVersion}`, ...limits },
         "microVM isolation: gVisor (runsc user-space kernel, no network) + cgroups, a host uid per instance",
       );
-      return provider;
+      return loggingHostFailures(provider);
     }
     if (name === "gvisor") throw new ProviderUnavailable(`MICROVM_PROVIDER=gvisor cannot run here: ${check.reason}`);
     gvisorSkipped = check.reason;
@@ -87,7 +92,29 @@ export async function createHostProvider(
       gvisorSkipped ? `; gVisor skipped: ${gvisorSkipped}` : ""
     }`,
   );
-  return provider;
+  return loggingHostFailures(provider);
+}
+
+/**
+ * `provider` whose starts that fail for a reason of the host (its wall or node never came up:
+ * a flag node refuses, a binary gone) are logged with their cause and what the wall printed:
+ * the caller answers a bare 5xx or a `stateReason` that names no host detail. A start its
+ * caller gave up (a terminate while PENDING) is no failure.
+ */
+function loggingHostFailures<P extends MicrovmProvider>(provider: P): P {
+  const start: MicrovmProvider["start"] = (spec, signal) =>
+    provider.start(spec, signal).catch((err: unknown) => {
+      const failure = hostFailureOf(err);
+      const gaveUp = signal?.aborted === true && (signal.reason as Error | undefined)?.name !== "TimeoutError";
+      if (failure && !gaveUp) {
+        const fields = { microvmId: spec.microvmId, provider: provider.name, err, stderr: failure.stderr };
+        if (failure.timedOut)
+          log.warn(fields, "microVM instance did not start in time: this host is slow, not its image");
+        else log.error(fields, "microVM instance did not start for a reason of this host, not of its image");
+      }
+      throw err;
+    });
+  return { ...provider, start };
 }
 
 function withoutUndefined<T extends object>(value: T): T {

@@ -6,6 +6,7 @@ import { build } from "esbuild";
 import { createHash } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
+import { BOOTED_LINE } from "../runtime/boot.ts";
 import { vmRuntimeFile } from "./source-dir.ts";
 
 const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
@@ -84,8 +85,9 @@ export async function bundleImageModule(imageModule: string): Promise<string> {
 }
 
 /**
- * The runtime's entry for a module named at start. Before anything of the module runs, or
- * anything it names is resolved, its source is lexed here, inside the instance, and any
+ * The runtime's entry for a module named at start or sent on stdin; it prints `BOOTED_LINE`
+ * before it reads the module. Before anything of the module runs, or anything it names is
+ * resolved, its source is lexed here, inside the instance, and any
  * import that is not a node builtin ends the instance with one `ImageError:` line on stderr
  * (module-imports.ts). CommonJS code bundled into an ES module may call `require` for a node
  * builtin, which the one-file bundle gave it in scope; a global `require` does the same for a
@@ -105,9 +107,11 @@ function runtimeEntrySource(): string {
     `let imageModule = process.env.${IMAGE_MODULE_ENV};`,
     // Image code sees the environment it saw when it was bundled in: no host path in it.
     `delete process.env.${IMAGE_MODULE_ENV};`,
-    "if (!imageModule) {",
     // A wall booted ahead: what every instance needs on its first call is loaded while it waits.
-    "  await warmValidators();",
+    "if (!imageModule) await warmValidators();",
+    // The host blames a start that fails before this line on itself, after it on the image.
+    `process.stdout.write(${JSON.stringify(`${BOOTED_LINE}\n`)});`,
+    "if (!imageModule) {",
     // A wall started before its image: the host sends the instance's id and module on stdin.
     "  const assignment = await input.assignment();",
     "  process.env.MICROVM_ID = assignment.microvmId;",

@@ -4,6 +4,7 @@
 // bind a real host socket there); no capabilities, no new privileges, its own host uid.
 import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import type { InstanceNode } from "./node-args.ts";
 import { instanceEnv, instanceNodeArgs, SANDBOX_PATHS } from "./sandbox-command.ts";
 
 export interface GvisorLaunch {
@@ -13,7 +14,8 @@ export interface GvisorLaunch {
   /** Directory for config.json and the (empty, read-only) root. */
   readonly bundleDir: string;
   readonly containerId: string;
-  readonly node: string;
+  /** The node binary (bound read-only at the same path) and its version. */
+  readonly node: InstanceNode;
   /** Shared libraries node needs: [path inside, real path on the host]. */
   readonly libraries: readonly (readonly [string, string])[];
   readonly runtimeFile: string;
@@ -44,7 +46,7 @@ export function runscFlags(stateDir: string): string[] {
 export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
   const rootfs = join(launch.bundleDir, "rootfs");
   const files = [
-    [launch.node, launch.node],
+    [launch.node.path, launch.node.path],
     ...launch.libraries.map(([inside, host]) => [host, inside] as const),
     ["/etc/ld.so.cache", "/etc/ld.so.cache"],
   ] as const;
@@ -68,7 +70,10 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
     options: ["rbind", "ro", "nosuid", "nodev"],
   });
   const env = instanceEnv();
-  const args = launch.args ?? [launch.node, ...instanceNodeArgs(launch.heapMiB, launch.permissions)];
+  const args = launch.args ?? [
+    launch.node.path,
+    ...instanceNodeArgs(launch.heapMiB, launch.permissions, launch.node.version),
+  ];
   const config = {
     ociVersion: "1.0.0",
     process: {

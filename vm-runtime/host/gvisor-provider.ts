@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 import { existsSync, statSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { isAbsolute, join } from "node:path";
 import { promisify } from "node:util";
 import { prepareGvisorBundle, runscFlags } from "./gvisor-command.ts";
 import {
@@ -16,6 +16,7 @@ import {
   type IsolatedProviderOptions,
   type Launcher,
 } from "./isolated-provider.ts";
+import { hostNode, trialNodeFlags, type InstanceNode } from "./node-args.ts";
 import { sharedLibraries } from "./sandbox-command.ts";
 import { VM_RUNTIME_DIR } from "./source-dir.ts";
 
@@ -40,7 +41,10 @@ const GVISOR_OVERHEAD_MIB = 64;
 const GVISOR_OVERHEAD_PIDS = 96;
 
 export async function createGvisorProvider(options: GvisorProviderOptions): Promise<GvisorProvider> {
-  return createIsolatedProvider(options, gvisorLauncher(options.runsc ?? findRunsc() ?? "runsc"));
+  return createIsolatedProvider(
+    options,
+    gvisorLauncher(options.runsc ?? findRunsc() ?? "runsc", options.node ?? hostNode()),
+  );
 }
 
 /** `MICROVM_RUNSC`, else the copy `npm install` fetched into `.tools/`, else `runsc` on PATH. */
@@ -54,12 +58,13 @@ export function findRunsc(env: NodeJS.ProcessEnv = process.env): string | undefi
   return undefined;
 }
 
-function gvisorLauncher(runsc: string): Launcher {
-  const libraries = sharedLibraries(process.execPath);
+function gvisorLauncher(runsc: string, node: InstanceNode): Launcher {
+  const libraries = sharedLibraries(node.path);
   return {
     name: "gvisor",
     overheadMiB: GVISOR_OVERHEAD_MIB,
     overheadPids: GVISOR_OVERHEAD_PIDS,
+    needs: [...(isAbsolute(runsc) ? [runsc] : []), node.path, ...libraries.map(([, host]) => host)],
     async launch(instance) {
       if (instance.uid === undefined) throw new Error("the gVisor provider needs root (runsc)");
       const stateDir = join(instance.dir, "state");
@@ -71,7 +76,7 @@ function gvisorLauncher(runsc: string): Launcher {
         stateDir,
         bundleDir,
         containerId,
-        node: process.execPath,
+        node,
         libraries,
         runtimeFile: instance.runtimeFile,
         socketDir: instance.socketDir,
@@ -100,18 +105,24 @@ function gvisorLauncher(runsc: string): Launcher {
 
 const CHECK_CACHE_DIR = "/run/typed-service-microvms";
 
-/** Names the runsc and node binaries exactly as they are (path, size, change time). */
+/** Names the runsc and node binaries exactly as they are (path, size, change time), and the trial's flags. */
 function trialKey(runsc: string): string {
   const facts = [runsc, process.execPath].map((path) => {
     const info = statSync(path);
     return `${path}:${info.size}:${info.ctimeMs}`;
   });
-  return createHash("sha256").update(facts.join("\n")).digest("hex").slice(0, 16);
+  return createHash("sha256")
+    .update([...facts, ...trialNodeFlags()].join("\n"))
+    .digest("hex")
+    .slice(0, 16);
 }
 
 export type GvisorCheck = { readonly ok: true } | { readonly ok: false; readonly reason: string };
 
-/** Whether runsc runs here: one trial sandbox runs `node -e 0` under the instance's own settings. */
+/**
+ * Whether runsc runs here: one trial sandbox runs `node -e 0` under the instance's own
+ * settings and node flags (a flag this node refuses fails the trial, not every instance).
+ */
 export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
   if (!runsc || !existsSync(runsc))
     return {
@@ -134,7 +145,7 @@ export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
       stateDir,
       bundleDir,
       containerId: `microvm-check-${process.pid}`,
-      node: process.execPath,
+      node: hostNode(),
       libraries: sharedLibraries(process.execPath),
       runtimeFile: empty,
       socketDir: join(dir, "run"),
@@ -143,7 +154,7 @@ export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
       heapMiB: 16,
       pids: 16,
       permissions: false,
-      args: [process.execPath, "-e", "0"],
+      args: [process.execPath, ...trialNodeFlags(), "-e", "0"],
     });
     await run(runsc, args, { timeout: 20_000 });
     await mkdir(CHECK_CACHE_DIR, { recursive: true, mode: 0o711 });

@@ -4,17 +4,28 @@
 // a unix socket in a directory the host made (runtime-socket.ts). A `Launcher` supplies the wall.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { availableParallelism, totalmem } from "node:os";
 import { basename, join } from "node:path";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
 import { uidPool } from "./instance-uids.ts";
-import { waitForExit, waitForHealth, watchOutput, type OutputSink } from "./process-io.ts";
+import type { InstanceNode } from "./node-args.ts";
+import {
+  outputDrained,
+  waitForExit,
+  waitForHealth,
+  watchOutput,
+  type OutputSink,
+  type OutputWatch,
+} from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
 import { MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
 import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import {
+  hostFailureOf,
+  MicrovmHostError,
   MicrovmProviderError,
   upstreamOf,
   type MicrovmHandle,
@@ -53,6 +64,8 @@ export interface IsolatedProviderOptions {
   readonly cgroupParent?: string;
   /** Node's permission model inside as a third layer (default true; off only in tests). */
   readonly permissions?: boolean;
+  /** The node binary instances run and its version (default: the host's own). */
+  readonly node?: InstanceNode;
   /** Receives every line an instance prints (default: dropped). */
   readonly onOutput?: OutputSink;
   /**
@@ -102,6 +115,8 @@ export interface Launcher {
   readonly overheadMiB: number;
   /** Host threads the wall itself runs per instance (the cgroup's pids limit adds them). */
   readonly overheadPids: number;
+  /** Host files the wall runs or binds (node, its libraries, the wall's binary): a failed boot names those gone. */
+  readonly needs: readonly string[];
   launch(instance: InstanceLaunch): Promise<Launched>;
 }
 
@@ -128,7 +143,8 @@ interface Tracked {
   readonly dir: string;
   readonly secret: string;
   readonly heapMiB: number;
-  readonly stderrTail: string[];
+  /** Its output: the last stderr lines, and whether the runtime printed its boot line. */
+  readonly output: OutputWatch;
   /** The instance it serves; undefined while the wall is warm. */
   microvmId?: string;
   done: boolean;
@@ -189,13 +205,21 @@ export async function createIsolatedProvider(
     pids: (options.pids ?? 64) + launcher.overheadPids,
   });
 
-  /** Starts a wall around a runtime that waits for its image; resolves once the wall is up. */
+  /**
+   * Starts a wall around a runtime that waits for its image; resolves once the wall is up (not
+   * waiting for node: a start sends the module at once). Every failure is the host's
+   * (`MicrovmHostError`): no image has been sent yet.
+   */
   async function boot(memoryMiB: number, deadline: number, signal?: AbortSignal): Promise<Tracked> {
-    const runtimeFile = await bundles.runtime();
+    const runtimeFile = await bundles.runtime().catch((cause: unknown) => {
+      throw new MicrovmHostError("the host could not bundle the instance runtime", { cause });
+    });
     if (closed) throw new MicrovmProviderError("provider is closed");
     const name = `${WARM_PREFIX}${randomBytes(6).toString("hex")}`;
     const dir = join(runDir ?? join(await bundles.workDir(), "instances"), name);
-    const cgroup = await cgroups.create(name, limitsFor(memoryMiB));
+    const cgroup = await cgroups.create(name, limitsFor(memoryMiB)).catch((cause: unknown) => {
+      throw new MicrovmHostError("the host could not make an instance's cgroup", { cause });
+    });
     const uid = asRoot ? uids.take() : undefined;
     const release = async (group: InstanceCgroup) => {
       await group.kill().catch(() => undefined);
@@ -220,7 +244,10 @@ export async function createIsolatedProvider(
       });
     } catch (cause) {
       await release(cgroup);
-      throw new MicrovmProviderError("cannot start an instance's wall", { cause });
+      throw new MicrovmHostError("the host could not start an instance's wall", {
+        cause,
+        missing: launcher.needs.filter((path) => !existsSync(path)),
+      });
     }
     const { child } = launched;
     // The wall's process can exit while its children are still ending: the instance is gone
@@ -240,7 +267,7 @@ export async function createIsolatedProvider(
       dir,
       secret,
       heapMiB: memoryMiB,
-      stderrTail: output.stderrTail,
+      output,
       done: false,
       stopping: false,
     };
@@ -268,9 +295,33 @@ export async function createIsolatedProvider(
     } catch (cause) {
       await forceStop(entry);
       await entry.exited;
-      throw new MicrovmProviderError("an instance's wall did not start", { cause });
+      throw (
+        (await wallFailure(entry, cause, deadline, signal)) ??
+        new MicrovmHostError("the host could not start an instance's wall", { cause })
+      );
     }
     return entry;
+  }
+
+  /**
+   * Why a wall that did not come up failed, once it is gone: the host's failure (its stderr
+   * read to the end, the files it needs that are missing) while its runtime had not printed its
+   * boot line, else undefined (the image's doing).
+   */
+  async function wallFailure(
+    entry: Tracked,
+    cause: unknown,
+    deadline: number,
+    signal: AbortSignal | undefined,
+  ): Promise<MicrovmHostError | undefined> {
+    await outputDrained(entry.launched.child, 1_000);
+    if (entry.output.booted) return undefined;
+    return new MicrovmHostError("the host could not start an instance's wall", {
+      cause,
+      timedOut: Date.now() >= deadline || signal?.aborted === true,
+      stderr: entry.output.stderrTail.join("\n"),
+      missing: launcher.needs.filter((path) => !existsSync(path)),
+    });
   }
 
   /** Boots walls in the background until `warmTarget` wait; a failed boot is left to the next start. */
@@ -313,7 +364,7 @@ export async function createIsolatedProvider(
     const entry =
       warmEntry ??
       (await boot(memoryMiB, deadline, signal).catch((cause: unknown) => {
-        throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+        throw hostFailureOf(cause) ?? new MicrovmProviderError(`instance ${spec.microvmId} did not start`, { cause });
       }));
     refill();
     try {
@@ -328,7 +379,7 @@ export async function createIsolatedProvider(
       const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: entry.secret };
       await healthyOrExited(
         entry,
-        () => entry.stderrTail,
+        () => entry.output.stderrTail,
         async (probeSignal) => {
           const socket = await socketOf(join(entry.dir, "run"), deadline, probeSignal);
           entry.socket = socket;
@@ -351,7 +402,11 @@ export async function createIsolatedProvider(
     } catch (cause) {
       await forceStop(entry);
       await entry.exited;
-      throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+      // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
+      throw (
+        (await wallFailure(entry, cause, deadline, signal)) ??
+        new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause })
+      );
     }
   }
 

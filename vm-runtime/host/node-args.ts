@@ -1,6 +1,18 @@
 // The node command line of an instance's runtime, shared by every provider: heap cap, a small
 // young generation, no V8 helper threads, and Node's permission model (a third layer inside
-// the sandbox, not a wall) limited to the instance's own files.
+// the sandbox, not a wall) limited to the instance's own files. Flags follow the node version.
+
+/** The node binary instances run, and its version (which decides its flags). */
+export interface InstanceNode {
+  readonly path: string;
+  /** As `process.versions.node` says it: `24.11.1`. */
+  readonly version: string;
+}
+
+/** The host's own node: what instances run unless a provider is given another. */
+export function hostNode(): InstanceNode {
+  return { path: process.execPath, version: process.versions.node };
+}
 
 /** Node's permission flag: `--permission` from 22.13/23.5 on (24 refuses the old name). */
 export function permissionFlag(version = process.versions.node): string {
@@ -10,18 +22,29 @@ export function permissionFlag(version = process.versions.node): string {
     : "--experimental-permission";
 }
 
-export interface RuntimeNodeArgs {
+export interface RuntimeNodeFlags {
+  /** The version of the node that runs them (default: the host's). */
+  readonly nodeVersion?: string;
   readonly heapMiB: number;
   /** Node's permission model on (reads of `readable`, writes of `writable` only). */
   readonly permissions: boolean;
   readonly readable: readonly string[];
   readonly writable: readonly string[];
+}
+
+export interface RuntimeNodeArgs extends RuntimeNodeFlags {
   /** The runtime bundle to run. */
   readonly entry: string;
 }
 
-/** node's arguments (after the binary) for an instance's runtime. */
-export function runtimeNodeArgs({ heapMiB, permissions, readable, writable, entry }: RuntimeNodeArgs): string[] {
+/** node's options for an instance's runtime (what a trial sandbox runs `-e 0` under too). */
+export function runtimeNodeFlags({
+  nodeVersion,
+  heapMiB,
+  permissions,
+  readable,
+  writable,
+}: RuntimeNodeFlags): string[] {
   return [
     "--no-warnings",
     `--max-old-space-size=${heapMiB}`,
@@ -31,11 +54,20 @@ export function runtimeNodeArgs({ heapMiB, permissions, readable, writable, entr
     "--single-threaded",
     ...(permissions
       ? [
-          permissionFlag(),
+          permissionFlag(nodeVersion),
           ...readable.map((path) => `--allow-fs-read=${path}`),
           ...writable.map((path) => `--allow-fs-write=${path}`),
         ]
       : []),
-    entry,
   ];
+}
+
+/** The flags a trial sandbox runs the host's node under (`node <flags> -e 0`): an instance's. */
+export function trialNodeFlags(): string[] {
+  return runtimeNodeFlags({ heapMiB: 64, permissions: true, readable: [], writable: [] });
+}
+
+/** node's arguments (after the binary) for an instance's runtime. */
+export function runtimeNodeArgs(args: RuntimeNodeArgs): string[] {
+  return [...runtimeNodeFlags(args), args.entry];
 }

@@ -1,11 +1,13 @@
-// What the process provider waits on: a free port, an instance's ready line on stdout, its
-// readiness probe answering over HTTP, and its exit. Also drains and forwards its output.
+// What the providers wait on: an instance's boot and ready lines on stdout, its readiness
+// probe answering over HTTP, and its exit. Also drains and forwards its output.
 import type { ChildProcess } from "node:child_process";
 import { EventEmitter, once } from "node:events";
 import { request } from "node:http";
+import type { Readable } from "node:stream";
 import { boundedLines } from "./output-lines.ts";
-import { parseReadyLine } from "../runtime/boot.ts";
+import { BOOTED_LINE, parseReadyLine } from "../runtime/boot.ts";
 import type { Upstream } from "./provider.ts";
+import { within } from "./provider-util.ts";
 import { RPC_HEALTH_PATH } from "../wire/rpc.ts";
 
 /** Receives each line an instance prints. */
@@ -15,15 +17,20 @@ export type OutputSink = (microvmId: string, stream: "stdout" | "stderr", line: 
 export interface OutputWatch {
   readonly stdout: EventEmitter<{ line: [string] }>;
   readonly stderrTail: string[];
+  /** The runtime printed `BOOTED_LINE`: a start failing from then on is the image's doing. */
+  booted: boolean;
 }
 
 const STDERR_TAIL_LINES = 20;
+/** How long an exited process's pipes may take to yield what it wrote before it ended. */
+const DRAIN_MS = 1_000;
 
 /** Drains both pipes for the life of the process, bounded in line length and rate (output-lines.ts). */
 export function watchOutput(child: ChildProcess, microvmId: string, sink?: OutputSink): OutputWatch {
-  const watch: OutputWatch = { stdout: new EventEmitter(), stderrTail: [] };
+  const watch: OutputWatch = { stdout: new EventEmitter(), stderrTail: [], booted: false };
   if (child.stdout) {
     boundedLines(child.stdout, (line) => {
+      if (!watch.booted && line === BOOTED_LINE) watch.booted = true;
       watch.stdout.emit("line", line);
       sink?.(microvmId, "stdout", line);
     });
@@ -38,7 +45,10 @@ export function watchOutput(child: ChildProcess, microvmId: string, sink?: Outpu
   return watch;
 }
 
-/** Resolves with the port the runtime announces; rejects on exit, deadline or abort. */
+/**
+ * Resolves with the port the runtime announces. Rejects at the deadline, on abort, or when
+ * the process exits first, then with the last lines of its stderr, read to their end.
+ */
 export function waitForReadyLine(
   child: ChildProcess,
   deadline: number,
@@ -55,11 +65,16 @@ export function waitForReadyLine(
       if (port !== undefined) finish(undefined, port);
     };
     const onExit = (code: number | null, sig: NodeJS.Signals | null) => {
-      const tail = watch.stderrTail.join("\n");
-      finish(new Error(`instance exited (${sig ?? `code ${code}`}) before it was ready${tail ? `:\n${tail}` : ""}`));
+      void outputDrained(child, DRAIN_MS).then(() => {
+        const tail = watch.stderrTail.join("\n");
+        finish(new Error(`instance exited (${sig ?? `code ${code}`}) before it was ready${tail ? `:\n${tail}` : ""}`));
+      });
     };
     const onAbort = () => finish(new Error("start aborted"));
+    let done = false;
     function finish(error: Error | undefined, port?: number) {
+      if (done) return;
+      done = true;
       clearTimeout(timer);
       watch.stdout.off("line", onLine);
       child.off("exit", onExit);
@@ -72,6 +87,12 @@ export function waitForReadyLine(
     child.once("exit", onExit);
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** Resolves once the process's stdout and stderr are read to their end, or after `timeoutMs`. */
+export async function outputDrained(child: ChildProcess, timeoutMs: number): Promise<void> {
+  const open = [child.stdout, child.stderr].filter((stream): stream is Readable => stream !== null && !stream.closed);
+  await within(Promise.all(open.map((stream) => once(stream, "close").catch(() => undefined))), timeoutMs);
 }
 
 /** Polls the runtime's readiness probe until it answers 200, or rejects at the deadline or on abort. */

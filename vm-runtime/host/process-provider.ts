@@ -6,12 +6,21 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { IMAGE_MODULE_ENV } from "./bundle.ts";
+import { hostNode, runtimeNodeArgs, type InstanceNode } from "./node-args.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import { isProcessAlive, readProcStat } from "./proc.ts";
 import { INSTANCE_MARKER, instanceProcessesUnder, killProcessGroup } from "./process-reclaim.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
-import { waitForExit, waitForHealth, waitForReadyLine, watchOutput, type OutputSink } from "./process-io.ts";
 import {
+  outputDrained,
+  waitForExit,
+  waitForHealth,
+  waitForReadyLine,
+  watchOutput,
+  type OutputSink,
+} from "./process-io.ts";
+import {
+  MicrovmHostError,
   MicrovmProviderError,
   RUNTIME_PORT,
   type MicrovmHandle,
@@ -23,7 +32,7 @@ import {
 export { INSTANCE_MARKER };
 
 export interface ProcessProviderOptions {
-  /** V8 heap cap in MiB (`--max-old-space-size`), default 256; off-heap memory gets 256 MiB more. */
+  /** V8 heap cap in MiB (`--max-old-space-size`), default 256; the data limit adds 256 MiB (+ 512 on Node 24: `dataLimitMiB`). */
   readonly memoryMiB?: number;
   /** How long an instance may take to answer its first probe (default 15 s). */
   readonly startTimeoutMs?: number;
@@ -35,6 +44,8 @@ export interface ProcessProviderOptions {
   readonly permissions?: boolean;
   /** Receives every line an instance prints (default: dropped). */
   readonly onOutput?: OutputSink;
+  /** The node binary instances run and its version (default: the host's own). */
+  readonly node?: InstanceNode;
 }
 
 /** The process provider, plus what tests and shutdown need. */
@@ -55,6 +66,12 @@ interface Tracked {
 }
 
 const OFF_HEAP_HEADROOM_MIB = 256;
+/**
+ * V8's code range as Node 24 maps it at start: 510 MiB writable (rwx), which `ulimit -d`
+ * counts though little of it is ever touched (20 and 22 reserve it inaccessible: not counted).
+ * Measured: node 24.21 needs a data limit of 563 MiB to start at any heap size, 20 and 22 51-55 MiB.
+ */
+const CODE_RANGE_MIB = 512;
 const SAFE_PATH = "/usr/local/bin:/usr/bin:/bin";
 /** Sets the data-segment limit (bounds off-heap memory too), then becomes node: same pid. */
 const LIMIT_SCRIPT = 'ulimit -d "$1" || exit 97; shift; exec "$@"';
@@ -82,6 +99,7 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
     const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: randomBytes(24).toString("base64url") };
     const child = spawnInstance({
       ...files,
+      node: options.node ?? hostNode(),
       scratch,
       memoryMiB,
       microvmId: spec.microvmId,
@@ -91,7 +109,7 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
     const pid = child.pid;
     if (pid === undefined) {
       await rm(scratch, { recursive: true, force: true });
-      throw new MicrovmProviderError("instance process did not start");
+      throw new MicrovmHostError("the host could not start an instance's process");
     }
     const pidStartTime = readProcStat(pid)?.startTime ?? 0;
     const entry: Tracked = { child, exited: waitForExit(child) };
@@ -102,16 +120,23 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
     });
     const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
     let port: number;
+    const output = watchOutput(child, spec.microvmId, options.onOutput);
     try {
-      const stderr = watchOutput(child, spec.microvmId, options.onOutput);
       // The runtime binds a port of its own choosing and announces it: a port picked here and
       // bound there later could be taken in between.
-      port = await waitForReadyLine(child, deadline, signal, stderr);
+      port = await waitForReadyLine(child, deadline, signal, output);
       await waitForHealth({ host: "127.0.0.1", port }, deadline, upstreamHeaders, signal);
     } catch (cause) {
       signalGroup(pid, "SIGKILL");
       await entry.exited;
-      throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+      await outputDrained(child, 1_000);
+      if (output.booted) throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+      // node or the runtime never came up: nothing of the image ran.
+      throw new MicrovmHostError(`the host could not start instance ${spec.microvmId}'s runtime`, {
+        cause,
+        timedOut: Date.now() >= deadline || signal?.aborted === true,
+        stderr: output.stderrTail.join("\n"),
+      });
     }
     entry.handle = {
       microvmId: spec.microvmId,
@@ -203,6 +228,7 @@ interface InstanceLaunch {
   /** The runtime bundle and the image module it imports. */
   readonly runtime: string;
   readonly module: string;
+  readonly node: InstanceNode;
   /** The instance's private directory: HOME, TMPDIR, cwd, the only writable place. */
   readonly scratch: string;
   readonly memoryMiB: number;
@@ -215,56 +241,49 @@ interface InstanceLaunch {
 function spawnInstance({
   runtime,
   module,
+  node,
   scratch,
   memoryMiB,
   microvmId,
   permissions,
   secret,
 }: InstanceLaunch): ChildProcess {
-  const nodeArgs = [
-    "--no-warnings",
-    `--max-old-space-size=${memoryMiB}`,
-    // Measured: 1-4 MiB less per instance at no cost to RPC latency (a small young generation,
-    // no V8 helper threads). --jitless/--lite-mode would break fetch in images on Node 20.
-    "--max-semi-space-size=1",
-    "--single-threaded",
-    ...(permissions
-      ? [
-          "--experimental-permission",
-          `--allow-fs-read=${runtime}`,
-          `--allow-fs-read=${module}`,
-          `--allow-fs-read=${scratch}`,
-          `--allow-fs-write=${scratch}`,
-        ]
-      : []),
-    runtime,
-  ];
-  const dataLimitKiB = (memoryMiB + OFF_HEAP_HEADROOM_MIB) * 1024;
-  const child = spawn(
-    "/bin/sh",
-    ["-c", LIMIT_SCRIPT, INSTANCE_MARKER, String(dataLimitKiB), process.execPath, ...nodeArgs],
-    {
-      detached: true,
-      cwd: scratch,
-      stdio: ["pipe", "pipe", "pipe"],
-      env: {
-        PATH: SAFE_PATH,
-        HOME: scratch,
-        TMPDIR: scratch,
-        LANG: "C.UTF-8",
-        NODE_ENV: "production",
-        MICROVM_ID: microvmId,
-        MICROVM_RUNTIME_PORT: "0",
-        [IMAGE_MODULE_ENV]: module,
-      },
+  const nodeArgs = runtimeNodeArgs({
+    nodeVersion: node.version,
+    heapMiB: memoryMiB,
+    permissions,
+    readable: [runtime, module, scratch],
+    writable: [scratch],
+    entry: runtime,
+  });
+  const dataLimitKiB = dataLimitMiB(memoryMiB, node.version) * 1024;
+  const child = spawn("/bin/sh", ["-c", LIMIT_SCRIPT, INSTANCE_MARKER, String(dataLimitKiB), node.path, ...nodeArgs], {
+    detached: true,
+    cwd: scratch,
+    stdio: ["pipe", "pipe", "pipe"],
+    env: {
+      PATH: SAFE_PATH,
+      HOME: scratch,
+      TMPDIR: scratch,
+      LANG: "C.UTF-8",
+      NODE_ENV: "production",
+      MICROVM_ID: microvmId,
+      MICROVM_RUNTIME_PORT: "0",
+      [IMAGE_MODULE_ENV]: module,
     },
-  );
+  });
   child.stdin?.write(`${secret}\n`);
   // The runtime exits when this pipe closes (the host died); writes never happen.
   child.stdin?.on("error", () => undefined);
   // A failed spawn surfaces as a missing pid or an early exit; unhandled, it would crash the host.
   child.on("error", () => undefined);
   return child;
+}
+
+/** The data-segment limit (`ulimit -d`) of an instance of `memoryMiB` heap on node `nodeVersion`. */
+export function dataLimitMiB(memoryMiB: number, nodeVersion = process.versions.node): number {
+  const codeRange = Number(nodeVersion.split(".")[0]) >= 24 ? CODE_RANGE_MIB : 0;
+  return memoryMiB + OFF_HEAP_HEADROOM_MIB + codeRange;
 }
 
 function ownedPid(handle: MicrovmHandle): number {

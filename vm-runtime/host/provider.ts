@@ -80,6 +80,43 @@ export class MicrovmProviderError extends Error {
   }
 }
 
+export interface MicrovmHostErrorOptions {
+  readonly cause?: unknown;
+  readonly timedOut?: boolean;
+  readonly stderr?: string;
+  readonly missing?: readonly string[];
+}
+
+/**
+ * The host, not the image, failed to start an instance: its wall or node ended (a flag node
+ * refuses, a binary gone, runsc or bubblewrap failing) or did not come up in time before the
+ * runtime announced itself, so nothing of the image had run. `message` says so without host
+ * detail (it may reach a user as a `stateReason`); `cause` holds what the wall printed.
+ */
+export class MicrovmHostError extends MicrovmProviderError {
+  /** The wall did not come up before the deadline (or the caller gave up), rather than ending. */
+  readonly timedOut: boolean;
+  /** The last lines the wall wrote to stderr, read to their end (for the host's log only). */
+  readonly stderr: string;
+  /** Files the wall needs (node, its libraries, runsc or bwrap) that are not on the host now. */
+  readonly missing: readonly string[];
+  constructor(message: string, options: MicrovmHostErrorOptions = {}) {
+    super(message, { cause: options.cause });
+    this.name = "MicrovmHostError";
+    this.timedOut = options.timedOut ?? false;
+    this.stderr = options.stderr ?? "";
+    this.missing = options.missing ?? [];
+  }
+}
+
+/** The `MicrovmHostError` in `err`'s cause chain, if any. */
+export function hostFailureOf(err: unknown): MicrovmHostError | undefined {
+  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
+    if (cause instanceof MicrovmHostError) return cause;
+  }
+  return undefined;
+}
+
 /** The real local port behind a virtual one, if the instance maps it. */
 export function realPort(handle: MicrovmHandle, virtualPort: number): number | undefined {
   return Object.hasOwn(handle.ports, String(virtualPort)) ? handle.ports[String(virtualPort)] : undefined;

@@ -1,12 +1,13 @@
 // Whether this machine can run the sandbox provider: bubblewrap present, user and network
 // namespaces allowed for the sandbox's uid, and a cgroup hierarchy we may write. One trial
-// sandbox runs `node -e 0`; the answer names what is missing and how to get it.
+// sandbox runs `node -e 0` with an instance's flags; the answer names what is missing and how to get it.
 import { execFile } from "node:child_process";
 import { mkdir, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { cgroupVersion } from "./cgroups.ts";
 import { DEFAULT_UID_BASE } from "./instance-uids.ts";
+import { trialNodeFlags } from "./node-args.ts";
 import { sharedLibraries } from "./sandbox-command.ts";
 
 const run = promisify(execFile);
@@ -53,6 +54,8 @@ export async function checkSandbox(options: { bwrap?: string; hostUid?: number }
     "/dev",
     "--",
     process.execPath,
+    // An instance's node flags: one this node refuses fails here, not in every instance.
+    ...trialNodeFlags(),
     "-e",
     "0",
   ];
@@ -64,10 +67,9 @@ export async function checkSandbox(options: { bwrap?: string; hostUid?: number }
       String((error as { stderr?: string }).stderr ?? "")
         .trim()
         .split("\n")[0] ?? "";
-    return {
-      ok: false,
-      reason: `a trial sandbox failed${detail ? `: ${detail}` : ""} (user namespaces may be disabled)`,
-    };
+    // node refusing a flag is no namespace matter.
+    const hint = /bad option/.test(detail) ? "" : " (user namespaces may be disabled)";
+    return { ok: false, reason: `a trial sandbox failed${detail ? `: ${detail}` : ""}${hint}` };
   }
   return { ok: true, cgroupVersion: version };
 }

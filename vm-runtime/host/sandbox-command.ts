@@ -4,7 +4,7 @@
 // bound in by file descriptor at /run/microvm.
 import { execFileSync } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
-import { runtimeNodeArgs } from "./node-args.ts";
+import { runtimeNodeArgs, type InstanceNode } from "./node-args.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
 
 /** Paths inside the instance. */
@@ -23,8 +23,8 @@ export const SANDBOX_UID = 1000;
 
 export interface SandboxLaunch {
   readonly bwrap: string;
-  /** The node binary (bound read-only at the same path). */
-  readonly node: string;
+  /** The node binary (bound read-only at the same path) and its version. */
+  readonly node: InstanceNode;
   /** Shared libraries node needs: [path inside, real path on the host]. */
   readonly libraries: readonly (readonly [string, string])[];
   /**
@@ -46,7 +46,7 @@ export interface SandboxLaunch {
 /** argv (after the executable) of `bwrap … node … bundle`. */
 export function sandboxArgs(launch: SandboxLaunch): string[] {
   const binds = [
-    ...roBind(launch.node, launch.node),
+    ...roBind(launch.node.path, launch.node.path),
     ...launch.libraries.flatMap(([inside, host]) => roBind(host, inside)),
     ...(existsSync("/etc/ld.so.cache") ? roBind("/etc/ld.so.cache", "/etc/ld.so.cache") : []),
     "--perms",
@@ -56,7 +56,7 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     SANDBOX_PATHS.bundle,
   ];
   const env = instanceEnv();
-  const nodeArgs = instanceNodeArgs(launch.heapMiB, launch.permissions);
+  const nodeArgs = instanceNodeArgs(launch.heapMiB, launch.permissions, launch.node.version);
   return [
     "--unshare-user",
     "--unshare-pid",
@@ -98,7 +98,7 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     "--info-fd",
     String(launch.infoFd),
     "--",
-    launch.node,
+    launch.node.path,
     ...nodeArgs,
   ];
 }
@@ -119,8 +119,9 @@ export function instanceEnv(): Record<string, string> {
 }
 
 /** node's arguments inside an instance: its files at the paths inside, scratch the only writable one. */
-export function instanceNodeArgs(heapMiB: number, permissions: boolean): string[] {
+export function instanceNodeArgs(heapMiB: number, permissions: boolean, nodeVersion: string): string[] {
   return runtimeNodeArgs({
+    nodeVersion,
     heapMiB,
     permissions,
     readable: [SANDBOX_PATHS.bundle, SANDBOX_PATHS.scratch],

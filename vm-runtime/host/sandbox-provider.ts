@@ -4,6 +4,7 @@
 import type { ChildProcess } from "node:child_process";
 import { constants } from "node:fs";
 import { open } from "node:fs/promises";
+import { isAbsolute } from "node:path";
 import type { Readable } from "node:stream";
 import {
   createIsolatedProvider,
@@ -13,6 +14,7 @@ import {
   type IsolatedProviderOptions,
   type Launcher,
 } from "./isolated-provider.ts";
+import { hostNode, type InstanceNode } from "./node-args.ts";
 import { readProcStat } from "./proc.ts";
 import { sandboxArgs, sharedLibraries } from "./sandbox-command.ts";
 
@@ -28,15 +30,16 @@ const BUNDLE_FD = 4;
 const SOCKET_DIR_FD = 5;
 
 export async function createSandboxProvider(options: SandboxProviderOptions): Promise<SandboxProvider> {
-  return createIsolatedProvider(options, bwrapLauncher(options.bwrap ?? "bwrap"));
+  return createIsolatedProvider(options, bwrapLauncher(options.bwrap ?? "bwrap", options.node ?? hostNode()));
 }
 
-function bwrapLauncher(bwrap: string): Launcher {
-  const libraries = sharedLibraries(process.execPath);
+function bwrapLauncher(bwrap: string, node: InstanceNode): Launcher {
+  const libraries = sharedLibraries(node.path);
   return {
     name: "sandbox",
     overheadMiB: 0,
     overheadPids: 0,
+    needs: [...(isAbsolute(bwrap) ? [bwrap] : []), node.path, ...libraries.map(([, host]) => host)],
     async launch(instance) {
       // The files reach the sandbox as fds: no path of the host's work directory is opened by the instance's uid.
       const opened = await Promise.allSettled([
@@ -62,7 +65,7 @@ function bwrapLauncher(bwrap: string): Launcher {
             bwrap,
             ...sandboxArgs({
               bwrap,
-              node: process.execPath,
+              node,
               libraries,
               bundleFd: BUNDLE_FD,
               socketDirFd: SOCKET_DIR_FD,

@@ -25,6 +25,13 @@ export interface BootOptions extends RuntimeOptions {
   readonly exitWhenStdinEnds?: boolean;
 }
 
+/**
+ * The runtime's first stdout line, `{"~microvm/runtime":"booted"}`: node took its flags and
+ * loaded the runtime, and no image code has run yet. A wall that ends before printing it
+ * failed for a reason of the host (a flag node refuses, a binary missing), never the image's.
+ */
+export const BOOTED_LINE = JSON.stringify({ [READY_KEY]: "booted" });
+
 /** Parses a stdout line; the port when it is the ready line. */
 export function parseReadyLine(line: string): number | undefined {
   try {
