@@ -51,10 +51,15 @@ async function whileStarting<T>(start: (onSpawn: (pid: number) => void) => Promi
   }
 }
 
-/** Stops every child still running, the services before nats-server. */
-export async function stopAll(graceMs = 5_000): Promise<void> {
+/** The pids of the children running now (to stop only those started after, with `stopAll`). */
+export function runningPids(): ReadonlySet<number> {
+  return new Set(running.keys());
+}
+
+/** Stops every child still running but those in `spared`, the services before nats-server. */
+export async function stopAll(graceMs = 5_000, spared: ReadonlySet<number> = new Set()): Promise<void> {
   const isNats = (child: Child) => Number(child.name.startsWith("nats-server"));
-  const order = [...running.values()].sort((a, b) => isNats(a) - isNats(b));
+  const order = [...running.values()].filter((c) => !spared.has(c.pid)).sort((a, b) => isNats(a) - isNats(b));
   for (const child of order) await child.stop(graceMs);
 }
 
@@ -83,13 +88,19 @@ export function killAllSync(): void {
 
 /**
  * A private nats-server. `sync`: JetStream's NATS_SYNC (`1s` or `always`); `authorization`:
- * the generated per-role users (`authorizationConfig`; none: anonymous).
+ * the generated per-role users (`authorizationConfig`; none: anonymous); `binary`: another
+ * nats-server than the one `natsServerPath()` finds (no version check: `--nats-compare`).
  */
 export async function startNats(
   storeDir: string,
-  options: { sync?: string; authorization?: string } = {},
+  options: { sync?: string; authorization?: string; binary?: string } = {},
 ): Promise<{ server: NatsServer; child: Child }> {
-  const server = await startNatsServer({ storeDir, sync: options.sync ?? "1s", authorization: options.authorization });
+  const server = await startNatsServer({
+    storeDir,
+    sync: options.sync ?? "1s",
+    authorization: options.authorization,
+    binary: options.binary,
+  });
   return { server, child: track({ name: "nats-server", pid: server.pid, process: server.process, stop: server.stop }) };
 }
 
@@ -99,7 +110,12 @@ export async function startNats(
  */
 export async function startNatsR3(
   baseDir: string,
-  options: { sync: string; authorization: string; credentials: Record<NatsRole, NatsCredentials> },
+  options: {
+    sync: string;
+    authorization: string;
+    credentials: Record<NatsRole, NatsCredentials>;
+    binary?: string;
+  },
 ): Promise<{ url: string; children: Child[] }> {
   const cluster = await startNatsCluster({
     baseDir,
@@ -107,6 +123,7 @@ export async function startNatsR3(
     clusterName: "bench-r3",
     sync: options.sync,
     authorization: options.authorization,
+    binary: options.binary,
   });
   const trackNode = (node: NatsNode) =>
     track({

@@ -5,7 +5,8 @@
 // for the `:noauth` rows) and, for the `:always` workloads, a second authenticated nats-server
 // with NATS_SYNC=always and its own one-process service; for the `:r3` workloads, two 3-node
 // clusters (R3 buckets), one per NATS_SYNC (`1s`, `always`), each with its own one-process
-// service. `close()` stops them all and removes the stores.
+// service. With `natsBinary`, every nats-server of it runs that binary (`--nats-compare`).
+// `close()` stops them all and removes the stores.
 import { mkdtemp, rm } from "node:fs/promises";
 import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -29,6 +30,7 @@ import {
   startBuiltService,
   startNats,
   startNatsR3,
+  runningPids,
   stopAll,
   type Child,
 } from "./children.ts";
@@ -48,6 +50,8 @@ export interface EnvironmentOptions {
   syncAlways: boolean;
   /** Also start the R3 stacks (a 3-node cluster + service, for NATS_SYNC 1s and always). */
   r3: boolean;
+  /** Another nats-server binary for every server of this environment (default: `natsServerPath()`). */
+  natsBinary?: string;
 }
 
 /** The NATS_SYNC=always stack's API URLs. */
@@ -147,19 +151,22 @@ export function callerEnv(): NodeJS.ProcessEnv {
 
 export async function startEnvironment(options: EnvironmentOptions): Promise<Environment> {
   const storeDir = await mkdtemp(join(tmpdir(), "bench-nats-"));
+  const binary = options.natsBinary;
+  // An environment started before this one (the `--nats-compare` one after the main) keeps its processes.
+  const earlier = runningPids();
   const removeStore = () => rm(storeDir, { recursive: true, force: true });
   process.once("exit", () => rmSync(storeDir, { recursive: true, force: true }));
   let handle: NatsHandle | undefined;
   const close = async () => {
     await handle?.close().catch(() => {});
-    await stopAll();
+    await stopAll(5_000, earlier);
     await removeStore();
   };
   try {
     const authDir = authDirOf(storeDir);
     const credentials = await ensureNatsCredentials(authDir);
     const authorization = authorizationConfig(credentials);
-    const nats = await startNats(join(storeDir, "sync-main"), { sync: mainSync(), authorization });
+    const nats = await startNats(join(storeDir, "sync-main"), { sync: mainSync(), authorization, binary });
     const nodeFlags = [
       ...(options.nodeFlags ?? []),
       ...(options.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfDir}`] : []),
@@ -175,7 +182,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     );
     // Same generated users as the main stack (both servers name the same public keys).
     const alwaysNats = options.syncAlways
-      ? await startNats(join(storeDir, "sync-always"), { sync: "always", authorization })
+      ? await startNats(join(storeDir, "sync-always"), { sync: "always", authorization, binary })
       : undefined;
     const always =
       alwaysNats &&
@@ -188,12 +195,12 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
         authDir,
       ));
     const r3 = options.r3
-      ? await startR3Stacks(storeDir, { authorization, credentials, authDir, nodeFlags })
+      ? await startR3Stacks(storeDir, { authorization, credentials, authDir, nodeFlags, binary })
       : undefined;
     const { child: bare, port: barePort } = await startBuiltServer("bare", "bench/bare-server.ts", callerEnv());
     const bareUrl = `http://127.0.0.1:${barePort}`;
     // The same service with NATS auth off, for the auth cost in the same run.
-    const openNats = await startNats(join(storeDir, "nats-noauth"), { sync: mainSync() });
+    const openNats = await startNats(join(storeDir, "nats-noauth"), { sync: mainSync(), binary });
     const open = await startService(
       "service noauth",
       openNats.server.url,
@@ -262,6 +269,7 @@ async function startR3Stacks(
     credentials: Record<NatsRole, NatsCredentials>;
     authDir: string;
     nodeFlags: string[];
+    binary?: string;
   },
 ) {
   const stack = async (sync: "1s" | "always") => {
@@ -269,6 +277,7 @@ async function startR3Stacks(
       sync,
       authorization: options.authorization,
       credentials: options.credentials,
+      binary: options.binary,
     });
     const service = await startService(
       `service (R3, ${sync})`,

@@ -36,6 +36,8 @@ export interface BenchOptions {
   pairBaseline: boolean;
   /** HTTP load generator; undefined: wrk when installed, else autocannon. */
   driver?: "wrk" | "autocannon";
+  /** Another nats-server binary: the service's stacks again on it, each row beside its twin. */
+  natsCompare?: string;
 }
 
 export const helpText = `Usage: npm run bench -- [options]
@@ -65,6 +67,10 @@ Options:
                        NATS_SYNC=2m for nats-server's own default)
   --pair-baseline      measure the baseline again right before each workload and take each
                        ratio against that one (twice the time; steadier on a shared machine)
+  --nats-compare PATH  start the service's stacks (the :always and :r3 ones when asked for)
+                       a second time with every nats-server running PATH, e.g. an older
+                       release, and measure each row on them right after itself in every
+                       round, as "<row> @v<version>" (bare and :noauth rows have no twin)
   --driver wrk|autocannon
                        HTTP load generator (default: wrk when installed, else autocannon)
   --seed N             records of each kind created for the read workloads (default 1000)
@@ -139,6 +145,7 @@ export function parseOptions(args: string[]): BenchOptions {
       "placement-shared": { type: "boolean" },
       driver: { type: "string" },
       "pair-baseline": { type: "boolean" },
+      "nats-compare": { type: "string" },
     },
   });
   const quick = values.quick ?? false;
@@ -170,6 +177,7 @@ export function parseOptions(args: string[]): BenchOptions {
     placementShared: values["placement-shared"] ?? false,
     driver: driverOf(values.driver),
     pairBaseline: values["pair-baseline"] ?? false,
+    natsCompare: values["nats-compare"],
   };
 }
 

@@ -1,7 +1,9 @@
 // The comparison run: seed, warm up, then rounds that each run the baseline and every
-// selected workload in turn, so drift on the machine hits all of them alike.
+// selected workload in turn (each followed by its `--nats-compare` twin), so drift on the
+// machine hits all of them alike.
 import type { Environment } from "./environment.ts";
 import { measure, pause } from "./measure.ts";
+import { withCompared, type ComparedServer } from "./nats-compare.ts";
 import { UsageError, type BenchOptions } from "./options.ts";
 import { progressLine, summarize, type Outcome, type RoundRecord, type SummaryRow } from "./report.ts";
 import { createSeeds, waitForService } from "./seed.ts";
@@ -37,18 +39,27 @@ async function prepareAll(selected: Workload[], ctx: WorkloadContext): Promise<M
   return prepared;
 }
 
-export async function runRounds(env: Environment, options: BenchOptions): Promise<RoundsOutcome> {
-  const selected = [baseline, ...selectWorkloads(options.only)];
+/** What the workloads of `env` need: its URLs and connection, and its records (seeded lazily). */
+async function contextOf(env: Environment, count: number): Promise<WorkloadContext> {
   await waitForService(env.taskUrl);
-  const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count: options.seedCount, objectNames });
+  const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count, objectNames });
+  const noAuthSeeds = createSeeds({ taskUrl: env.noAuthTaskUrl, jobUrl: env.jobUrl, count, objectNames });
+  return { ...env, seeds, noAuthSeeds, objectNames };
+}
+
+export async function runRounds(
+  env: Environment,
+  options: BenchOptions,
+  compared?: ComparedServer,
+): Promise<RoundsOutcome> {
+  const selected = withCompared([baseline, ...selectWorkloads(options.only)], compared?.label);
+  const context = await contextOf(env, options.seedCount);
+  if (compared) context.compared = await contextOf(compared.env, options.seedCount);
   console.log(`setup: seeding ${options.seedCount} records per kind for the read workloads…`);
-  const noAuthSeeds = createSeeds({
-    taskUrl: env.noAuthTaskUrl,
-    jobUrl: env.jobUrl,
-    count: options.seedCount,
-    objectNames,
-  });
-  const prepared = await prepareAll(selected, { ...env, seeds, noAuthSeeds, objectNames });
+  const prepared = await prepareAll(selected, context);
+  const groupsOf = (workload: Workload) =>
+    (workload.onCompared && compared ? compared.env : env).groups(workload.serviceGroup);
+  const deaths = () => [...env.deaths(), ...(compared?.env.deaths() ?? [])];
   const settings: LoadSettings = { connections: options.connections, duration: options.duration };
 
   if (options.warmup > 0) {
@@ -70,18 +81,18 @@ export async function runRounds(env: Environment, options: BenchOptions): Promis
     for (const [workload, run] of prepared) {
       // Paired: the baseline again right before each workload, so drift between the two is small.
       if (options.pairBaseline && workload !== baseline && typeof runBaseline === "function") {
-        baselineBefore[workload.name] = await measure(runBaseline, env.groups(baseline.serviceGroup), settings);
+        baselineBefore[workload.name] = await measure(runBaseline, groupsOf(baseline), settings);
         await pause();
       }
       const outcome =
         typeof run === "function"
-          ? await measure(run, env.groups(workload.serviceGroup), settings)
+          ? await measure(run, groupsOf(workload), settings)
           : { error: `setup failed: ${run.message}` };
       results[workload.name] = outcome;
       const base = baselineBefore[workload.name] ?? results[baseline.name];
       const baseRps = base && !("error" in base) && workload !== baseline ? base.rps : undefined;
       console.log(progressLine(round, workload.name, outcome, baseRps));
-      for (const death of env.deaths().filter((d) => !reported.has(d))) {
+      for (const death of deaths().filter((d) => !reported.has(d))) {
         reported.add(death);
         console.error(`  warning: ${death}; the workloads that need it will fail`);
       }

@@ -8,6 +8,7 @@ import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
 import { runImageBench, runMicrovmBench } from "./microvm.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
+import { natsServerLabel, type ComparedServer } from "./nats-compare.ts";
 import { runPlacementBench } from "./placement.ts";
 import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
 import { formatTable } from "./report.ts";
@@ -19,8 +20,9 @@ async function compare(
   options: BenchOptions,
   header: { driver: HttpDriver } & Record<string, unknown>,
   startedAt: Date,
+  compared?: ComparedServer,
 ) {
-  const { rounds, rows } = await runRounds(env, options);
+  const { rounds, rows } = await runRounds(env, options, compared);
   console.log(
     `\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} connections, driver ${header.driver.name}:\n`,
   );
@@ -39,6 +41,7 @@ async function main() {
     return;
   }
   if (!options.growth) selectWorkloads(options.only); // reject unknown names before starting anything
+  const comparedLabel = options.natsCompare ? natsServerLabel(options.natsCompare) : undefined;
   const startedAt = new Date();
   const machine = describeMachine();
   const command = `${process.env.NATS_SYNC ? `NATS_SYNC=${process.env.NATS_SYNC} ` : ""}${benchCommand(args)}`;
@@ -56,18 +59,31 @@ async function main() {
   }
 
   let env: Environment | undefined;
+  let compared: ComparedServer | undefined;
   installShutdownHandlers(async () => {
+    await compared?.env.close();
     await env?.close();
   });
   // Two more 3-node clusters: only when an R3 row is to run.
   const r3 = !options.growth && (options.only === undefined || options.only.some((name) => name.includes(":r3")));
-  env = await startEnvironment({
+  const environment = {
     splitRoles: options.splitRoles,
     cpuProfDir: options.cpuProf,
     nodeFlags: options.nodeFlags,
     syncAlways: !options.growth,
     r3,
-  });
+  };
+  env = await startEnvironment(environment);
+  if (options.natsCompare && comparedLabel && !options.growth) {
+    compared = {
+      label: comparedLabel,
+      env: await startEnvironment({ ...environment, natsBinary: options.natsCompare }),
+    };
+    console.log(
+      `the "@${comparedLabel}" rows: the same stacks on ${options.natsCompare} (service pid ${compared.env.pids.service.join(",")}, ` +
+        `nats-server pid ${compared.env.pids.nats}${compared.env.r3 ? `, R3 nats pids ${compared.env.pids.r3Nats.join(",")} and ${compared.env.pids.r3AlwaysNats.join(",")}` : ""})`,
+    );
+  }
   console.log(
     `service pid ${env.pids.service.join(",")}, nats-server pid ${env.pids.nats} (NATS_SYNC=${mainSync()}), bare pid ${env.pids.bare}, ` +
       `auth-off service pid ${env.pids.noAuth.join(",")}`,
@@ -85,8 +101,9 @@ async function main() {
   const header = { startedAt: startedAt.toISOString(), command, machine, options, driver };
   try {
     if (options.growth) await runGrowth(env, options, header, startedAt);
-    else await compare(env, options, header, startedAt);
+    else await compare(env, options, header, startedAt, compared);
   } finally {
+    await compared?.env.close(); // its own processes only: started second
     await env.close();
   }
   if (options.cpuProf)

@@ -22,6 +22,8 @@ export interface WorkloadContext {
   nc: NatsConnection;
   seeds: Seeds;
   objectNames: string[];
+  /** The same stacks on the `--nats-compare` server, when started. */
+  compared?: WorkloadContext;
 }
 
 export type Runner = (settings: LoadSettings) => Promise<LoadResult>;
@@ -31,6 +33,8 @@ export interface Workload {
   summary: string;
   /** Whose RSS and CPU count as "service" for this row. */
   serviceGroup: ServiceGroup;
+  /** Runs on the `--nats-compare` stacks: their processes are the ones measured. */
+  onCompared?: boolean;
   prepare(ctx: WorkloadContext): Promise<Runner>;
 }
 
