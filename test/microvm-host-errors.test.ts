@@ -196,8 +196,12 @@ for (const wall of walls.filter((name) => name !== "process")) {
     await rm(node);
     const pushed = await post(images, { name: "while-gone", module: goodModule });
     assert.deepEqual([pushed.status, pushed.body], [500, { _tag: "InternalServerError" }]);
-    const logged = svc.logs.find((entry) => entry.level === 50 && /reason of this host/.test(String(entry.msg)));
-    assert.ok(logged, `no host error logged: ${JSON.stringify(svc.logs.slice(-5))}`);
+    // The answer may arrive before the service's log line is read from its pipe.
+    const logged = await loggedWithin(
+      svc,
+      5_000,
+      (entry) => entry.level === 50 && /reason of this host/.test(String(entry.msg)),
+    );
     assert.deepEqual((logged.err as { missing?: string[] }).missing, [node], "the log names the missing binary");
 
     const idlePolicy = { maxIdleDurationSeconds: 600, suspendedDurationSeconds: 600, autoResumeEnabled: false };
@@ -209,6 +213,21 @@ for (const wall of walls.filter((name) => name !== "process")) {
     await copyFile(process.execPath, node);
     assert.equal((await post(images, { name: "after", module: goodModule })).status, 200);
   });
+}
+
+/** The first log entry `match` accepts, once the service has logged it (fails after `timeoutMs`). */
+async function loggedWithin(
+  svc: Service,
+  timeoutMs: number,
+  match: (entry: Record<string, unknown>) => boolean,
+): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = svc.logs.find(match);
+    if (found) return found;
+    assert.ok(Date.now() < deadline, `not logged within ${timeoutMs} ms: ${JSON.stringify(svc.logs.slice(-5))}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 /** GetMicrovm over HTTP until the instance is in `state` (20 s at most). */
