@@ -2,7 +2,7 @@
 // writes and deletes that the server applies only at an expected revision (compare-and-set).
 // Wire-level like record-store.ts, so any KV client sees the same keys.
 import { headers } from "@nats-io/transport-node";
-import { JetStreamRequestError, leaderEntry, WRONG_LAST_SEQUENCE, type LeaderEntry } from "./record-store.ts";
+import { isWrongLastSequence, JetStreamRequestError, leaderEntry, type LeaderEntry } from "./record-store.ts";
 import type { Requester } from "./requester.ts";
 
 /** A key as the stream leader holds it: revision 0 = never written; no value = deleted. */
@@ -30,7 +30,7 @@ export function versionedStore(requester: Requester, bucket: string, timeoutMs =
     if (operation) h.set("KV-Operation", operation);
     const msg = await requester.request(subjectOf(key), value, timeoutMs, h);
     const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
-    if (ack.error?.err_code === WRONG_LAST_SEQUENCE) return CONFLICT;
+    if (isWrongLastSequence(ack.error?.err_code)) return CONFLICT;
     if (ack.error || ack.seq === undefined) {
       throw new JetStreamRequestError(
         ack.error?.code ?? 500,

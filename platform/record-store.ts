@@ -37,8 +37,16 @@ export class JetStreamRequestError extends Error {
   }
 }
 
-// JetStream's "wrong last sequence" error code: the key is at another revision.
-export const WRONG_LAST_SEQUENCE = 10071;
+/**
+ * JetStream's "wrong last sequence" error codes: the key is at another revision. nats-server
+ * 2.15 answers 10164 (no sequence in the text) on a replicated stream when another write to the
+ * key is still in flight, where 2.10 answered 10071.
+ */
+const WRONG_LAST_SEQUENCE = new Set([10071, 10164]);
+
+/** Whether a write's ack error is a lost compare-and-set (the expected revision was not the key's). */
+export const isWrongLastSequence = (errCode: number | undefined): boolean =>
+  errCode !== undefined && WRONG_LAST_SEQUENCE.has(errCode);
 // JetStream's "no message found" error code of a stream message get.
 const NO_MESSAGE_FOUND = 10037;
 // JetStream's "stream not found": the bucket was never created, so it holds no record.
@@ -141,7 +149,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       const msg = await requester.request(subjectOf(key), data, timeout, createHeaders);
       const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
       if (!ack.error) return "created";
-      if (ack.error.err_code === WRONG_LAST_SEQUENCE) return "exists";
+      if (isWrongLastSequence(ack.error.err_code)) return "exists";
       throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
     },
   };

@@ -2,10 +2,10 @@
 // fields GetMicrovm answers plus the owning host, the provider handle and the lifecycle
 // snapshot. Every write is compare-and-set: `create` for new keys, `update` at a revision.
 import type { KV } from "@nats-io/kv";
-import { JetStreamApiCodes, JetStreamApiError, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { JetStreamApiError, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { KvEntry } from "@nats-io/kv";
-import { bucketNames, log } from "../../platform/index.ts";
+import { bucketNames, isWrongLastSequence, log } from "../../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { idKey, MICROVM_STATES, type IdlePolicy, type Microvm, type MicrovmState } from "../../schemas/index.ts";
 
@@ -229,5 +229,5 @@ function keyOf(microvmId: string): string {
 }
 
 function isWrongSequence(err: unknown): boolean {
-  return err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamWrongLastSequence;
+  return err instanceof JetStreamApiError && isWrongLastSequence(err.code);
 }
