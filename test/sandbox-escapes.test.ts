@@ -27,7 +27,7 @@ import {
 } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { rpc, callInstance } from "./helpers/instance-rpc.ts";
-import { isGone } from "./helpers/microvm.ts";
+import { cgroupPidsOfHostKey, isGone } from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 import { testImages } from "./images/paths.ts";
@@ -254,6 +254,15 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       if (walled) assert.deepEqual(left, [], "instance processes outlived their host by 2 s");
       else assert.notDeepEqual(left, [], "control: a hijacked unwalled instance should outlive its host");
       if (walled) {
+        // Every process of the host's groups goes with it within the same bound, the wall it was
+        // booting ahead for the next instance too (it may have been anywhere in its start).
+        const killedKey = `${hostKey}-killed`;
+        const groupsDeadline = Date.now() + 2_000;
+        while ((cgroupPidsOfHostKey(killedKey)?.length ?? 0) > 0 && Date.now() < groupsDeadline)
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        const outlived = cgroupPidsOfHostKey(killedKey) ?? [];
+        for (const pid of outlived) process.kill(pid, "SIGKILL");
+        assert.deepEqual(outlived, [], "processes of the killed host's groups outlived it by 2 s");
         // What the next start of that host does: reclaim finds its (empty) groups and directories.
         const again = await wall.create({ hostKey: `${hostKey}-killed`, workDir: join(dir, "again") });
         assert.deepEqual(await again.reclaim(), [], "reclaim found a live process of the killed host");

@@ -165,7 +165,11 @@ export function isSuspended(pid: number): boolean {
  * host always has it; a closed one removes it).
  */
 export function hostCgroupPids(hostId: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
-  const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
+  return cgroupPidsOfHostKey(createHash("sha256").update(hostId).digest("hex").slice(0, 16), options);
+}
+
+/** The same for a provider created with this `hostKey` itself (not a service's host id). */
+export function cgroupPidsOfHostKey(hostKey: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
   const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer";
   const hostDir = join(root, "typed-service-microvms", hostKey);
   const pids: number[] = [];

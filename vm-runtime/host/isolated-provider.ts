@@ -293,10 +293,11 @@ export async function createIsolatedProvider(
       );
       if (!joined) throw new Error("the wall did not join its cgroup in time");
     } catch (cause) {
+      const bootedBefore = entry.output.booted;
       await forceStop(entry);
       await entry.exited;
       throw (
-        (await wallFailure(entry, cause, deadline, signal)) ??
+        (await wallFailure(entry, cause, deadline, signal, bootedBefore)) ??
         new MicrovmHostError("the host could not start an instance's wall", { cause })
       );
     }
@@ -313,12 +314,16 @@ export async function createIsolatedProvider(
     cause: unknown,
     deadline: number,
     signal: AbortSignal | undefined,
+    bootedBefore = false,
   ): Promise<MicrovmHostError | undefined> {
     await outputDrained(entry.launched.child, 1_000);
-    if (entry.output.booted) return undefined;
+    // A wall stopped because time ran out is judged by what it had printed by then: a boot line
+    // read while it was being killed does not make the host's slowness the image's.
+    const timedOut = Date.now() >= deadline || signal?.aborted === true;
+    if (timedOut ? bootedBefore : entry.output.booted) return undefined;
     return new MicrovmHostError("the host could not start an instance's wall", {
       cause,
-      timedOut: Date.now() >= deadline || signal?.aborted === true,
+      timedOut,
       stderr: entry.output.stderrTail.join("\n"),
       missing: launcher.needs.filter((path) => !existsSync(path)),
     });
@@ -400,11 +405,12 @@ export async function createIsolatedProvider(
       };
       return entry.handle;
     } catch (cause) {
+      const bootedBefore = entry.output.booted;
       await forceStop(entry);
       await entry.exited;
       // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
       throw (
-        (await wallFailure(entry, cause, deadline, signal)) ??
+        (await wallFailure(entry, cause, deadline, signal, bootedBefore)) ??
         new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause })
       );
     }
@@ -568,6 +574,10 @@ async function healthyOrExited(
 /**
  * Starts `command` inside `cgroup`: a shell writes its own pid to each group's `cgroup.procs`,
  * then becomes the command (same pid), so nothing of the instance ever runs outside its group.
+ * It dies with the host from its first instruction on: setpriv asks for SIGKILL when its parent
+ * dies, and the shell ends at once if the host died before that (its parent is no longer the
+ * host), so a wall being started when the host is killed is not left behind (the wall's own
+ * --die-with-parent or --pdeathsig comes only once the command runs).
  * `extraFds` become fds 3, 4, … of the command (a pipe where `"pipe"`).
  */
 export function spawnInCgroup(
@@ -575,8 +585,10 @@ export function spawnInCgroup(
   command: readonly string[],
   extraFds: readonly (number | "pipe")[] = [],
 ): ChildProcess {
-  const script = 'while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"';
-  const child = spawn("/bin/sh", ["-c", script, "microvm-sandbox", ...cgroup.procsFiles, "--", ...command], {
+  const script =
+    '[ "$PPID" = "$1" ] || exit 98; shift; while [ "$1" != "--" ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"';
+  const shell = ["/bin/sh", "-c", script, "microvm-sandbox", String(process.pid), ...cgroup.procsFiles];
+  const child = spawn("setpriv", ["--pdeathsig", "KILL", "--", ...shell, "--", ...command], {
     stdio: ["pipe", "pipe", "pipe", ...extraFds],
     env: { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" },
   });
