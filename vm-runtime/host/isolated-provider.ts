@@ -293,11 +293,8 @@ export async function createIsolatedProvider(
       );
       if (!joined) throw new Error("the wall did not join its cgroup in time");
     } catch (cause) {
-      const bootedBefore = entry.output.booted;
-      await forceStop(entry);
-      await entry.exited;
       throw (
-        (await wallFailure(entry, cause, deadline, signal, bootedBefore)) ??
+        (await stopFailedWall(entry, cause, deadline, signal)) ??
         new MicrovmHostError("the host could not start an instance's wall", { cause })
       );
     }
@@ -305,17 +302,19 @@ export async function createIsolatedProvider(
   }
 
   /**
-   * Why a wall that did not come up failed, once it is gone: the host's failure (its stderr
+   * Stops a wall that did not come up and says why it failed: the host's failure (its stderr
    * read to the end, the files it needs that are missing) while its runtime had not printed its
    * boot line, else undefined (the image's doing).
    */
-  async function wallFailure(
+  async function stopFailedWall(
     entry: Tracked,
     cause: unknown,
     deadline: number,
     signal: AbortSignal | undefined,
-    bootedBefore = false,
   ): Promise<MicrovmHostError | undefined> {
+    const bootedBefore = entry.output.booted;
+    await forceStop(entry);
+    await entry.exited;
     await outputDrained(entry.launched.child, 1_000);
     // A wall stopped because time ran out is judged by what it had printed by then: a boot line
     // read while it was being killed does not make the host's slowness the image's.
@@ -405,12 +404,9 @@ export async function createIsolatedProvider(
       };
       return entry.handle;
     } catch (cause) {
-      const bootedBefore = entry.output.booted;
-      await forceStop(entry);
-      await entry.exited;
       // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
       throw (
-        (await wallFailure(entry, cause, deadline, signal, bootedBefore)) ??
+        (await stopFailedWall(entry, cause, deadline, signal)) ??
         new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause })
       );
     }
