@@ -26,6 +26,8 @@ export interface BenchOptions {
   microvmFlags: boolean;
   /** Only the image rows of the microVM bench, on the sandbox provider (bench/microvm-images.ts). */
   microvmImages: boolean;
+  /** The CLI start-up bench instead (bench/cli-start.ts). */
+  cli: boolean;
   /** The task-object throughput bench on the 3-node cluster, 1 vs 2 actor processes (bench/placement.ts). */
   placement: boolean;
   /** Task-object names the placement bench spreads its load over. */
@@ -92,6 +94,9 @@ Options:
   --microvm-images     only the image rows of --microvm, on the sandbox provider: createImage
                        → registered, and first RPC of an image the host has not cached vs
                        cached (9 samples; --quick 3)
+  --cli                taskctl's start-up instead: median wall time of node -e 0, taskctl
+                       --help, taskctl tasks get to a closed port (and the same through tsx),
+                       interleaved, --rounds runs each (default 15; --quick 5)
   --placement          task-object throughput on the 3-node cluster (R3) with 1 vs 2 actor
                        processes, loaded over NATS (createTaskDO then getTaskDO per worker),
                        sent straight to each name's owner as the gateway does;
@@ -140,6 +145,7 @@ export function parseOptions(args: string[]): BenchOptions {
       microvm: { type: "boolean" },
       "microvm-flags": { type: "boolean" },
       "microvm-images": { type: "boolean" },
+      cli: { type: "boolean" },
       placement: { type: "boolean" },
       "placement-names": { type: "string" },
       "placement-shared": { type: "boolean" },
@@ -172,6 +178,7 @@ export function parseOptions(args: string[]): BenchOptions {
     microvm: values.microvm ?? false,
     microvmFlags: values["microvm-flags"] ?? false,
     microvmImages: values["microvm-images"] ?? false,
+    cli: values.cli ?? false,
     placement,
     placementNames: Math.round(positive("placement-names", values["placement-names"], 200)),
     placementShared: values["placement-shared"] ?? false,

@@ -3,6 +3,7 @@
 // facility, or with --placement task objects on the cluster with 1 vs 2 actor processes.
 // See docs/performance.md.
 import { startEnvironment, installShutdownHandlers, mainSync, type Environment } from "./environment.ts";
+import { runCliBench } from "./cli-start.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
@@ -52,6 +53,10 @@ async function main() {
     return options.microvmFlags
       ? runMicrovmFlags(options, header, startedAt)
       : runMicrovmBench(options, header, startedAt);
+  }
+  if (options.cli) {
+    const header = { startedAt: startedAt.toISOString(), command, machine, options };
+    return runCliBench(options.quick ? 5 : args.includes("--rounds") ? options.rounds : 15, header, startedAt);
   }
   if (options.placement) {
     const header = { startedAt: startedAt.toISOString(), command, machine, options };
