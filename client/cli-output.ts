@@ -87,6 +87,11 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
       return `the microVM host runs its limit of ${body.limit} instances; terminate one first`;
     case "HttpApiDecodeError":
       return `invalid request: ${decodeIssues(body)}`;
+    case "Unauthorized":
+      return (
+        `${target.what} refused the call (401 Unauthorized): set TASKCTL_API_KEY to an API key it knows ` +
+        "(`npx taskctl apikey create <principal>` makes one, for the file API_KEYS_FILE names)"
+      );
     case "ServiceUnavailable":
       return unavailable(err, target);
     case "GatewayTimeout":

@@ -84,11 +84,15 @@ export function httpClient<Api extends Record<string, Operation>>(
     try {
       res = await fetchImpl(url, { method: op.http.method, headers, body });
     } catch (cause) {
-      throw new ClientError(503, { _tag: "ServiceUnavailable" }, { cause });
+      throw new ClientError(503, { _tag: "ServiceUnavailable", message: `cannot reach ${url}` }, { cause });
     }
     const text = await res.text();
     const value = text ? JSON.parse(text) : undefined;
-    if (!res.ok) throw new ClientError(res.status, value ?? { _tag: "InternalServerError" });
+    if (!res.ok)
+      throw new ClientError(
+        res.status,
+        value ?? { _tag: "InternalServerError", message: `${res.status} with no body` },
+      );
     return value;
   });
 }
@@ -112,7 +116,9 @@ export function natsClient<Api extends Record<string, Operation>>(
       const timeout = cause instanceof TimeoutError;
       throw new ClientError(
         timeout ? 504 : 503,
-        { _tag: timeout ? "GatewayTimeout" : "ServiceUnavailable" },
+        timeout
+          ? { _tag: "GatewayTimeout", message: "no answer over NATS in time: the outcome is unknown" }
+          : { _tag: "ServiceUnavailable", message: `NATS request failed: ${(cause as Error).message}` },
         { cause },
       );
     }

@@ -1,5 +1,6 @@
 // `GET /openapi.json` (derived from the contracts) and an API reference page at `/docs`,
-// rendered by Swagger UI from the installed `swagger-ui-dist` package: no CDN, works offline.
+// rendered by Swagger UI from the installed `swagger-ui-dist` package: no CDN, works offline,
+// and its online validator (an image from validator.swagger.io in the standalone layout) is off.
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createRequire } from "node:module";
@@ -26,7 +27,7 @@ function page(title: string): string {
 <html lang="en"><head><meta charset="utf-8"><title>${title}</title>
 <link rel="stylesheet" href="/docs/swagger-ui.css"><link rel="icon" href="/docs/favicon-32x32.png"></head>
 <body><div id="swagger-ui"></div><script src="/docs/swagger-ui-bundle.js"></script>
-<script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", persistAuthorization: true });</script>
+<script>window.ui = SwaggerUIBundle({ url: "/openapi.json", dom_id: "#swagger-ui", persistAuthorization: true, validatorUrl: null });</script>
 </body></html>`;
 }
 

@@ -29,13 +29,26 @@ export class ApiError extends Error {
   }
 }
 
-function defineError<Tag extends string, P extends Record<string, TSchema>>(tag: Tag, status: number, fields: P) {
-  const schema = Type.Object({ _tag: Type.Literal(tag), ...fields });
+/**
+ * Every error body has `_tag` and a `message` for people (contract): errors whose fields carry
+ * no message of their own get one from `describe`, so no caller can forget it.
+ */
+function defineError<Tag extends string, P extends Record<string, TSchema>>(
+  tag: Tag,
+  status: number,
+  fields: P,
+  describe?: (values: Static<TObject<P>>) => string,
+) {
+  const schema = Type.Object({ _tag: Type.Literal(tag), ...fields, message: Type.String() });
   const def: ErrorDef<Tag, typeof schema> = { tag, status, schema };
   return Object.assign(def, {
     /** Builds the throwable failure for this error. */
-    make(values: Omit<Static<typeof schema>, "_tag">, options?: { cause?: unknown }): ApiError {
-      return new ApiError(status, { _tag: tag, ...values }, options);
+    make(
+      values: Omit<Static<typeof schema>, "_tag" | "message"> & { message?: string },
+      options?: { cause?: unknown },
+    ): ApiError {
+      const message = values.message ?? describe?.(values as never) ?? tag;
+      return new ApiError(status, { _tag: tag, ...values, message }, options);
     },
   });
 }
@@ -50,8 +63,8 @@ export const DecodeIssue = Type.Object({
   message: Type.String(),
 });
 
-export const TaskNotFound = defineError("TaskNotFound", 404, { id: Type.String() });
-export const JobNotFound = defineError("JobNotFound", 404, { id: Type.String() });
+export const TaskNotFound = defineError("TaskNotFound", 404, { id: Type.String() }, ({ id }) => `no task "${id}"`);
+export const JobNotFound = defineError("JobNotFound", 404, { id: Type.String() }, ({ id }) => `no job "${id}"`);
 export const HttpApiDecodeError = defineError("HttpApiDecodeError", 400, {
   issues: Type.Array(DecodeIssue),
   message: Type.String(),
@@ -60,8 +73,18 @@ export const IdempotencyKeyReused = defineError("IdempotencyKeyReused", 409, {
   id: Type.String(),
   message: Type.String(),
 });
-export const MicrovmNotFound = defineError("MicrovmNotFound", 404, { microvmIdentifier: Type.String() });
-export const ImageNotFound = defineError("ImageNotFound", 404, { imageIdentifier: Type.String() });
+export const MicrovmNotFound = defineError(
+  "MicrovmNotFound",
+  404,
+  { microvmIdentifier: Type.String() },
+  ({ microvmIdentifier }) => `no microVM "${microvmIdentifier}" of yours`,
+);
+export const ImageNotFound = defineError(
+  "ImageNotFound",
+  404,
+  { imageIdentifier: Type.String() },
+  ({ imageIdentifier }) => `no image "${imageIdentifier}"`,
+);
 /** A module that cannot be registered as an image: does not build, load or define an image, or is too large. */
 export const InvalidImage = defineError("InvalidImage", 400, { message: Type.String() });
 /** The image cannot be deleted: a live instance runs it, or it is built in. */
@@ -88,7 +111,12 @@ export const ImageQuotaExceeded = defineError("ImageQuotaExceeded", 429, {
   message: Type.String(),
 });
 /** No `Authorization: Bearer <key>` naming a known API key (when API keys are on). */
-export const Unauthorized = defineError("Unauthorized", 401, {});
+export const Unauthorized = defineError(
+  "Unauthorized",
+  401,
+  {},
+  () => "send an API key in the Authorization header: `Authorization: Bearer <key>` (taskctl: TASKCTL_API_KEY)",
+);
 /** The `Host` header names none of the API's configured host names. */
 export const MisdirectedRequest = defineError("MisdirectedRequest", 421, { message: Type.String() });
 export const RouteNotFound = defineError("RouteNotFound", 404, { message: Type.String() });
@@ -107,15 +135,36 @@ export const RequestTimeout = defineError("RequestTimeout", 408, { message: Type
  * Between actor processes only, never answered to a client: the process asked on its own
  * subject does not hold the task object's lease (any more), so the sender reads it again.
  */
-export const NotOwner = defineError("NotOwner", 503, {});
+export const NotOwner = defineError("NotOwner", 503, {}, () => "this process does not own the task object");
 /**
  * Between a gateway and an actor process only: the name's owner is silent and `process` will
  * claim the name when its lease may be taken (after the caller's time), so send it there to wait.
  */
-export const TakeoverPending = defineError("TakeoverPending", 503, { process: Type.String() });
-export const InternalServerError = defineError("InternalServerError", 500, {});
-export const ServiceUnavailable = defineError("ServiceUnavailable", 503, {});
-export const GatewayTimeout = defineError("GatewayTimeout", 504, {});
+export const TakeoverPending = defineError(
+  "TakeoverPending",
+  503,
+  { process: Type.String() },
+  ({ process }) => `the task object's owner is silent; ${process} takes it over`,
+);
+/** Never a stack or a cause: what failed is in the service's log, under the request's X-Request-Id. */
+export const InternalServerError = defineError(
+  "InternalServerError",
+  500,
+  {},
+  () => "internal error: the service's log has the cause (look for this response's X-Request-Id)",
+);
+export const ServiceUnavailable = defineError(
+  "ServiceUnavailable",
+  503,
+  {},
+  () => "the service's actors cannot be reached at the moment: retry after the Retry-After seconds",
+);
+export const GatewayTimeout = defineError(
+  "GatewayTimeout",
+  504,
+  {},
+  () => "the service's actors did not answer in time: the outcome is unknown (a write may have been done)",
+);
 
 /** Errors any operation may answer besides its declared ones. */
 export const commonErrors = [HttpApiDecodeError, InternalServerError, ServiceUnavailable, GatewayTimeout] as const;

@@ -58,7 +58,7 @@ describe("api keys - task and job APIs", () => {
     svc = await startService(defer, { apiKeys: keys });
   });
 
-  it("api keys - a request without a key is 401 Unauthorized", async () => {
+  it("api keys - a request without a key is 401 Unauthorized, naming the header to send", async () => {
     for (const [url, init] of [
       [`${svc.taskUrl}/`, { method: "POST", body: '{"title":"x"}', headers: { "content-type": "application/json" } }],
       [`${svc.taskUrl}/some-id`, {}],
@@ -67,8 +67,28 @@ describe("api keys - task and job APIs", () => {
       const res = await fetch(url, init);
       assert.equal(res.status, 401, url);
       assert.equal(res.headers.get("www-authenticate"), "Bearer");
-      assert.deepEqual(await res.json(), { _tag: "Unauthorized" });
+      assert.deepEqual(await res.json(), {
+        _tag: "Unauthorized",
+        message:
+          "send an API key in the Authorization header: `Authorization: Bearer <key>` (taskctl: TASKCTL_API_KEY)",
+      });
     }
+  });
+
+  it("taskctl - a 401 says to set TASKCTL_API_KEY; with the key the call goes through", async () => {
+    const call = async (env: NodeJS.ProcessEnv) => {
+      let err = "";
+      const code = await runCli(["tasks", "create", "x", "--url", svc.taskUrl], {
+        out: () => undefined,
+        err: (text) => void (err += text),
+        env,
+      });
+      return { code, err };
+    };
+    const refused = await call({});
+    assert.equal(refused.code, 1);
+    assert.match(refused.err, /401 Unauthorized\): set TASKCTL_API_KEY to an API key/);
+    assert.deepEqual(await call({ TASKCTL_API_KEY: alice.key }), { code: 0, err: "" });
   });
 
   it("api keys - an unknown key is 401", async () => {

@@ -35,7 +35,7 @@ describe("client", () => {
       const notFound = await tasks.getTask({ id: "missing" }).catch((e: unknown) => e);
       assert.ok(notFound instanceof ClientError);
       assert.equal(notFound.status, 404);
-      assert.deepEqual(notFound.error, { _tag: "TaskNotFound", id: "missing" });
+      assert.deepEqual(notFound.error, { _tag: "TaskNotFound", id: "missing", message: 'no task "missing"' });
       const jobMissing = await jobs.getJob({ jobId: "missing" }).catch((e: unknown) => e);
       assert.equal((jobMissing as ClientError)._tag, "JobNotFound");
       const invalid = await tasks.createTask({ title: 5 as unknown as string }).catch((e: unknown) => e);

@@ -28,7 +28,7 @@ describe("job api", () => {
     for (const id of ["nope", "a.b", "*", "ü/>", "x".repeat(3000)]) {
       const res = await getJson(`${svc.jobUrl}/?jobId=${encodeURIComponent(id)}`);
       assert.equal(res.status, 404);
-      assert.deepEqual(res.body, { _tag: "JobNotFound", id });
+      assert.deepEqual(res.body, { _tag: "JobNotFound", id, message: `no job "${id}"` });
     }
   });
 

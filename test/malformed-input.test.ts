@@ -214,10 +214,24 @@ describe("malformed input - the process keeps serving", () => {
       // Over HTTP (the gateway reads storage itself) and over NATS (the actors answer).
       const res = await fetch(read.http);
       assert.equal(res.status, 500, read.http);
-      assert.deepEqual(await res.json(), { _tag: "InternalServerError" }, read.http);
+      assert.deepEqual(
+        await res.json(),
+        {
+          _tag: "InternalServerError",
+          message: "internal error: the service's log has the cause (look for this response's X-Request-Id)",
+        },
+        read.http,
+      );
       const msg = await admin.nc.request(read.subject, read.body, { timeout: 5_000 });
       assert.equal(msg.headers?.get("Nats-Service-Error-Code"), "500", read.subject);
-      assert.deepEqual(msg.json(), { _tag: "InternalServerError" }, read.subject);
+      assert.deepEqual(
+        msg.json(),
+        {
+          _tag: "InternalServerError",
+          message: "internal error: the service's log has the cause (look for this response's X-Request-Id)",
+        },
+        read.subject,
+      );
     }
     const linesOf = (key: string) =>
       svc.logs.filter(

@@ -36,7 +36,7 @@ describe("nats direct", () => {
     const res = await request("tasks.get", JSON.stringify({ id: "absent" }));
     assert.equal(res.code, "404");
     assert.equal(res.tag, "TaskNotFound");
-    assert.deepEqual(res.body, { _tag: "TaskNotFound", id: "absent" });
+    assert.deepEqual(res.body, { _tag: "TaskNotFound", id: "absent", message: 'no task "absent"' });
   });
 
   it("nats direct - task objects by base64url name token", async () => {

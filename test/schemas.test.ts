@@ -65,3 +65,27 @@ describe("schemas", () => {
     }
   });
 });
+
+describe("error catalogue", () => {
+  it("errors - every declared error's body has _tag and a message, also when the thrower gives none", async () => {
+    type Declared = {
+      tag: string;
+      schema: { required?: string[] };
+      make(values: object): { body: Record<string, unknown> };
+    };
+    const catalogue = (Object.values(await import("../schemas/errors.ts")) as unknown[]).filter(
+      (v): v is Declared => typeof v === "object" && v !== null && "tag" in v && "make" in v,
+    );
+    assert.ok(catalogue.length > 20, `${catalogue.length} errors found`);
+    for (const error of catalogue) {
+      assert.deepEqual(
+        ["_tag", "message"].filter((field) => !error.schema.required?.includes(field)),
+        [],
+        `${error.tag}: _tag and message are required fields`,
+      );
+      const body = error.make({}).body;
+      assert.equal(body._tag, error.tag);
+      assert.equal(typeof body.message, "string", error.tag);
+    }
+  });
+});

@@ -30,7 +30,7 @@ describe("task api", () => {
     const res = await getJson(`${svc.taskUrl}/${id}`);
     assert.equal(res.status, 404);
     assert.equal(res.headers.get("content-type"), "application/json");
-    assert.deepEqual(res.body, { _tag: "TaskNotFound", id });
+    assert.deepEqual(res.body, { _tag: "TaskNotFound", id, message: `no task "${id}"` });
   });
 
   it("task api - odd ids are 404 TaskNotFound, never 400 or 500", async () => {
@@ -48,7 +48,11 @@ describe("task api", () => {
     for (const [path, id] of cases) {
       const res = await getJson(`${svc.taskUrl}/${path}`);
       assert.equal(res.status, 404, `status for ${path.slice(0, 20)}`);
-      assert.deepEqual(res.body, { _tag: "TaskNotFound", id }, `body for ${path.slice(0, 20)}`);
+      assert.deepEqual(
+        res.body,
+        { _tag: "TaskNotFound", id, message: `no task "${id}"` },
+        `body for ${path.slice(0, 20)}`,
+      );
     }
   });
 
@@ -213,7 +217,7 @@ describe("task objects", () => {
   it("task objects - a missing id is 404 TaskNotFound, not 500", async () => {
     const res = await getJson(`${svc.taskUrl}/do/nothing-here?name=alpha`);
     assert.equal(res.status, 404);
-    assert.deepEqual(res.body, { _tag: "TaskNotFound", id: "nothing-here" });
+    assert.deepEqual(res.body, { _tag: "TaskNotFound", id: "nothing-here", message: 'no task "nothing-here"' });
   });
 
   it("task objects - different names have separate storage", async () => {

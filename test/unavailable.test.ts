@@ -19,7 +19,10 @@ describe("unavailable", () => {
     const res = await postJson(`${svc.taskUrl}/`, { title: "t" });
     const elapsed = Date.now() - started;
     assert.equal(res.status, 503);
-    assert.deepEqual(res.body, { _tag: "ServiceUnavailable" });
+    assert.deepEqual(res.body, {
+      _tag: "ServiceUnavailable",
+      message: "the service's actors cannot be reached at the moment: retry after the Retry-After seconds",
+    });
     assert.equal(res.headers.get("retry-after"), "1");
     assert.ok(elapsed < 2_000, `answered in ${elapsed} ms`);
   });
@@ -36,7 +39,10 @@ describe("unavailable", () => {
     await svc.handle.nc.flush(); // subscribed at the server before the gateway (another connection) sends
     const res = await getJson(`${svc.taskUrl}/some-id`);
     assert.equal(res.status, 504);
-    assert.deepEqual(res.body, { _tag: "GatewayTimeout" });
+    assert.deepEqual(res.body, {
+      _tag: "GatewayTimeout",
+      message: "the service's actors did not answer in time: the outcome is unknown (a write may have been done)",
+    });
     const create = await postJson(`${svc.jobUrl}/`, { content: "c" });
     assert.equal(create.status, 504);
   });
@@ -58,7 +64,10 @@ describe("unavailable", () => {
     const res = await fetch(`${svc.taskUrl}/x`);
     const text = await res.text();
     assert.equal(res.status, 500);
-    assert.equal(text, '{"_tag":"InternalServerError"}');
+    assert.equal(
+      text,
+      `{"_tag":"InternalServerError","message":"internal error: the service's log has the cause (look for this response's X-Request-Id)"}`,
+    );
   });
 
   it("unavailable - NATS down is 503 at once; the gateway recovers when it returns", async (t) => {

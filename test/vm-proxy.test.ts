@@ -77,12 +77,34 @@ test("proxy - forwards an authorised RPC call to the runtime on port 8080 by def
   assert.deepEqual(await hello(base, token(), "8080"), { status: 200, body: "hello, proxy!" });
 });
 
-test("proxy - a missing token is 403", async (t) => {
+test("proxy - a missing token is 403 naming the header to send", async (t) => {
   const { base } = await startProxy(t);
-  assert.deepEqual(await hello(base), {
-    status: 403,
-    body: { _tag: "MicrovmProxyForbidden", reason: "missing", message: "request refused: missing" },
-  });
+  const answer = await hello(base);
+  assert.deepEqual([answer.status, answer.body._tag, answer.body.reason], [403, "MicrovmProxyForbidden", "missing"]);
+  assert.match(
+    answer.body.message,
+    /^request refused: missing: no X-aws-proxy-auth header: send the one CreateAuthToken/,
+  );
+});
+
+test("proxy - every 403 names the header or the port that is wrong", async (t) => {
+  const { base } = await startProxy(t);
+  const now = Date.now();
+  const claims = { v: 1, mid: "vm-proxy", ports: [{ port: 8080 }], iat: now, jti: "x", kid: tokenKeyId(key) };
+  const cases: [string, Promise<{ status: number; body: any }>, RegExp][] = [
+    ["malformed", hello(base, "not-a-token"), /X-aws-proxy-auth header is not a token/],
+    ["forged", hello(base, signedClaims({ ...claims, exp: now + 60_000 }, randomBytes(32))), /X-aws-proxy-auth token/],
+    ["expired", hello(base, token([{ port: 8080 }], "vm-proxy", now - 61_000)), /X-aws-proxy-auth token has expired/],
+    ["too-long-lived", hello(base, signedClaims({ ...claims, exp: now + 61 * 60_000 })), /X-aws-proxy-auth token/],
+    ["wrong-instance", hello(base, token([{ port: 8080 }], "vm-other")), /X-aws-proxy-auth token is for another/],
+    ["port-not-allowed", hello(base, token([{ port: 3000 }])), /X-aws-proxy-port .* X-aws-proxy-auth token's allowed/],
+  ];
+  for (const [reason, answered, names] of cases) {
+    const { status, body } = await answered;
+    assert.deepEqual([status, body.reason], [403, reason]);
+    assert.match(body.message, new RegExp(`^request refused: ${reason}: `), reason);
+    assert.match(body.message, names, reason);
+  }
 });
 
 test("proxy - a forged token is 403 and the answer does not echo it", async (t) => {

@@ -64,7 +64,7 @@ export function createRuntimeServer(image: Image, options: RuntimeOptions = {}):
     if (port !== undefined) return void forwardToPort(req, res, port, portAgent);
     route(req, res, image, rpc, log, health, prepareAfter).catch((error: unknown) => {
       log("request failed", error);
-      sendJson(res, 500, { _tag: "InternalServerError" });
+      sendJson(res, 500, { _tag: "InternalServerError", message: "the instance's runtime failed (its log has why)" });
     });
   });
   // Long keep-alive so a proxy's pooled connections are not closed under it mid-reuse.
@@ -144,7 +144,10 @@ async function serveFetch(req: IncomingMessage, res: ServerResponse, image: Imag
     if (!(response instanceof Response)) throw new TypeError("fetch handler did not return a Response");
   } catch (error) {
     log("fetch handler failed", error);
-    return sendJson(res, 500, { _tag: "InternalServerError" });
+    return sendJson(res, 500, {
+      _tag: "InternalServerError",
+      message: "the image's fetch handler failed (the instance's log has why)",
+    });
   }
   await sendWebResponse(req, res, response);
 }

@@ -13,11 +13,25 @@ export interface ProxyAnswer {
 /** Why the proxy could not reach the app. */
 export type BadGatewayReason = "no-listener" | "timeout" | "connection-failed";
 
+/** What is wrong, by name of the header (or port) to fix: `request refused: <reason>: <this>`. */
+const refusals: Record<TokenRejection, string> = {
+  missing: "no X-aws-proxy-auth header: send the one CreateAuthToken returns (`taskctl microvm token ID` prints it)",
+  malformed: "the X-aws-proxy-auth header is not a token: send the value CreateAuthToken returned, unchanged",
+  forged: "the X-aws-proxy-auth token was not signed by this host: ask CreateAuthToken for one",
+  expired: "the X-aws-proxy-auth token has expired: ask CreateAuthToken for a new one",
+  "too-long-lived": "the X-aws-proxy-auth token lives longer than 60 minutes",
+  "issued-in-future": "the X-aws-proxy-auth token was issued in the future (is this host's clock right?)",
+  "expiry-before-issue": "the X-aws-proxy-auth token expires before it was issued",
+  "wrong-instance": "the X-aws-proxy-auth token is for another instance: ask CreateAuthToken for this one's",
+  "port-not-allowed":
+    "the port X-aws-proxy-port asks for (8080 when absent) is not among the X-aws-proxy-auth token's allowed ports",
+};
+
 export const proxyAnswers = {
   /** 403: missing, malformed, forged, expired, other-instance token or a port outside it. */
   forbidden: (reason: TokenRejection): ProxyAnswer => ({
     status: 403,
-    body: { _tag: "MicrovmProxyForbidden", reason, message: `request refused: ${reason}` },
+    body: { _tag: "MicrovmProxyForbidden", reason, message: `request refused: ${reason}: ${refusals[reason]}` },
   }),
   /** 400: `X-aws-proxy-port` is not a port number. */
   invalidPort: (): ProxyAnswer => ({
