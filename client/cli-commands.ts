@@ -1,7 +1,7 @@
 // The commands of `taskctl`: arguments, options, the typed client call, and a friendly text
 // next to the raw JSON answer. `cli.ts` parses argv and runs them. Only types come from the
 // contracts here: help and usage errors answer without loading them.
-import type { AllowedPort, jobApi, microvmApi, taskApi } from "../schemas/index.ts";
+import { DEFAULT_IDLE_POLICY, type AllowedPort, type jobApi, type microvmApi, type taskApi } from "../schemas/index.ts";
 import type { Client } from "./index.ts";
 import { imageCommands } from "./cli-images.ts";
 import { fields, idlePolicyText, microvmTable, microvmText, taskText } from "./cli-output.ts";
@@ -161,8 +161,8 @@ export const commands: readonly CommandSpec[] = [
     },
     async run(client, _args, options) {
       const idlePolicy = {
-        maxIdleDurationSeconds: integer(options, "idle", 300),
-        suspendedDurationSeconds: integer(options, "suspended", 600),
+        maxIdleDurationSeconds: integer(options, "idle", DEFAULT_IDLE_POLICY.maxIdleDurationSeconds),
+        suspendedDurationSeconds: integer(options, "suspended", DEFAULT_IDLE_POLICY.suspendedDurationSeconds),
         autoResumeEnabled: !options["no-auto-resume"],
       };
       const imageIdentifier = (options.image as string | undefined) ?? "sandbox";

@@ -109,7 +109,7 @@ export function natsClient<Api extends Record<string, Operation>>(
     let reply;
     try {
       reply = await nc.request(requestSubject(op, input, prefix), requestBody(op, input), {
-        timeout: Math.max(timeoutMs, op.timeoutMs ?? 0),
+        timeout: Math.max(timeoutMs, op.timeoutMs ?? 0) + (op.waitMsOf?.(input as Record<string, unknown>) ?? 0),
         headers: h,
       });
     } catch (cause) {

@@ -3,7 +3,7 @@
 // failed. `launchMicrovm` resolves with the work's result or rejects with the first error, once
 // the instance is terminated.
 import { randomUUID } from "node:crypto";
-import type { AllowedPort, IdlePolicy } from "../schemas/index.ts";
+import { DEFAULT_IDLE_POLICY, type AllowedPort, type IdlePolicy } from "../schemas/index.ts";
 import { connectMicrovm, type AnyShape, type MicrovmStub } from "../vm-runtime/index.ts";
 import { ClientError } from "./client-error.ts";
 import {
@@ -57,12 +57,7 @@ export async function launchMicrovm<S extends object = AnyShape, T = unknown>(
   const idempotencyKey = options.idempotencyKey ?? randomUUID();
   let microvmId: string | undefined;
   let runOutcomeUnknown = false;
-  const idlePolicy = {
-    maxIdleDurationSeconds: 300,
-    suspendedDurationSeconds: 600,
-    autoResumeEnabled: true,
-    ...options.idlePolicy,
-  };
+  const idlePolicy = { ...DEFAULT_IDLE_POLICY, ...options.idlePolicy };
   const token = { expirationInMinutes: 15, allowedPorts: [{ port: 8080 }], ...options.token };
   const fetchOption = options.fetch ? { fetch: options.fetch } : {};
   let failed = false;

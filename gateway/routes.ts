@@ -97,12 +97,17 @@ function operationRoute(op: Operation, options: RouteOptions) {
         const direct =
           ownerRouting &&
           (await ownerRouting.tryOwner(op, input, body, headers, op.timeoutMs ?? options.requestTimeoutMs));
-        const timeoutMs = Math.max(1, (op.timeoutMs ?? options.requestTimeoutMs) - (performance.now() - started));
+        // A request that waits (RunMicrovm's `wait`) has that much more time, in one attempt.
+        const waitMs = op.waitMsOf?.(input as Record<string, unknown>);
+        const timeoutMs = Math.max(
+          1,
+          (op.timeoutMs ?? options.requestTimeoutMs) + (waitMs ?? 0) - (performance.now() - started),
+        );
         const reply =
           direct ||
           (await forward(options.nats, requestSubject(target, input, options.prefix), body, {
             timeoutMs,
-            attemptMs,
+            attemptMs: waitMs === undefined ? attemptMs : undefined,
             headers,
           }));
         sendJson(res, reply.status, reply.data);

@@ -94,6 +94,12 @@ export const InvalidStateTransition = defineError("InvalidStateTransition", 409,
   state: Type.String(),
   message: Type.String(),
 });
+/** RunMicrovm with `wait=running`: the instance was not RUNNING when the wait ran out (it goes on starting). */
+export const MicrovmStartTimeout = defineError("MicrovmStartTimeout", 504, {
+  microvmId: Type.String(),
+  state: Type.String(),
+  message: Type.String(),
+});
 /** RunMicrovm (or the instance checking a pushed image) on a host already running its maximum of live instances. */
 export const MicrovmLimitExceeded = defineError("MicrovmLimitExceeded", 429, {
   limit: Type.Integer(),

@@ -7,6 +7,7 @@ import {
   MicrovmLimitExceeded,
   MicrovmNotFound,
   MicrovmQuotaExceeded,
+  MicrovmStartTimeout,
 } from "./errors.ts";
 import { imageApi } from "./images.ts";
 import { ownedByHost, stateless } from "./placement.ts";
@@ -37,6 +38,37 @@ export const IdlePolicy = Type.Object(
   { additionalProperties: false },
 );
 export type IdlePolicy = Static<typeof IdlePolicy>;
+
+/** RunMicrovm's idle policy when the caller gives none, or leaves fields out (taskctl's defaults). */
+export const DEFAULT_IDLE_POLICY: IdlePolicy = {
+  maxIdleDurationSeconds: 300,
+  suspendedDurationSeconds: 600,
+  autoResumeEnabled: true,
+};
+
+/** RunMicrovm's `idlePolicy`: every field optional, filled from DEFAULT_IDLE_POLICY. */
+const IdlePolicyInput = Type.Object(
+  {
+    maxIdleDurationSeconds: Type.Optional(
+      Type.Integer({
+        ...IdlePolicy.properties.maxIdleDurationSeconds,
+        default: DEFAULT_IDLE_POLICY.maxIdleDurationSeconds,
+      }),
+    ),
+    suspendedDurationSeconds: Type.Optional(
+      Type.Integer({
+        ...IdlePolicy.properties.suspendedDurationSeconds,
+        default: DEFAULT_IDLE_POLICY.suspendedDurationSeconds,
+      }),
+    ),
+    autoResumeEnabled: Type.Optional(Type.Boolean({ default: DEFAULT_IDLE_POLICY.autoResumeEnabled })),
+  },
+  { additionalProperties: false, default: {} },
+);
+
+/** The longest `waitSeconds` of RunMicrovm, and its default with `wait=running`. */
+export const MAX_RUN_WAIT_SECONDS = 60;
+export const DEFAULT_RUN_WAIT_SECONDS = 30;
 
 /** An instance as GetMicrovm answers it. */
 export const Microvm = Type.Object({
@@ -82,6 +114,11 @@ const InstanceState = Type.Object({ microvmId: Type.String(), state: MicrovmStat
 
 const base = "/2025-09-09/microvms";
 
+/** The seconds a RunMicrovm with `wait: "running"` waits. */
+export function runWaitSeconds(input: { waitSeconds?: unknown }): number {
+  return input.waitSeconds === undefined ? DEFAULT_RUN_WAIT_SECONDS : Number(input.waitSeconds);
+}
+
 export const runMicrovm = {
   name: "runMicrovm",
   api: "microvm",
@@ -98,12 +135,33 @@ export const runMicrovm = {
           description: "`name` (its latest digest) or `name@sha256:<hex>`",
         }),
       ),
-      idlePolicy: IdlePolicy,
+      idlePolicy: Type.Optional(IdlePolicyInput),
     },
     { additionalProperties: false },
   ),
+  query: Type.Object({
+    wait: Type.Optional(
+      Type.Literal("running", {
+        description:
+          "answer once the instance is RUNNING (its runtime answers), not at once with PENDING; over NATS a field of the request",
+      }),
+    ),
+    // A number over NATS, digits in an HTTP query string.
+    waitSeconds: Type.Optional(
+      Type.Union(
+        [
+          Type.Integer({ minimum: 1, maximum: MAX_RUN_WAIT_SECONDS }),
+          Type.String({ pattern: "^([1-9]|[1-5][0-9]|60)$" }),
+        ],
+        {
+          description: `with wait=running: how long to wait, 1-${MAX_RUN_WAIT_SECONDS} s (default ${DEFAULT_RUN_WAIT_SECONDS}); then 504 MicrovmStartTimeout`,
+        },
+      ),
+    ),
+  }),
   success: Type.Object({ microvmId: Type.String(), endpoint: Type.String(), state: MicrovmState }),
-  errors: [ImageNotFound, MicrovmLimitExceeded, MicrovmQuotaExceeded],
+  errors: [ImageNotFound, MicrovmLimitExceeded, MicrovmQuotaExceeded, MicrovmStartTimeout, InvalidStateTransition],
+  waitMsOf: (input) => (input.wait === "running" ? runWaitSeconds(input) * 1000 : undefined),
   /**
    * An `Idempotency-Key` fixes the microvmId (derived from the key and the caller's principal,
    * so two principals' equal keys name two instances): a retried run answers the same instance.

@@ -56,6 +56,11 @@ export interface Operation {
   readonly maxBodyBytes?: number;
   /** Time for the actor's answer when it needs longer than the gateway's default. */
   readonly timeoutMs?: number;
+  /**
+   * How long a request that asks to wait (RunMicrovm's `wait`) may wait, in ms, added to its
+   * time for an answer; such a request is sent once (a second attempt would lose the first's answer).
+   */
+  readonly waitMsOf?: (input: Record<string, unknown>) => number | undefined;
 }
 
 type PartOf<S> = S extends TObject ? Static<S> : {};

@@ -211,7 +211,9 @@ for (const transport of ["nats", "http"] as const) {
           "",
           { idlePolicy: { maxIdleDurationSeconds: 0, suspendedDurationSeconds: 1, autoResumeEnabled: true } },
         ],
-        ["run", "", {}],
+        // (`{}` is a valid run: idlePolicy is optional, test/microvm-run-wait.test.ts)
+        ["run", "", { idlePolicy: "often" }],
+        ["run", "", { idlePolicy: { autoResumeEnabled: "yes" } }],
         ["token", "/x/auth-token", { expirationInMinutes: 61, allowedPorts: [{ port: 8080 }] }],
         ["token", "/x/auth-token", { expirationInMinutes: 5, allowedPorts: [] }],
       ];

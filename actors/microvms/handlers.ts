@@ -14,6 +14,10 @@ import {
   PRINCIPAL_HEADER,
   resumeMicrovm,
   ServiceUnavailable,
+  DEFAULT_IDLE_POLICY,
+  InvalidStateTransition,
+  MicrovmStartTimeout,
+  runWaitSeconds,
   suspendMicrovm,
   terminateMicrovm,
   microvmApi,
@@ -72,8 +76,12 @@ export interface HostState extends OwnerDeps {
 /** Handlers for the queue-group subjects `microvms.<op>`. */
 export function queueHandlers(host: HostState): MicrovmHandlers {
   return {
-    runMicrovm: (input, context) =>
-      run(host, input.imageIdentifier ?? "sandbox", input.idlePolicy, context.principal!, context.idempotencyKey),
+    async runMicrovm(input, context) {
+      const idlePolicy = { ...DEFAULT_IDLE_POLICY, ...input.idlePolicy };
+      const imageIdentifier = input.imageIdentifier ?? "sandbox";
+      const answer = await run(host, imageIdentifier, idlePolicy, context.principal!, context.idempotencyKey);
+      return input.wait === "running" ? untilRunning(host, answer, runWaitSeconds(input) * 1000) : answer;
+    },
     async getMicrovm({ microvmIdentifier }, context) {
       return viewOf((await readOwned(host.store, microvmIdentifier, context.principal!)).record);
     },
@@ -213,6 +221,52 @@ async function run(
   } finally {
     release();
   }
+}
+
+/** States a starting instance does not leave for RUNNING. */
+const NEVER_RUNNING = ["FAILED", "TERMINATING", "TERMINATED"] as const;
+/** How often a wait for an instance of another host reads its record. */
+const WAIT_POLL_MS = 100;
+
+/**
+ * RunMicrovm with `wait: "running"`: the answer once the instance is RUNNING; 409 when it
+ * failed or is ending instead; 504 MicrovmStartTimeout when `waitMs` ran out first. An instance
+ * of this host is awaited on its machine; one of another (an Idempotency-Key's replay) on its record.
+ */
+async function untilRunning(
+  host: HostState,
+  answer: { microvmId: string; endpoint: string; state: string },
+  waitMs: number,
+) {
+  const { microvmId } = answer;
+  const hosted = host.instances.get(microvmId);
+  let state: string;
+  let reason: string | undefined;
+  if (hosted) {
+    state = await hosted.settle(["RUNNING", ...NEVER_RUNNING], waitMs);
+  } else {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const record = (await readOr404(host.store, microvmId)).record;
+      ({ state, stateReason: reason } = record);
+      if (state === "RUNNING" || (NEVER_RUNNING as readonly string[]).includes(state) || Date.now() >= deadline) break;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, deadline - Date.now())));
+    }
+  }
+  if (state === "RUNNING") return { ...answer, state: "RUNNING" as const };
+  if ((NEVER_RUNNING as readonly string[]).includes(state)) {
+    reason ??= hosted ? (await host.store.read(microvmId))?.record.stateReason : undefined;
+    throw InvalidStateTransition.make({
+      microvmId,
+      state,
+      message: `the instance is ${state} instead of RUNNING${reason ? `: ${reason}` : ""}`,
+    });
+  }
+  throw MicrovmStartTimeout.make({
+    microvmId,
+    state,
+    message: `the instance is still ${state} after ${waitMs / 1000} s: it goes on starting (GetMicrovm says when it runs) unless you terminate it`,
+  });
 }
 
 /**
