@@ -198,8 +198,9 @@ starts a private nats-server with its data in DATA_DIR (.data); one such service
   --help       this text
   --version    the version
 
-env (see README): NATS_URL, DATA_DIR, HOST, TASK_API_PORT, JOB_API_PORT, MICROVM_API_PORT,
-LOG_LEVEL (fatal..trace), LOG_FORMAT (json|pretty; default pretty on a terminal), NATS_SYNC,
+env (every variable: docs/operations.md; the microVM host's: docs/microvms.md#configuration):
+NATS_URL, DATA_DIR, HOST, TASK_API_PORT, JOB_API_PORT, MICROVM_API_PORT, LOG_LEVEL
+(fatal..trace), LOG_FORMAT (json|pretty; default pretty on a terminal), NATS_SYNC,
 API_KEYS_FILE, MICROVM_PROVIDER (auto|gvisor|sandbox|process), MICROVM_RUNSC (docs/sandbox.md).`;
 
 /** True when `--role` named the roles (then each must start, or the process fails). */

@@ -143,6 +143,15 @@ before(async () => {
   }
 });
 
+/** Instances of the service's microVM host not ending or ended (TERMINATING, TERMINATED, FAILED), from its `microvm_instances{state}` gauge. */
+async function liveInstances(): Promise<number> {
+  const metrics = await (await fetch(`${service.taskUrl}/metrics`)).text();
+  let live = 0;
+  for (const [, state, count] of metrics.matchAll(/^microvm_instances\{state="(\w+)"\} (\d+)$/gm))
+    if (!["TERMINATING", "TERMINATED", "FAILED"].includes(state!)) live += Number(count);
+  return live;
+}
+
 /** The snippet with the documented default ports replaced by the service's. */
 function localized(code: string): string {
   return code.replace(/(?<=[:/])(8787|8788|8789)\b/g, (port) => ports[port]!);
@@ -183,7 +192,8 @@ describe("docs", () => {
     const blocks = blocksByPage.get(page)!;
     const runnable = blocks.filter((b) => (b.lang === "sh" || b.lang === "ts") && !b.writeTo);
     if (runnable.length === 0) continue;
-    it(`docs - ${page}: every snippet runs`, async (t) => {
+    it(`docs - ${page}: every snippet runs and leaves no microVM instance running`, async (t) => {
+      const liveBefore = await liveInstances();
       for (const block of runnable.filter((b) => b.skip))
         t.diagnostic(`not run: ${block.file}:${block.line}: ${block.skip}`);
       if (runnable.every((b) => b.skip)) return t.skip("every snippet of the page is marked not run (reasons above)");
@@ -203,6 +213,12 @@ describe("docs", () => {
         const result = await run(process.execPath, ["--import", "tsx", name], work, env);
         assert.equal(result.code, 0, failure(block, result));
       }
+      // A user who runs a page as written is not left paying for an instance it launched.
+      const liveAfter = await liveInstances();
+      assert.ok(
+        liveAfter <= liveBefore,
+        `${page} leaves ${liveAfter - liveBefore} microVM instance(s) running: terminate what a snippet launches`,
+      );
     });
   }
 

@@ -7,8 +7,11 @@ import { once } from "node:events";
 import { chmod, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { findNatsServer, freePort, natsServerPath, recentEnough } from "../platform/index.ts";
 import { alive, runToExit, serviceDataDir, type Exited } from "./helpers/process.ts";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
 
 /** Exactly one line on stderr, no stack, no fatal JSON log line. */
 function oneLine(run: Exited, pattern: RegExp, code = 1): void {
@@ -46,6 +49,18 @@ describe("start-up errors", () => {
     assert.equal(help.code, 0);
     assert.match(help.stdout, /^usage: npm start/);
     assert.match(help.stdout, /--role/);
+    // Where env is documented, and every variable it names is documented there.
+    assert.match(help.stdout, /every variable: docs\/operations\.md; the microVM host's: docs\/microvms\.md/);
+    const documented =
+      (await readFile(join(root, "docs/operations.md"), "utf8")) +
+      (await readFile(join(root, "docs/microvms.md"), "utf8"));
+    const named = help.stdout.slice(help.stdout.indexOf("env (")).match(/\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b/g) ?? [];
+    assert.ok(named.length >= 10, named.join(" "));
+    assert.deepEqual(
+      named.filter((name) => !documented.includes(`\`${name}\``)),
+      [],
+      "documented in docs/operations.md or docs/microvms.md",
+    );
     assert.equal(version.code, 0);
     assert.match(version.stdout.trim(), /^typed-task-service \d+\.\d+\.\d+$/);
     await assert.rejects(readFile(join(dir, "nats-server.pid")), "no nats-server was started");
