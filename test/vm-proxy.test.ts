@@ -91,7 +91,7 @@ test("proxy - every 403 names the header or the port that is wrong", async (t) =
   const { base } = await startProxy(t);
   const now = Date.now();
   const claims = { v: 1, mid: "vm-proxy", ports: [{ port: 8080 }], iat: now, jti: "x", kid: tokenKeyId(key) };
-  const cases: [string, Promise<{ status: number; body: any }>, RegExp][] = [
+  const cases: [string, ReturnType<typeof hello>, RegExp][] = [
     ["malformed", hello(base, "not-a-token"), /X-aws-proxy-auth header is not a token/],
     ["forged", hello(base, signedClaims({ ...claims, exp: now + 60_000 }, randomBytes(32))), /X-aws-proxy-auth token/],
     ["expired", hello(base, token([{ port: 8080 }], "vm-proxy", now - 61_000)), /X-aws-proxy-auth token has expired/],
