@@ -23,6 +23,7 @@ export {
 export { Mailboxes } from "./mailbox.ts";
 export { Placement, LeaseLost, leaseOwner, type ActivationEvent, type PlacementOptions } from "./placement.ts";
 export {
+  hostCgroupKey,
   startMicrovmHost,
   ProviderUnavailable,
   type MicrovmHost,

@@ -156,6 +156,25 @@ describe("microvm hosts", () => {
     assert.match(String(refused[0]?.reason), /in use by process/);
   });
 
+  it("microvm hosts - a host of the same id on another data dir and NATS leaves this host's instances running", async () => {
+    const vm = await runOn(svc.host.hostId);
+    await waitForState(svc.overNats, vm.microvmId, ["RUNNING"]);
+    const pid = (await store.read(vm.microvmId))!.record.handle!.pid!;
+    // Its start reclaims what an earlier run of *its* host left: not this host's cgroup.
+    const other = await startMicrovmService(defer, { hostId: svc.host.hostId });
+    assert.equal(other.host.hostId, svc.host.hostId);
+    assert.ok(!isGone(pid), "the instance's process outlived the other host's start");
+    const token = await svc.overNats.createAuthToken({
+      microvmIdentifier: vm.microvmId,
+      expirationInMinutes: 5,
+      allowedPorts: [{ port: 8080 }],
+    });
+    const rpc = connectMicrovm<SandboxShape>({ endpoint: vm.endpoint, authToken: token.authToken["X-aws-proxy-auth"] });
+    assert.equal(await rpc.hello("twin"), "hello, twin!");
+    assert.equal((await svc.overNats.getMicrovm({ microvmIdentifier: vm.microvmId })).state, "RUNNING");
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
+  });
+
   it("microvm hosts - the sweep ends records of a host that stays silent for two sweeps", async () => {
     const ghost: MicrovmRecord = {
       microvmId: crypto.randomUUID(),

@@ -54,7 +54,7 @@ before(async () => {
 });
 after(assertNoInstanceLeft);
 after(() => assert.deepEqual(instanceProcessesUnder(workDir), [], "an instance of the host process was left running"));
-after(() => assert.deepEqual(hostCgroupPids(hostId) ?? [], [], "a process was left in the host's sandbox cgroup"));
+after(() => assert.deepEqual(hostCgroupPids(workDir) ?? [], [], "a process was left in the host's sandbox cgroup"));
 
 async function startHostProcess(): Promise<ServiceProcess> {
   const proc = await startServiceProcess({ ...nats.env(), DATA_DIR: dataDir, MICROVM_HOST_ID: hostId }, [
@@ -92,7 +92,7 @@ describe("microvm reconcile", () => {
     assert.ok(await gone(orphan.pid));
     assert.ok(isSuspended(suspended.pid), "a stopped instance outlives its host");
     // Everything else of the old run in its cgroups (its walls booted ahead too) died with it.
-    const stillThere = () => (hostCgroupPids(hostId) ?? []).filter((pid) => !isSuspended(pid));
+    const stillThere = () => (hostCgroupPids(workDir) ?? []).filter((pid) => !isSuspended(pid));
     for (const deadline = Date.now() + 5_000; stillThere().length > 0 && Date.now() < deadline; )
       await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(stillThere(), [], "a process of the killed host outlived it");
@@ -114,7 +114,7 @@ describe("microvm reconcile", () => {
     const second = await startHostProcess();
     assert.ok(await gone(suspended.pid, 1_000), "the suspended instance of the old run was killed at start");
     assert.deepEqual(instanceProcessesUnder(workDir), []);
-    assert.deepEqual(hostCgroupPids(hostId, { instancesOnly: true }), []);
+    assert.deepEqual(hostCgroupPids(workDir, { instancesOnly: true }), []);
     const reconciled = second.logs.find((entry) => entry.msg === "microvm host reconciled");
     assert.deepEqual([reconciled?.terminated, reconciled?.killed], [2, 1]);
     for (const [vm, reason] of [
@@ -140,7 +140,7 @@ describe("microvm reconcile", () => {
     assert.ok(isGone(a.pid));
     assert.ok(isGone(b.pid));
     assert.deepEqual(instanceProcessesUnder(workDir), []);
-    assert.equal(hostCgroupPids(hostId), undefined, "a closed host removes its cgroup");
+    assert.equal(hostCgroupPids(workDir), undefined, "a closed host removes its cgroup");
     for (const vm of [a, b]) {
       const record = (await store.read(vm.microvmId))!.record;
       assert.deepEqual([record.state, record.stateReason], ["TERMINATED", "HostShutdown"]);

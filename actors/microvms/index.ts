@@ -21,7 +21,7 @@ import { isTerminal, MicrovmStore } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
-export { ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
+export { hostCgroupKey, ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
 export { REASON_PROCESS_GONE, REASON_PROCESS_KILLED, type ReconcileReport } from "./reconcile.ts";
 export { keyedMicrovmId } from "./handlers.ts";
 export { hostSubject, hostGoneReason } from "./routing.ts";
@@ -106,7 +106,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const tokenKey =
     options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
   const store = new MicrovmStore(options.kv, nc);
-  const provider = await createHostProvider(options.provider ?? "auto", hostId, workDir, options.limits).catch(
+  const provider = await createHostProvider(options.provider ?? "auto", workDir, options.limits).catch(
     async (err: unknown) => {
       await unlock();
       throw err;

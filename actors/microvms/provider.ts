@@ -3,6 +3,7 @@
 // explicit development opt-in, the plain process provider, announced with a warning. An
 // instance that does not start for a reason of the host is logged here with its cause.
 import { createHash } from "node:crypto";
+import { resolve } from "node:path";
 import {
   checkGvisor,
   checkSandbox,
@@ -32,6 +33,14 @@ export type InstanceLimits = Pick<
   "memoryMiB" | "cpus" | "totalCpus" | "totalMemoryMiB" | "pids" | "scratchMiB" | "uidBase" | "warmInstances"
 >;
 
+/**
+ * The name of a host's cgroups and run directory: from its work directory (data dir and host
+ * id), so two services that share a host id but not a data dir (tests on private NATS servers)
+ * never reclaim each other's instances, and a host started again finds what it left.
+ */
+export const hostCgroupKey = (workDir: string): string =>
+  createHash("sha256").update(resolve(workDir)).digest("hex").slice(0, 16);
+
 /** The provider could not be made; `message` says what is missing and how to fix it. */
 export class ProviderUnavailable extends Error {
   override readonly name = "ProviderUnavailable";
@@ -39,7 +48,6 @@ export class ProviderUnavailable extends Error {
 
 export async function createHostProvider(
   name: ProviderName,
-  hostId: string,
   workDir: string,
   limits: InstanceLimits = {},
 ): Promise<IsolatedProvider | ProcessProvider> {
@@ -57,8 +65,7 @@ export async function createHostProvider(
       }),
     );
   }
-  const hostKey = createHash("sha256").update(hostId).digest("hex").slice(0, 16);
-  const options = { hostKey, workDir, onOutput, ...withoutUndefined(limits) };
+  const options = { hostKey: hostCgroupKey(workDir), workDir, onOutput, ...withoutUndefined(limits) };
   let gvisorSkipped: string | undefined;
   if (name === "gvisor" || name === "auto") {
     const check = await checkGvisor();

@@ -2,13 +2,12 @@
 // microVM API gateway on port 0, and typed clients over both transports. Plus the checks
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
-import { startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "../../actors/index.ts";
+import { hostCgroupKey, startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "../../actors/index.ts";
 import { httpClient, natsClient, type Client } from "../../client/index.ts";
 import { createGateways, type GatewayOptions } from "../../gateway/index.ts";
 import { connectNats, openBuckets, type NatsHandle } from "../../platform/index.ts";
@@ -160,12 +159,12 @@ export function isSuspended(pid: number): boolean {
 }
 
 /**
- * Pids left in the instance cgroups of host `hostId` (the kernel's list; with `instancesOnly`,
- * not those of walls booted ahead); undefined when the host's group does not exist (a running
- * host always has it; a closed one removes it).
+ * Pids left in the instance cgroups of the host whose work directory is `workDir` (the kernel's
+ * list; with `instancesOnly`, not those of walls booted ahead); undefined when the host's group
+ * does not exist (a running host always has it; a closed one removes it).
  */
-export function hostCgroupPids(hostId: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
-  return cgroupPidsOfHostKey(createHash("sha256").update(hostId).digest("hex").slice(0, 16), options);
+export function hostCgroupPids(workDir: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
+  return cgroupPidsOfHostKey(hostCgroupKey(workDir), options);
 }
 
 /** The same for a provider created with this `hostKey` itself (not a service's host id). */
