@@ -45,7 +45,14 @@ export {
   realPort,
   upstreamOf,
 } from "./host/provider.ts";
-export type { MicrovmProvider, MicrovmHandle, MicrovmSpec, ReclaimedInstance, Upstream } from "./host/provider.ts";
+export type {
+  MicrovmProvider,
+  MicrovmHandle,
+  MicrovmSpec,
+  ReclaimedInstance,
+  RestoreSpec,
+  Upstream,
+} from "./host/provider.ts";
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
 export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";

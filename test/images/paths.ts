@@ -7,4 +7,5 @@ export const testImages = {
   probe: here("./probe.ts"),
   hog: here("./hog.ts"),
   hostile: here("./hostile.ts"),
+  counter: here("./counter.ts"),
 } as const;

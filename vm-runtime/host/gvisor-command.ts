@@ -2,6 +2,7 @@
 // read-only root holding only node, its libraries and the image files, a size-bounded tmpfs
 // scratch, and the host directory of the runtime's socket (`--host-uds=create` lets the runtime
 // bind a real host socket there); no capabilities, no new privileges, its own host uid.
+// A restore writes the same bundle (runsc checks it against the checkpoint) and restores into it.
 import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { InstanceNode } from "./node-args.ts";
@@ -28,6 +29,8 @@ export interface GvisorLaunch {
   readonly permissions: boolean;
   /** The command to run instead of the runtime (the availability check). */
   readonly args?: readonly string[];
+  /** A checkpoint image directory: `runsc restore` from it instead of `runsc run`. */
+  readonly restoreFrom?: string;
 }
 
 /** runsc's global flags: no network, host sockets created in bound directories only, no cgroups of its own. */
@@ -113,5 +116,6 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
     },
   };
   writeFileSync(join(launch.bundleDir, "config.json"), JSON.stringify(config));
-  return [...runscFlags(launch.stateDir), "run", `--bundle=${launch.bundleDir}`, launch.containerId];
+  const command = launch.restoreFrom === undefined ? ["run"] : ["restore", `--image-path=${launch.restoreFrom}`];
+  return [...runscFlags(launch.stateDir), ...command, `--bundle=${launch.bundleDir}`, launch.containerId];
 }

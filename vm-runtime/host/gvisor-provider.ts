@@ -14,8 +14,11 @@ import {
   spawnInCgroup,
   type IsolatedProvider,
   type IsolatedProviderOptions,
+  type InstanceLaunch,
+  type Launched,
   type Launcher,
 } from "./isolated-provider.ts";
+import { CHECKPOINT_SIGNAL } from "../wire/rpc.ts";
 import { hostNode, trialNodeFlags, type InstanceNode } from "./node-args.ts";
 import { sharedLibraries } from "./sandbox-command.ts";
 import { VM_RUNTIME_DIR } from "./source-dir.ts";
@@ -65,40 +68,77 @@ function gvisorLauncher(runsc: string, node: InstanceNode): Launcher {
     overheadMiB: GVISOR_OVERHEAD_MIB,
     overheadPids: GVISOR_OVERHEAD_PIDS,
     needs: [...(isAbsolute(runsc) ? [runsc] : []), node.path, ...libraries.map(([, host]) => host)],
-    async launch(instance) {
-      if (instance.uid === undefined) throw new Error("the gVisor provider needs root (runsc)");
-      const stateDir = join(instance.dir, "state");
-      const bundleDir = join(instance.dir, "bundle");
-      await Promise.all([mkdir(stateDir, { mode: 0o700 }), mkdir(bundleDir, { mode: 0o700 })]);
-      const containerId = `${GVISOR_MARKER}${instance.name}`;
-      const args = prepareGvisorBundle({
-        runsc,
-        stateDir,
-        bundleDir,
-        containerId,
-        node,
-        libraries,
-        runtimeFile: instance.runtimeFile,
-        socketDir: instance.socketDir,
-        uid: instance.uid,
-        scratchBytes: instance.scratchBytes,
-        heapMiB: instance.heapMiB,
-        pids: instance.pids,
-        permissions: instance.permissions,
-      });
-      // runsc run dies with this host (bubblewrap's --die-with-parent), and the sandbox with it (--attached).
-      const child = spawnInCgroup(instance.cgroup, ["setpriv", "--pdeathsig", "KILL", "--", runsc, ...args]);
-      const runscCommand = (...command: string[]) =>
-        run(runsc, [...runscFlags(stateDir), ...command], { timeout: 5_000 }).then(() => undefined);
-      return {
-        child,
-        // The wall is up once the runtime's socket answers: nothing to wait for before.
-        ready: async () => undefined,
-        pid: () => child.pid,
-        // runsc delivers the signal to the container's init: the runtime.
-        stop: () => runscCommand("kill", containerId, "SIGTERM"),
-        kill: () => instance.cgroup.kill(),
-      };
+    launch: (instance) => launchWall(runsc, node, libraries, instance),
+    restore: (instance, imageDir) => launchWall(runsc, node, libraries, instance, imageDir),
+  };
+}
+
+/** How long `runsc checkpoint` may take (it writes the instance's memory). */
+const CHECKPOINT_TIMEOUT_MS = 30_000;
+const STATE_POLL_MS = 10;
+
+/** `runsc run` of a new instance, or `runsc restore` of one from `restoreFrom`. */
+async function launchWall(
+  runsc: string,
+  node: InstanceNode,
+  libraries: readonly (readonly [string, string])[],
+  instance: InstanceLaunch,
+  restoreFrom?: string,
+): Promise<Launched> {
+  if (instance.uid === undefined) throw new Error("the gVisor provider needs root (runsc)");
+  const stateDir = join(instance.dir, "state");
+  const bundleDir = join(instance.dir, "bundle");
+  await Promise.all([mkdir(stateDir, { mode: 0o700 }), mkdir(bundleDir, { mode: 0o700 })]);
+  const containerId = `${GVISOR_MARKER}${instance.name}`;
+  const args = prepareGvisorBundle({
+    runsc,
+    stateDir,
+    bundleDir,
+    containerId,
+    node,
+    libraries,
+    runtimeFile: instance.runtimeFile,
+    socketDir: instance.socketDir,
+    uid: instance.uid,
+    scratchBytes: instance.scratchBytes,
+    heapMiB: instance.heapMiB,
+    pids: instance.pids,
+    permissions: instance.permissions,
+    ...(restoreFrom === undefined ? {} : { restoreFrom }),
+  });
+  // runsc run dies with this host (bubblewrap's --die-with-parent), and the sandbox with it (--attached).
+  const child = spawnInCgroup(instance.cgroup, ["setpriv", "--pdeathsig", "KILL", "--", runsc, ...args]);
+  const runscCommand = (timeout: number, ...command: string[]) =>
+    run(runsc, [...runscFlags(stateDir), ...command], { timeout });
+  const ended = () => child.exitCode !== null || child.signalCode !== null;
+  return {
+    child,
+    // The wall is up once the runtime's socket answers: nothing to wait for before.
+    ready: async () => undefined,
+    pid: () => child.pid,
+    // runsc delivers the signal to the container's init: the runtime.
+    stop: () => runscCommand(5_000, "kill", containerId, "SIGTERM").then(() => undefined),
+    kill: () => instance.cgroup.kill(),
+    signalRuntime: () => runscCommand(5_000, "kill", containerId, CHECKPOINT_SIGNAL).then(() => undefined),
+    // runsc saves the sandbox (memory, the scratch tmpfs) and ends it.
+    checkpoint: (imageDir) =>
+      runscCommand(CHECKPOINT_TIMEOUT_MS, "checkpoint", `--image-path=${imageDir}`, containerId).then(() => undefined),
+    async running(deadline, signal) {
+      for (;;) {
+        signal.throwIfAborted();
+        const state = await run(runsc, [...runscFlags(stateDir), "state", containerId], {
+          timeout: 5_000,
+          signal,
+        }).then(
+          ({ stdout }) => (JSON.parse(stdout) as { status?: string }).status,
+          () => undefined,
+        );
+        if (state === "running") return;
+        if (ended()) throw new Error("the wall ended while restoring");
+        if (Date.now() > deadline)
+          throw new Error(`the restored sandbox is not running in time (${state ?? "no state"})`);
+        await new Promise((resolve) => setTimeout(resolve, STATE_POLL_MS));
+      }
     },
   };
 }

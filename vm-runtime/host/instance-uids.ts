@@ -11,6 +11,8 @@ export const UID_RANGE = 1 << 24;
 export interface UidPool {
   /** A uid no live instance of this host has. */
   take(): number;
+  /** Takes `uid` itself (a restored instance keeps the uid it was checkpointed with); false if in use or out of range. */
+  claim(uid: number): boolean;
   give(uid: number): void;
 }
 
@@ -26,6 +28,11 @@ export function uidPool(base = DEFAULT_UID_BASE): UidPool {
         inUse.add(uid);
         return uid;
       }
+    },
+    claim(uid) {
+      if (!Number.isInteger(uid) || uid < base || uid >= base + UID_RANGE || inUse.has(uid)) return false;
+      inUse.add(uid);
+      return true;
     },
     give: (uid) => void inUse.delete(uid),
   };

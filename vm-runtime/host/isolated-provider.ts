@@ -4,11 +4,12 @@
 // a unix socket in a directory the host made (runtime-socket.ts). A `Launcher` supplies the wall.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, lstatSync } from "node:fs";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { availableParallelism, totalmem } from "node:os";
 import { basename, join } from "node:path";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
+import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
 import { uidPool } from "./instance-uids.ts";
 import type { InstanceNode } from "./node-args.ts";
 import {
@@ -21,7 +22,7 @@ import {
 } from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
 import { MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
-import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
+import { makeSocketDir, openRuntimeSocket, RUNTIME_SOCKET_NAME, type RuntimeSocket } from "./runtime-socket.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import {
   hostFailureOf,
@@ -32,6 +33,7 @@ import {
   type MicrovmProvider,
   type MicrovmSpec,
   type ReclaimedInstance,
+  type RestoreSpec,
   type Upstream,
 } from "./provider.ts";
 
@@ -54,6 +56,8 @@ export interface IsolatedProviderOptions {
   readonly startTimeoutMs?: number;
   /** How long a resumed instance may take to answer again (default 5 s). */
   readonly resumeTimeoutMs?: number;
+  /** How long a restored instance may take to answer (default 15 s). */
+  readonly restoreTimeoutMs?: number;
   /** Parent of bundles and instance directories (default: a fresh directory in the OS tmpdir). */
   readonly workDir?: string;
   /** First of the host uids instances run as when the host is root (`MICROVM_UID_BASE`). */
@@ -107,6 +111,12 @@ export interface Launched {
   stop(): Promise<void>;
   /** Ends the wall's init at once; the group kill follows if that is not enough. */
   kill(): Promise<void>;
+  /** Sends the runtime `CHECKPOINT_SIGNAL` (walls that can checkpoint). */
+  signalRuntime?(): Promise<void>;
+  /** Saves the sandbox, memory and scratch, into `imageDir`; the wall ends. */
+  checkpoint?(imageDir: string): Promise<void>;
+  /** Resolves once a restored sandbox runs; rejects when the wall ends first, at `deadline` or on `signal`. */
+  running?(deadline: number, signal: AbortSignal): Promise<void>;
 }
 
 export interface Launcher {
@@ -118,6 +128,13 @@ export interface Launcher {
   /** Host files the wall runs or binds (node, its libraries, the wall's binary): a failed boot names those gone. */
   readonly needs: readonly string[];
   launch(instance: InstanceLaunch): Promise<Launched>;
+  /** Starts a wall restoring the checkpoint in `imageDir` (walls that can checkpoint). */
+  restore?(instance: InstanceLaunch, imageDir: string): Promise<Launched>;
+}
+
+/** What a restore boots from: the image and what the checkpoint recorded of its instance. */
+interface RestoreSource extends SavedInstance {
+  readonly imageDir: string;
 }
 
 export interface IsolatedProvider extends MicrovmProvider {
@@ -152,6 +169,8 @@ interface Tracked {
   stopping: boolean;
   /** Why it ended, read from its cgroup before the group is removed. */
   exitReason?: string;
+  /** Resolves once its cgroup, directory and uid are given back after it ended. */
+  released?: Promise<void>;
   socket?: RuntimeSocket;
   handle?: MicrovmHandle;
 }
@@ -210,17 +229,26 @@ export async function createIsolatedProvider(
    * waiting for node: a start sends the module at once). Every failure is the host's
    * (`MicrovmHostError`): no image has been sent yet.
    */
-  async function boot(memoryMiB: number, deadline: number, signal?: AbortSignal): Promise<Tracked> {
+  async function boot(
+    memoryMiB: number,
+    deadline: number,
+    signal?: AbortSignal,
+    restoring?: RestoreSource,
+  ): Promise<Tracked> {
     const runtimeFile = await bundles.runtime().catch((cause: unknown) => {
       throw new MicrovmHostError("the host could not bundle the instance runtime", { cause });
     });
     if (closed) throw new MicrovmProviderError("provider is closed");
     const name = `${WARM_PREFIX}${randomBytes(6).toString("hex")}`;
     const dir = join(runDir ?? join(await bundles.workDir(), "instances"), name);
+    // A restored instance runs as the uid it was saved with: its socket directory must be its own.
+    if (restoring && !(asRoot && uids.claim(restoring.uid)))
+      throw new MicrovmProviderError(`uid ${restoring.uid} of the checkpoint is not free here`);
     const cgroup = await cgroups.create(name, limitsFor(memoryMiB)).catch((cause: unknown) => {
+      if (restoring) uids.give(restoring.uid);
       throw new MicrovmHostError("the host could not make an instance's cgroup", { cause });
     });
-    const uid = asRoot ? uids.take() : undefined;
+    const uid = restoring ? restoring.uid : asRoot ? uids.take() : undefined;
     const release = async (group: InstanceCgroup) => {
       await group.kill().catch(() => undefined);
       await group.remove().catch(() => undefined);
@@ -230,7 +258,7 @@ export async function createIsolatedProvider(
     let launched: Launched;
     try {
       const socketDir = makeSocketDir(dir, "run", uid);
-      launched = await launcher.launch({
+      const launch = {
         name,
         runtimeFile,
         cgroup,
@@ -241,7 +269,8 @@ export async function createIsolatedProvider(
         scratchBytes: scratchMiB * MiB,
         pids: options.pids ?? 64,
         permissions: options.permissions ?? true,
-      });
+      };
+      launched = restoring ? await launcher.restore!(launch, restoring.imageDir) : await launcher.launch(launch);
     } catch (cause) {
       await release(cgroup);
       throw new MicrovmHostError("the host could not start an instance's wall", {
@@ -255,7 +284,7 @@ export async function createIsolatedProvider(
     const exited = waitForExit(child).then(async () => {
       await pollUntil(() => entry.cgroup.pids().length === 0, 2_000);
     });
-    const secret = randomBytes(24).toString("base64url");
+    const secret = restoring?.secret ?? randomBytes(24).toString("base64url");
     const output = watchOutput(child, name, (_name, stream, line) =>
       options.onOutput?.(entry.microvmId ?? name, stream, line),
     );
@@ -272,7 +301,7 @@ export async function createIsolatedProvider(
       stopping: false,
     };
     tracked.add(entry);
-    void entry.exited.then(async () => {
+    entry.released = entry.exited.then(async () => {
       entry.done = true;
       entry.exitReason =
         entry.cgroup.oomKills() > 0
@@ -282,7 +311,8 @@ export async function createIsolatedProvider(
       await release(entry.cgroup);
       tracked.delete(entry);
     });
-    child.stdin?.write(`${secret}\n`);
+    // A restored runtime has its secret in the memory it was saved with.
+    if (!restoring) child.stdin?.write(`${secret}\n`);
     try {
       await launched.ready(deadline, signal, output.stderrTail);
       // Its shell joins each hierarchy's group before it becomes the wall: done before the
@@ -372,37 +402,11 @@ export async function createIsolatedProvider(
       }));
     refill();
     try {
-      entry.microvmId = spec.microvmId;
-      entry.cgroup = await cgroups.rename(
-        entry.cgroup,
-        `${safeName(spec.microvmId)}-${randomBytes(4).toString("hex")}`,
-      );
+      await assign(entry, spec.microvmId);
       const stdin = entry.launched.child.stdin;
       stdin?.write(`${JSON.stringify({ microvmId: spec.microvmId, moduleBytes: module.length })}\n`);
       stdin?.write(module);
-      const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: entry.secret };
-      await healthyOrExited(
-        entry,
-        () => entry.output.stderrTail,
-        async (probeSignal) => {
-          const socket = await socketOf(join(entry.dir, "run"), deadline, probeSignal);
-          entry.socket = socket;
-          await waitForHealth({ socketPath: socket.path, headers: {} }, deadline, upstreamHeaders, probeSignal);
-        },
-        signal,
-      );
-      const pid = entry.launched.pid();
-      entry.handle = {
-        microvmId: spec.microvmId,
-        provider: launcher.name,
-        host: "",
-        ports: {},
-        socketPath: entry.socket!.path,
-        ...(pid === undefined ? {} : { pid }),
-        upstreamHeaders,
-        startedAt: new Date().toISOString(),
-      };
-      return entry.handle;
+      return await answering(entry, spec.microvmId, deadline, signal);
     } catch (cause) {
       // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
       throw (
@@ -410,6 +414,49 @@ export async function createIsolatedProvider(
         new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause })
       );
     }
+  }
+
+  /** Names a wall after the instance it now serves (its cgroup too). */
+  async function assign(entry: Tracked, microvmId: string): Promise<void> {
+    entry.microvmId = microvmId;
+    entry.cgroup = await cgroups.rename(entry.cgroup, `${safeName(microvmId)}-${randomBytes(4).toString("hex")}`);
+  }
+
+  /**
+   * Waits (after `before`, if given) for the runtime's socket and its answer to the readiness
+   * probe, or for the instance to exit first; resolves with its handle.
+   */
+  async function answering(
+    entry: Tracked,
+    microvmId: string,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    before?: (probeSignal: AbortSignal) => Promise<void>,
+  ): Promise<MicrovmHandle> {
+    const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: entry.secret };
+    await healthyOrExited(
+      entry,
+      () => entry.output.stderrTail,
+      async (probeSignal) => {
+        await before?.(probeSignal);
+        const socket = await socketOf(join(entry.dir, "run"), deadline, probeSignal);
+        entry.socket = socket;
+        await waitForHealth({ socketPath: socket.path, headers: {} }, deadline, upstreamHeaders, probeSignal);
+      },
+      signal,
+    );
+    const pid = entry.launched.pid();
+    entry.handle = {
+      microvmId,
+      provider: launcher.name,
+      host: "",
+      ports: {},
+      socketPath: entry.socket!.path,
+      ...(pid === undefined ? {} : { pid }),
+      upstreamHeaders,
+      startedAt: new Date().toISOString(),
+    };
+    return entry.handle;
   }
 
   async function stopEntry(entry: Tracked): Promise<void> {
@@ -452,10 +499,77 @@ export async function createIsolatedProvider(
     entry.launched.child.kill("SIGKILL");
   }
 
+  /**
+   * Saves a live instance into `imageDir` and ends it: the runtime closes its socket (a wall
+   * cannot save a bound host socket), the wall writes the image and exits, and the host adds
+   * what a restore needs. Any failure ends the instance as well.
+   */
+  async function checkpoint(handle: MicrovmHandle, imageDir: string): Promise<void> {
+    const entry = liveEntry(handle);
+    const { launched } = entry;
+    if (!launched.checkpoint || !launched.signalRuntime || entry.uid === undefined)
+      throw new MicrovmProviderError(`the ${launcher.name} provider cannot checkpoint an instance`);
+    // Its end is the checkpoint's doing, not news of an exit.
+    entry.stopping = true;
+    const saved: SavedInstance = {
+      microvmId: handle.microvmId,
+      uid: entry.uid,
+      heapMiB: entry.heapMiB,
+      secret: entry.secret,
+    };
+    try {
+      await entry.cgroup.thaw();
+      await launched.signalRuntime();
+      const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
+      if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
+        throw new Error("the runtime did not close its socket");
+      entry.socket?.close();
+      await launched.checkpoint(imageDir);
+      // Its uid is free again once released: a restore here takes it back.
+      if (!(await within(entry.released!, 5_000))) throw new Error("the sandbox outlived its checkpoint");
+      await writeSavedInstance(imageDir, saved);
+    } catch (cause) {
+      await forceStop(entry).catch(() => undefined);
+      await within(entry.exited, 5_000);
+      throw new MicrovmProviderError(`instance ${handle.microvmId} could not be checkpointed`, { cause });
+    }
+  }
+
+  /** Boots a wall restoring `imageDir` and waits for its runtime to listen and answer again. */
+  async function restore(spec: RestoreSpec, imageDir: string, signal?: AbortSignal): Promise<MicrovmHandle> {
+    const failed = (cause: unknown) =>
+      new MicrovmProviderError(`instance ${spec.microvmId} could not be restored from its checkpoint`, { cause });
+    if (!launcher.restore) throw new MicrovmProviderError(`the ${launcher.name} provider cannot restore an instance`);
+    if (closed) throw new MicrovmProviderError("provider is closed");
+    const deadline = Date.now() + (options.restoreTimeoutMs ?? 15_000);
+    const saved = await readSavedInstance(imageDir).catch((cause: unknown) => {
+      throw failed(cause);
+    });
+    if (saved.microvmId !== spec.microvmId) throw failed(new Error("the checkpoint is of another instance"));
+    const entry = await boot(saved.heapMiB, deadline, signal, { ...saved, imageDir }).catch((cause: unknown) => {
+      throw failed(cause);
+    });
+    const { launched } = entry;
+    try {
+      await assign(entry, spec.microvmId);
+      // The restored runtime listens again once told, after its sandbox runs.
+      return await answering(entry, spec.microvmId, deadline, signal, async (probeSignal) => {
+        await launched.running!(deadline, probeSignal);
+        await launched.signalRuntime!();
+      });
+    } catch (cause) {
+      entry.stopping = true;
+      await forceStop(entry);
+      await entry.exited;
+      throw failed(cause);
+    }
+  }
+
   return {
     name: launcher.name,
     cgroupVersion: cgroups.version,
     start,
+    ...(launcher.restore ? { checkpoint, restore } : {}),
     async suspend(handle) {
       await liveEntry(handle)
         .cgroup.freeze()

@@ -18,6 +18,11 @@ export interface MicrovmSpec {
   readonly memoryMiB?: number;
 }
 
+/** What to restore: the instance a checkpoint image holds. */
+export interface RestoreSpec {
+  readonly microvmId: string;
+}
+
 /** A started instance: plain JSON, so it can live in a persisted machine snapshot. */
 export interface MicrovmHandle {
   readonly microvmId: string;
@@ -45,7 +50,10 @@ export interface MicrovmProvider {
   readonly name: string;
   /** Resolves once the runtime answers HTTP; aborting `signal` kills a half-started instance. */
   start(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle>;
-  /** Freezes the instance; resolves once it is frozen. */
+  /**
+   * Freezes the instance; resolves once it is frozen. The frozen instance keeps its processes
+   * and memory on this host and does not survive it: `checkpoint` is the suspend that does.
+   */
   suspend(handle: MicrovmHandle): Promise<void>;
   /** Thaws the instance; resolves once the runtime answers again. */
   resume(handle: MicrovmHandle): Promise<void>;
@@ -59,6 +67,18 @@ export interface MicrovmProvider {
   exited?(handle: MicrovmHandle): Promise<string>;
   /** Where a request for `virtualPort` goes now; undefined when the instance cannot take it. */
   upstream?(handle: MicrovmHandle, virtualPort: number): Upstream | undefined;
+  /**
+   * Saves the instance, its memory and scratch files, into `imageDir` (an empty directory of
+   * the host's) and ends it: once this resolves no process of it remains. Only providers that
+   * can (gVisor); on a failure the instance is ended too, and the error says so.
+   */
+  checkpoint?(handle: MicrovmHandle, imageDir: string): Promise<void>;
+  /**
+   * Starts the instance saved by `checkpoint` in `imageDir` again, with the memory and files it
+   * had; resolves with its new handle once the runtime answers. A damaged image is a
+   * `MicrovmProviderError`, within the provider's restore deadline.
+   */
+  restore?(spec: RestoreSpec, imageDir: string, signal?: AbortSignal): Promise<MicrovmHandle>;
   /**
    * Kills whatever an earlier run of this host left (found in its own cgroup or work
    * directory, never from a pid read from storage); resolves with what it killed.

@@ -6,6 +6,7 @@ import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
 import type { Image } from "../image.ts";
 import { createRuntimeServer, type RuntimeOptions } from "./server.ts";
+import { CHECKPOINT_SIGNAL } from "../wire/rpc.ts";
 
 /** Key of the one JSON line on stdout announcing the listening port. */
 export const READY_KEY = "~microvm/runtime";
@@ -59,7 +60,23 @@ export async function bootRuntime(image: Image, options: BootOptions = {}): Prom
     process.stdout.write(`${JSON.stringify(ready)}\n`);
   }
   installShutdown(server, options.exitWhenStdinEnds ?? false);
+  if (options.socketPath !== undefined) installCheckpointToggle(server, options.socketPath);
   return server;
+}
+
+/** Closes the listener on the host's checkpoint signal, and listens again on the next (see CHECKPOINT_SIGNAL). */
+function installCheckpointToggle(server: Server, socketPath: string): void {
+  let listening = true;
+  process.on(CHECKPOINT_SIGNAL, () => {
+    if (listening) {
+      listening = false;
+      server.close();
+      server.closeAllConnections();
+      return;
+    }
+    listening = true;
+    server.listen(socketPath);
+  });
 }
 
 /** Longest secret line accepted on stdin. */

@@ -104,3 +104,10 @@ function readField(value: unknown, key: string): unknown {
     return undefined;
   }
 }
+
+/**
+ * Signal the host sends the runtime (through the wall) before a checkpoint and after a
+ * restore: a wall cannot save a sandbox holding a bound host socket, so the first closes the
+ * listener and every connection (the socket file goes with it); the next listens again.
+ */
+export const CHECKPOINT_SIGNAL = "SIGUSR2";
