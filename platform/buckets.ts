@@ -40,6 +40,9 @@ export type BucketName = keyof typeof bucketNames;
 /** The JetStream Object Store bucket of image modules, one object per digest. */
 export const imageObjectBucket = "images";
 
+/** The JetStream Object Store bucket of suspended instances' snapshots, one object per owner and instance. */
+export const snapshotObjectBucket = "snapshots";
+
 /** The buckets the task, task-object and job actors own (the microVM host owns `microvms` and `images`). */
 export const actorBuckets = [
   "tasks",

@@ -5,7 +5,7 @@ import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import * as nkeys from "@nats-io/nkeys";
 import { SERVICE_API_PREFIX, serviceControlSubjects, serviceNames } from "../schemas/index.ts";
-import { actorBuckets, bucketNames, imageObjectBucket, jobsCreatedSubject } from "./buckets.ts";
+import { actorBuckets, bucketNames, imageObjectBucket, jobsCreatedSubject, snapshotObjectBucket } from "./buckets.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
 export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
@@ -144,6 +144,7 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
           ...HOST_BUCKETS.flatMap(kvOwn),
           ...HOST_BUCKETS.map((b) => `$JS.API.STREAM.PURGE.KV_${b}`),
           ...objOwn(imageObjectBucket),
+          ...objOwn(snapshotObjectBucket),
           "$JS.API.INFO",
         ],
       },
