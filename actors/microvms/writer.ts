@@ -43,6 +43,17 @@ export class RecordWriter {
     return true;
   }
 
+  /** Takes over a record stored at `revision` (an adopted instance's, claimed by the caller). */
+  adopt(revision: number): void {
+    this.#revision = revision;
+    this.#written = signature(this.#options.current());
+  }
+
+  /** Writes nothing more (an instance that lost its record to another host). */
+  close(): void {
+    this.#stop();
+  }
+
   /** The instance changed: write its record soon (after the create, one write at a time). */
   changed(): void {
     if (this.#revision === undefined || this.#closed) return;
