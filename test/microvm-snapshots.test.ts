@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Kvm } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
-import { MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { hostSubject, MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
 import { bucketNames, snapshotObjectBucket } from "../platform/index.ts";
 import { nameToken } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
@@ -175,5 +175,37 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
     await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
     await waitForState(svc.overNats, vm.microvmId, ["TERMINATED"]);
     await snapshotGone(vm.microvmId);
+  });
+
+  it("microvm snapshots - a host whose instance another host adopted neither rewrites its record nor deletes its snapshot", async () => {
+    const vm = await runCounter({ autoResumeEnabled: false });
+    await vm.stub.increment();
+    const saved = await suspend(vm.microvmId);
+    // Another host took it over while this one was thought gone (it answers its pings: not gone).
+    const elsewhere = svc.handle.nc.subscribe(hostSubject("", "elsewhere", "ping"), {
+      callback: (_err, msg) => {
+        msg.respond();
+      },
+    });
+    try {
+      await records.update(vm.microvmId, (current) => ({ ...current, hostId: "elsewhere" }));
+      await svc.host.sweep();
+      const deadline = Date.now() + 10_000;
+      while (svc.host.liveInstances().includes(vm.microvmId) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual(svc.host.liveInstances().includes(vm.microvmId), false, "this host let go of it");
+      const now = await record(vm.microvmId);
+      assert.deepEqual([now.hostId, now.state], ["elsewhere", "SUSPENDED"], "its record is the adopter's");
+      assert.equal((await stored(vm.microvmId))?.digest !== undefined, true, "its snapshot is still stored");
+      assert.equal(now.checkpoint?.digest, saved.checkpoint?.digest);
+    } finally {
+      elsewhere.unsubscribe();
+      await records.update(vm.microvmId, (current) => ({
+        ...current,
+        state: "TERMINATED",
+        terminalAt: new Date().toISOString(),
+      }));
+      await objects.delete(objectName(vm.microvmId));
+    }
   });
 });

@@ -65,6 +65,11 @@ export interface HostedInstance {
   /** Resolves when the instance is gone and its last record write is done. */
   readonly gone: Promise<void>;
   /**
+   * Its record ended elsewhere or names another host now (an adoption while this host was
+   * thought gone): when it ends, its stored snapshot is not this host's to delete.
+   */
+  disown(): void;
+  /**
    * A host shutting down lets go of an instance that survives it (SUSPENDED into a stored
    * snapshot, no process): record and snapshot stay for the next host. False otherwise.
    */
@@ -135,6 +140,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     current,
     currentSignature,
     onTakenOver: (stored) => {
+      hosted?.disown();
       log.warn(
         { microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason },
         "microvm record ended elsewhere; terminating",
@@ -144,6 +150,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
   });
 
   let cleaning = false;
+  let disowned = false;
   const cleanUp = async () => {
     cleaning = true;
     if (created) await writer.flush();
@@ -154,9 +161,11 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     if (handle)
       await options.provider.terminate(handle, 500).catch((err: unknown) => log.warn({ err }, "kill after FAILED"));
     // An ended instance never runs again: its snapshot (if any) goes, and frees its owner's quota.
-    await keeper
-      ?.discard()
-      .catch((err: unknown) => log.warn({ err, microvmId: options.microvmId }, "deleting a snapshot failed"));
+    // One whose record another host took keeps it (an expired record's sweep deletes it else).
+    if (!disowned)
+      await keeper
+        ?.discard()
+        .catch((err: unknown) => log.warn({ err, microvmId: options.microvmId }, "deleting a snapshot failed"));
     options.onGone(hosted!);
     finished();
   };
@@ -179,6 +188,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
       }
     },
     gone,
+    disown: () => void (disowned = true),
     async leave() {
       const snapshot = instance.actor.getSnapshot();
       const asleep = JSON.stringify(snapshot.value) === JSON.stringify({ SUSPENDED: "asleep" });

@@ -232,6 +232,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       const hosted = host.instances.get(microvmId);
       if (!hosted || isTerminal(hosted.state())) return;
       log.warn({ microvmId, reason }, "microvm record ended elsewhere; terminating the instance");
+      hosted.disown();
       hosted.instance.send({ type: "TERMINATE", reason });
     },
     // A record ended by reconcile or a gone host's sweep had no machine to delete its snapshot.
