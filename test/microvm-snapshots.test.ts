@@ -106,8 +106,11 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
     const vm = await runCounter();
     for (let i = 0; i < 3; i++) await vm.stub.increment();
     const before = await vm.stub.read();
+    const suspendAt = Date.now();
     const saved = await suspend(vm.microvmId);
-    console.log(`# counter snapshot: ${saved.checkpoint?.bytes} bytes stored`);
+    console.log(
+      `# counter snapshot: ${saved.checkpoint?.bytes} bytes stored, suspend to SUSPENDED ${Date.now() - suspendAt} ms`,
+    );
     const began = Date.now();
     await svc.overNats.resumeMicrovm({ microvmIdentifier: vm.microvmId });
     const resumed = await waitForState(svc.overNats, vm.microvmId, ["RUNNING"]);
