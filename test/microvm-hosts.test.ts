@@ -22,7 +22,7 @@ import {
   assertNoInstanceLeft,
   policy,
   isGone,
-  isSuspended,
+  isSuspendedOrSaved,
   startMicrovmService,
   waitForState,
   type MicrovmService,
@@ -104,7 +104,7 @@ describe("microvm hosts", () => {
 
     const pid = (await store.read(vm.microvmId))!.record.handle!.pid!;
     assert.equal((await svc.overNats.suspendMicrovm({ microvmIdentifier: vm.microvmId })).state, "SUSPENDED");
-    assert.ok(isSuspended(pid));
+    assert.ok(isSuspendedOrSaved(pid, (await store.read(vm.microvmId))?.record));
     assert.equal((await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId })).state, "TERMINATED");
     assert.ok(isGone(pid));
   });

@@ -15,7 +15,7 @@ import {
   assertNoInstanceLeft,
   policy,
   isGone,
-  isSuspended,
+  isSuspendedOrSaved,
   startMicrovmService,
   waitForState,
   type MicrovmClient,
@@ -64,8 +64,8 @@ describe("microvm lifecycle", () => {
 
     const suspended = await waitForState(observer, run.microvmId, ["SUSPENDED"], 5_000);
     assert.equal(suspended.stateReason, "IdleTimeout");
-    assert.ok(isSuspended(pid));
     const record = await stored(run.microvmId);
+    assert.ok(isSuspendedOrSaved(pid, record));
     assert.equal(record.state, "SUSPENDED");
     assert.equal(record.hostId, svc.host.hostId);
     assert.ok(record.snapshot, "the lifecycle snapshot is stored");

@@ -57,10 +57,10 @@ after(() => assert.deepEqual(instanceProcessesUnder(workDir), [], "an instance o
 after(() => assert.deepEqual(hostCgroupPids(workDir) ?? [], [], "a process was left in the host's sandbox cgroup"));
 
 async function startHostProcess(): Promise<ServiceProcess> {
-  const proc = await startServiceProcess({ ...nats.env(), DATA_DIR: dataDir, MICROVM_HOST_ID: hostId }, [
-    "--role",
-    "microvms",
-  ]);
+  // The freezer's suspend (the bubblewrap sandbox's; gVisor's with snapshots off): a frozen
+  // instance outlives its host. Snapshots survive it instead: microvm-snapshots.test.ts.
+  const env = { ...nats.env(), DATA_DIR: dataDir, MICROVM_HOST_ID: hostId, MICROVM_SNAPSHOTS: "0" };
+  const proc = await startServiceProcess(env, ["--role", "microvms"]);
   defer(() => proc.stop("SIGKILL"));
   return proc;
 }

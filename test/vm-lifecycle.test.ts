@@ -13,6 +13,7 @@ import {
   type LifecycleTimeouts,
   type MicrovmHandle,
   type MicrovmState,
+  type SavedSnapshot,
 } from "../vm-runtime/index.ts";
 
 const handle: MicrovmHandle = {
@@ -23,11 +24,16 @@ const handle: MicrovmHandle = {
   startedAt: "2025-01-01T00:00:00.000Z",
 };
 
+const saved: SavedSnapshot = { digest: "sha256:1", bytes: 10, createdAt: "2025-01-01T00:00:00.000Z" };
+const restored: MicrovmHandle = { ...handle, ports: { "8080": 5678 } };
+
 interface Io {
   start?: (signal: AbortSignal) => Promise<MicrovmHandle>;
   suspend?: () => Promise<void>;
   resume?: () => Promise<void>;
   terminate?: () => Promise<void>;
+  checkpoint?: () => Promise<SavedSnapshot>;
+  restore?: (saved: SavedSnapshot) => Promise<MicrovmHandle>;
 }
 
 interface Harness {
@@ -91,13 +97,27 @@ function machineWith(io: Io, calls: string[]) {
         calls.push(`terminate:${input.handle?.microvmId ?? "none"}:${input.graceMs}`);
         await io.terminate?.();
       }),
+      checkpoint: fromPromise(async ({ input }) => {
+        calls.push(`checkpoint:${input.handle.microvmId}`);
+        return io.checkpoint ? io.checkpoint() : saved;
+      }),
+      restore: fromPromise(async ({ input }) => {
+        calls.push(`restore:${input.saved.digest}`);
+        return io.restore ? io.restore(input.saved) : restored;
+      }),
     },
   });
 }
 
 function harness(
   t: TestContext,
-  options: { idle?: number; suspended?: number; timeouts?: Partial<LifecycleTimeouts>; io?: Io } = {},
+  options: {
+    idle?: number;
+    suspended?: number;
+    timeouts?: Partial<LifecycleTimeouts>;
+    io?: Io;
+    checkpoints?: boolean;
+  } = {},
 ): Harness {
   mockClock(t);
   const calls: string[] = [];
@@ -111,6 +131,7 @@ function harness(
         autoResumeEnabled: true,
       },
       timeouts: { terminateGraceMs: 7, ...options.timeouts },
+      checkpoints: options.checkpoints ?? false,
     },
   });
   actor.start();
@@ -388,4 +409,92 @@ test("lifecycle - the persisted snapshot round-trips through JSON", async (t) =>
   restored.send({ type: "RESUME" });
   await expectState(restored, "RUNNING");
   assert.deepEqual(h.calls, ["start", "suspend:vm-1", "resume"]);
+});
+
+test("lifecycle - with checkpoints, suspend stores a snapshot in place of the handle and resume restores it", async (t) => {
+  const checkpointed = deferred<SavedSnapshot>();
+  const h = harness(t, { checkpoints: true, io: { checkpoint: () => checkpointed.promise } });
+  await h.expect("RUNNING");
+  h.actor.send({ type: "SUSPEND" });
+  assert.deepEqual(h.actor.getSnapshot().value, { SUSPENDING: "checkpointing" });
+  checkpointed.resolve(saved);
+  await h.expect("SUSPENDED");
+  const asleep = h.actor.getSnapshot().context;
+  assert.deepEqual([asleep.saved, asleep.handle], [saved, undefined]);
+  // The persisted snapshot keeps what a restore needs.
+  const copy = createActor(h.machine, {
+    snapshot: h.actor.getPersistedSnapshot(),
+    input: h.actor.getSnapshot().context,
+  });
+  assert.deepEqual(copy.getSnapshot().context.saved, saved);
+  h.actor.send({ type: "RESUME" });
+  assert.deepEqual(h.actor.getSnapshot().value, { SUSPENDED: "restoring" });
+  assert.equal(h.actor.getSnapshot().context.stateReason, "Resuming");
+  await h.expect("RUNNING");
+  const running = h.actor.getSnapshot().context;
+  assert.deepEqual([running.handle, running.saved], [restored, undefined]);
+  assert.deepEqual(h.calls, ["start", "checkpoint:vm-1", `restore:${saved.digest}`]);
+});
+
+test("lifecycle - with checkpoints, idle suspends by a checkpoint", async (t) => {
+  const h = harness(t, { checkpoints: true, idle: 0.05 });
+  await h.expect("RUNNING");
+  await h.advance(50);
+  assert.equal(h.state(), "SUSPENDED");
+  assert.equal(h.actor.getSnapshot().context.stateReason, "IdleTimeout");
+  assert.deepEqual(h.calls, ["start", "checkpoint:vm-1"]);
+});
+
+test("lifecycle - a failed checkpoint ends in FAILED with the reason", async (t) => {
+  const h = harness(t, {
+    checkpoints: true,
+    io: { checkpoint: () => Promise.reject(new Error("instance vm-1 could not be checkpointed")) },
+  });
+  await h.expect("RUNNING");
+  h.actor.send({ type: "SUSPEND" });
+  await h.expect("FAILED");
+  assert.equal(h.actor.getSnapshot().context.stateReason, "CheckpointFailed: instance vm-1 could not be checkpointed");
+});
+
+test("lifecycle - a checkpoint past its deadline ends in FAILED", async (t) => {
+  const h = harness(t, {
+    checkpoints: true,
+    timeouts: { checkpointMs: 30 },
+    io: { checkpoint: () => new Promise(() => undefined) },
+  });
+  await h.expect("RUNNING");
+  h.actor.send({ type: "SUSPEND" });
+  await h.advance(29);
+  assert.equal(h.state(), "SUSPENDING");
+  await h.advance(1);
+  assert.deepEqual([h.state(), h.actor.getSnapshot().context.stateReason], ["FAILED", "CheckpointTimedOut"]);
+});
+
+test("lifecycle - a failed restore ends in FAILED with the reason, never RUNNING", async (t) => {
+  const h = harness(t, {
+    checkpoints: true,
+    io: { restore: () => Promise.reject(new Error("the snapshot of vm-1 is missing")) },
+  });
+  await h.expect("RUNNING");
+  h.actor.send({ type: "SUSPEND" });
+  await h.expect("SUSPENDED");
+  h.actor.send({ type: "RESUME" });
+  await h.expect("FAILED");
+  assert.equal(h.actor.getSnapshot().context.stateReason, "RestoreFailed: the snapshot of vm-1 is missing");
+});
+
+test("lifecycle - a restore past its deadline ends in FAILED, SUSPENDED until then", async (t) => {
+  const h = harness(t, {
+    checkpoints: true,
+    timeouts: { restoreMs: 30 },
+    io: { restore: () => new Promise(() => undefined) },
+  });
+  await h.expect("RUNNING");
+  h.actor.send({ type: "SUSPEND" });
+  await h.expect("SUSPENDED");
+  h.actor.send({ type: "RESUME" });
+  await h.advance(29);
+  assert.equal(h.state(), "SUSPENDED");
+  await h.advance(1);
+  assert.deepEqual([h.state(), h.actor.getSnapshot().context.stateReason], ["FAILED", "RestoreTimedOut"]);
 });

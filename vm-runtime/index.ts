@@ -109,11 +109,13 @@ export type {
   StartInput,
   HandleInput,
   TerminateInput,
+  RestoreInput,
+  SavedSnapshot,
 } from "./lifecycle/types.ts";
 export { microvmState, canAccept } from "./lifecycle/snapshot.ts";
 export type { LifecycleActor, LifecycleMachine, LifecycleSnapshot } from "./lifecycle/snapshot.ts";
 export { launchMicrovmInstance } from "./lifecycle/instance.ts";
-export type { MicrovmInstance, MicrovmInstanceOptions } from "./lifecycle/instance.ts";
+export type { InstanceSnapshots, MicrovmInstance, MicrovmInstanceOptions } from "./lifecycle/instance.ts";
 
 export { connectMicrovm, connectImage, microvmConnection } from "./client/stub.ts";
 export type { ConnectOptions, MicrovmStub, MicrovmConnection, AnyShape } from "./client/stub.ts";

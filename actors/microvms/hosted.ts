@@ -18,7 +18,10 @@ import {
   type Policy,
   type State,
   type StoredHandle,
+  type StoredRecord,
 } from "./store.ts";
+import { snapshotKeeper } from "./snapshots.ts";
+import type { SnapshotStore } from "./snapshot-store.ts";
 import { RecordWriter, recordSignature } from "./writer.ts";
 
 export interface HostedOptions {
@@ -39,6 +42,14 @@ export interface HostedOptions {
   readonly proxyBindHost: string;
   readonly proxyHost: string;
   readonly timeouts?: Partial<LifecycleTimeouts>;
+  /** Where suspend stores snapshots, when the provider checkpoints (else suspend freezes). */
+  readonly snapshots?: { readonly store: SnapshotStore; readonly workDir: string };
+  /**
+   * A SUSPENDED record with a stored snapshot that this host takes over (an earlier run of it,
+   * or a host that is gone): its machine goes on from the record's, the record is claimed at
+   * its revision, and a resume restores the snapshot here.
+   */
+  readonly adopt?: StoredRecord;
   /** Called once the instance is gone (TERMINATED or FAILED and cleaned up). */
   readonly onGone: (hosted: HostedInstance) => void;
 }
@@ -53,6 +64,16 @@ export interface HostedInstance {
   settle(states: readonly State[], timeoutMs: number): Promise<State>;
   /** Resolves when the instance is gone and its last record write is done. */
   readonly gone: Promise<void>;
+  /**
+   * Its record ended elsewhere or names another host now (an adoption while this host was
+   * thought gone): when it ends, its stored snapshot is not this host's to delete.
+   */
+  disown(): void;
+  /**
+   * A host shutting down lets go of an instance that survives it (SUSPENDED into a stored
+   * snapshot, no process): record and snapshot stay for the next host. False otherwise.
+   */
+  leave(): Promise<boolean>;
 }
 
 /** Launches the instance and creates its record; undefined when the id's record exists already. */
@@ -63,6 +84,15 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
   let finished!: () => void;
   const gone = new Promise<void>((resolve) => (finished = resolve));
 
+  const keeper =
+    options.snapshots &&
+    snapshotKeeper({
+      ...options.snapshots,
+      provider: options.provider,
+      owner: options.owner,
+      microvmId: options.microvmId,
+      stored: options.adopt !== undefined,
+    });
   const instance = await launchMicrovmInstance({
     microvmId: options.microvmId,
     image: options.image,
@@ -72,6 +102,8 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     tokenKey: options.tokenKey,
     proxy: { host: options.proxyBindHost },
     ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
+    ...(keeper ? { snapshots: keeper } : {}),
+    ...(options.adopt ? { persisted: options.adopt.record.snapshot } : {}),
     onSnapshot: () => hosted && changed(),
   });
   const endpoint = `${options.proxyHost}:${instance.endpoint.slice(instance.endpoint.lastIndexOf(":") + 1)}`;
@@ -93,6 +125,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
       startedAt: context.startedAt,
       hostId: options.hostId,
       ...(context.handle ? { handle: storedHandle(context.handle) } : {}),
+      ...(context.saved ? { checkpoint: context.saved } : {}),
       snapshot: withoutSecrets(instance.actor.getPersistedSnapshot()),
       updatedAt: new Date().toISOString(),
       ...(terminalAt === undefined ? {} : { terminalAt }),
@@ -107,6 +140,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     current,
     currentSignature,
     onTakenOver: (stored) => {
+      hosted?.disown();
       log.warn(
         { microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason },
         "microvm record ended elsewhere; terminating",
@@ -116,6 +150,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
   });
 
   let cleaning = false;
+  let disowned = false;
   const cleanUp = async () => {
     cleaning = true;
     if (created) await writer.flush();
@@ -125,6 +160,12 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     // FAILED keeps its handle: a process that failed to suspend or resume may still be there.
     if (handle)
       await options.provider.terminate(handle, 500).catch((err: unknown) => log.warn({ err }, "kill after FAILED"));
+    // An ended instance never runs again: its snapshot (if any) goes, and frees its owner's quota.
+    // One whose record another host took keeps it (an expired record's sweep deletes it else).
+    if (!disowned)
+      await keeper
+        ?.discard()
+        .catch((err: unknown) => log.warn({ err, microvmId: options.microvmId }, "deleting a snapshot failed"));
     options.onGone(hosted!);
     finished();
   };
@@ -147,7 +188,34 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
       }
     },
     gone,
+    disown: () => void (disowned = true),
+    async leave() {
+      const snapshot = instance.actor.getSnapshot();
+      const asleep = JSON.stringify(snapshot.value) === JSON.stringify({ SUSPENDED: "asleep" });
+      if (cleaning || !asleep || snapshot.context.saved === undefined) return false;
+      cleaning = true;
+      await writer.flush();
+      writer.close();
+      await instance.close({ terminate: false });
+      options.onGone(hosted!);
+      finished();
+      return true;
+    },
   };
+  if (options.adopt) {
+    // Claimed at the revision it was read at: of two hosts adopting it, one wins.
+    const revision = await options.store.replace(current(), options.adopt.revision).catch(() => undefined);
+    if (revision === undefined) {
+      // Another host took it: this copy ends without a word to the record or the snapshot.
+      writer.close();
+      cleaning = true;
+      await instance.close();
+      return undefined;
+    }
+    writer.adopt(revision);
+    created = true;
+    return hosted;
+  }
   created = await writer.create().catch((err: unknown) => {
     instance.send({ type: "TERMINATE" });
     throw err;

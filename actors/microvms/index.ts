@@ -12,12 +12,14 @@ import { MicroService, processMetadata } from "../discovery.ts";
 import { serveApi } from "../serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
 import { instanceApi, ownerHandlers, queueHandlers, type HostState } from "./handlers.ts";
+import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
-import { reconcileHost, type ReconcileReport } from "./reconcile.ts";
+import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.ts";
 import { registerBuiltinImages } from "./image-handlers.ts";
 import { ImageStore, type ImageQuota, type ImageStoreOptions } from "./image-store.ts";
 import { hostSubject } from "./routing.ts";
-import { isTerminal, MicrovmStore } from "./store.ts";
+import { SnapshotStore } from "./snapshot-store.ts";
+import { isTerminal, MicrovmStore, ownerOf, type StoredRecord } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
@@ -56,6 +58,16 @@ export interface MicrovmHostOptions {
   readonly imageQuota?: ImageQuota;
   /** `max_bytes` of the image object store in MiB (`MICROVM_IMAGE_STORE_MIB`, default 1024). */
   readonly imageStoreMiB?: number;
+  /**
+   * Suspend checkpoints instances into stored snapshots where the provider can (gVisor), so a
+   * SUSPENDED instance holds no process and survives its host (`MICROVM_SNAPSHOTS`, default
+   * true); false keeps the freezer everywhere.
+   */
+  readonly snapshots?: boolean;
+  /** Bytes of stored snapshots per principal in MiB (`MICROVM_SNAPSHOT_QUOTA_MIB`, default 256). */
+  readonly snapshotQuotaMiB?: number;
+  /** `max_bytes` of the snapshot object store in MiB (`MICROVM_SNAPSHOT_STORE_MIB`, default 1024). */
+  readonly snapshotStoreMiB?: number;
   /** Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox` or `process` (development, not isolated). */
   readonly provider?: ProviderName;
   /** Per-instance limits of the sandbox. */
@@ -112,7 +124,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       throw err;
     },
   );
-  const reconciled = await reconcileHost(store, hostId, workDir, provider);
+  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots !== false;
+  const reconciled = await reconcileHost(store, hostId, workDir, provider, keepSnapshots);
   const builtins = options.images ?? { sandbox: builtinImages.sandbox };
   const imageOptions = {
     ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
@@ -127,6 +140,18 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       throw err;
     },
   );
+  // Suspend keeps a snapshot where the provider checkpoints (gVisor); elsewhere it freezes.
+  const snapshots = keepSnapshots
+    ? await SnapshotStore.open(nc, {
+        ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+        ...(options.snapshotStoreMiB === undefined ? {} : { storeMiB: options.snapshotStoreMiB }),
+        ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
+      }).catch(async (err: unknown) => {
+        await provider.close();
+        await unlock();
+        throw err;
+      })
+    : undefined;
   // In the background: the first instance then finds the runtime bundle ready (images need none).
   provider.prepare([]).catch((err: unknown) => log.warn({ err }, "bundling the runtime failed"));
   const proxyHost = options.proxyHost ?? "127.0.0.1";
@@ -150,11 +175,17 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       proxyHost,
       proxyBindHost: options.proxyBindHost ?? proxyHost,
       ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
+      ...(snapshots ? { snapshots: { store: snapshots, workDir } } : {}),
     },
     launching: 0,
     launchingBy: new Map(),
     closing: false,
   };
+
+  // What an earlier run of this host suspended into snapshots is this run's again.
+  for (const stored of await store.list()) {
+    if (stored.record.hostId === hostId && survivesHost(stored.record)) await adopt(host, stored);
+  }
 
   // This host's own subjects first: a record naming this host must find it answering.
   const ping = nc.subscribe(hostSubject(prefix, hostId, "ping"), {
@@ -201,8 +232,13 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       const hosted = host.instances.get(microvmId);
       if (!hosted || isTerminal(hosted.state())) return;
       log.warn({ microvmId, reason }, "microvm record ended elsewhere; terminating the instance");
+      hosted.disown();
       hosted.instance.send({ type: "TERMINATE", reason });
     },
+    // A record ended by reconcile or a gone host's sweep had no machine to delete its snapshot.
+    ...(snapshots ? { discardSnapshot: (record) => snapshots.delete(ownerOf(record), record.microvmId) } : {}),
+    // A gone host's instances suspended into snapshots are taken over, not ended.
+    ...(snapshots ? { adopt: (stored) => adopt(host, stored) } : {}),
     ...(options.sweepIntervalMs === undefined ? {} : { intervalMs: options.sweepIntervalMs }),
   });
   // Serving means subscribed at the server: a request right after this finds its responder.
@@ -231,6 +267,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     while (host.launching > 0) await new Promise((r) => setTimeout(r, 10));
     await Promise.all(
       [...host.instances.values()].map(async (hosted) => {
+        // SUSPENDED into a snapshot, it outlives this host: the next (or another) adopts it.
+        if (await hosted.leave()) return;
         hosted.instance.send({ type: "TERMINATE", reason: "HostShutdown" });
         await hosted.gone;
       }),
@@ -240,6 +278,37 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     await unlock();
     log.info({ hostId }, "microvm host stopped");
   }
+}
+
+/**
+ * Takes over a SUSPENDED instance whose snapshot is stored (of an earlier run of this host, or
+ * of a gone one): its record names this host and a new endpoint, and a resume restores it
+ * here; true when this host won it (another may adopt it at the same moment).
+ */
+async function adopt(host: HostState, stored: StoredRecord): Promise<boolean> {
+  const { record } = stored;
+  if (host.closing || host.instances.has(record.microvmId)) return false;
+  const hosted = await launchHosted({
+    ...host.launch,
+    microvmId: record.microvmId,
+    owner: ownerOf(record),
+    imageIdentifier: record.imageIdentifier,
+    ...(record.imageDigest === undefined ? {} : { imageDigest: record.imageDigest }),
+    // Never started: a restore brings back the module with the memory it was loaded into.
+    image: "",
+    idlePolicy: record.idlePolicy,
+    adopt: stored,
+    onGone: (gone) => {
+      if (host.instances.get(gone.microvmId) === gone) host.instances.delete(gone.microvmId);
+    },
+  }).catch((err: unknown) => {
+    log.warn({ err, microvmId: record.microvmId }, "adopting a suspended instance failed");
+    return undefined;
+  });
+  if (!hosted) return false;
+  host.instances.set(record.microvmId, hosted);
+  log.info({ microvmId: record.microvmId, from: record.hostId }, "adopted a suspended instance");
+  return true;
 }
 
 /** The image buckets, with the built-in images registered. */

@@ -12,9 +12,9 @@ import { CorruptObject, listObjects, readObject } from "./image-objects.ts";
 import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "./snapshot-archive.ts";
 
 const MiB = 1024 * 1024;
-export const DEFAULT_SNAPSHOT_STORE_MIB = 4096;
+export const DEFAULT_SNAPSHOT_STORE_MIB = 1024;
 /** Default bytes of stored snapshots per owner (`MICROVM_SNAPSHOT_QUOTA_MIB`). */
-export const DEFAULT_SNAPSHOT_QUOTA_BYTES = 1024 * MiB;
+export const DEFAULT_SNAPSHOT_QUOTA_BYTES = 256 * MiB;
 /** Largest snapshot stored or read, packed (an instance's memory cap is far below). */
 const MAX_SNAPSHOT_BYTES = 1024 * MiB;
 /** Largest snapshot once decompressed. */
@@ -41,9 +41,9 @@ export class SnapshotQuotaExceeded extends Error {
 
 export interface SnapshotStoreOptions {
   readonly replicas?: number;
-  /** `max_bytes` of the bucket in MiB (`MICROVM_SNAPSHOT_STORE_MIB`, default 4096). */
+  /** `max_bytes` of the bucket in MiB (`MICROVM_SNAPSHOT_STORE_MIB`, default 1024). */
   readonly storeMiB?: number;
-  /** Bytes of stored snapshots one owner may have (default 1 GiB). */
+  /** Bytes of stored snapshots one owner may have (default 256 MiB). */
   readonly quotaBytes?: number;
 }
 

@@ -8,6 +8,7 @@ import type { KvEntry } from "@nats-io/kv";
 import { bucketNames, isWrongLastSequence, log } from "../../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { idKey, MICROVM_STATES, type IdlePolicy, type Microvm, type MicrovmState } from "../../schemas/index.ts";
+import type { SavedSnapshot } from "../../vm-runtime/index.ts";
 
 export type MicrovmView = Static<typeof Microvm>;
 /** A contract state name. */
@@ -34,6 +35,8 @@ export interface MicrovmRecord extends MicrovmView {
   readonly handle?: StoredHandle;
   /** `getPersistedSnapshot()` of the lifecycle machine at the last state change (secrets removed). */
   readonly snapshot?: unknown;
+  /** The stored snapshot of a checkpointed SUSPENDED instance (its digest is checked on restore). */
+  readonly checkpoint?: SavedSnapshot;
   /** ISO time of the last write. */
   readonly updatedAt: string;
   /** ISO time the record became TERMINATED or FAILED: retention counts from here. */

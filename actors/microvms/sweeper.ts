@@ -4,8 +4,9 @@
 // live instances whose record ended elsewhere or vanished are terminated to match.
 import type { NatsConnection } from "@nats-io/transport-node";
 import { log } from "../../platform/index.ts";
+import { survivesHost } from "./reconcile.ts";
 import { hostGoneReason, ownerAnswers } from "./routing.ts";
-import { isTerminal, terminated, type MicrovmStore, type StoredRecord } from "./store.ts";
+import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type StoredRecord } from "./store.ts";
 
 export interface SweeperOptions {
   readonly store: MicrovmStore;
@@ -20,6 +21,10 @@ export interface SweeperOptions {
   readonly liveInstances: () => string[];
   /** A live instance's record is terminal or gone: the instance must end (`reason`). */
   readonly disowned: (microvmId: string, reason: string) => void;
+  /** Deletes the stored snapshot of an expired record that names one. */
+  readonly discardSnapshot?: (record: MicrovmRecord) => Promise<void>;
+  /** Takes over a gone host's instance that survives it (SUSPENDED into a snapshot); true if taken. */
+  readonly adopt?: (stored: StoredRecord) => Promise<boolean>;
 }
 
 export interface SweepReport {
@@ -99,6 +104,7 @@ async function deleteExpired(options: SweeperOptions, records: StoredRecord[]): 
   for (const { record, revision } of records) {
     if (!isTerminal(record.state) || !record.terminalAt) continue;
     if (now - Date.parse(record.terminalAt) < options.retentionMs) continue;
+    if (record.checkpoint) await options.discardSnapshot?.(record);
     if (await options.store.remove(record.microvmId, revision)) deleted += 1;
   }
   return deleted;
@@ -115,18 +121,20 @@ async function silentOwners(options: SweeperOptions, records: StoredRecord[]): P
   return silent;
 }
 
-/** Live records of `gone` hosts become TERMINATED. */
+/** Live records of `gone` hosts become TERMINATED, but those this host adopts (SUSPENDED into a snapshot). */
 async function endOwnerless(options: SweeperOptions, records: StoredRecord[], gone: string[]): Promise<number> {
   let count = 0;
-  for (const { record } of records) {
+  for (const stored of records) {
+    const { record } = stored;
     if (!gone.includes(record.hostId) || isTerminal(record.state)) continue;
+    if (survivesHost(record) && options.adopt && (await options.adopt(stored))) continue;
     const reason = hostGoneReason(record.hostId);
-    const stored = await options.store.update(record.microvmId, (current) =>
+    const ended = await options.store.update(record.microvmId, (current) =>
       current.hostId === record.hostId && !isTerminal(current.state)
         ? terminated(current, "TERMINATED", reason)
         : undefined,
     );
-    if (stored?.record.stateReason === reason) count += 1;
+    if (ended?.record.stateReason === reason) count += 1;
   }
   if (count > 0) log.info({ count, hosts: gone }, "microvm records of gone hosts marked TERMINATED");
   return count;

@@ -15,7 +15,8 @@ export interface RecordWriterOptions {
   readonly currentSignature?: () => string;
   /**
    * Someone else put the record into a terminal state (a host declared this one gone, an
-   * operator): the owner must make the instance match. The stored record is kept.
+   * operator) or another host adopted it: the owner must make the instance match. The stored
+   * record is kept.
    */
   readonly onTakenOver: (stored: MicrovmRecord) => void;
 }
@@ -41,6 +42,17 @@ export class RecordWriter {
     this.#revision = revision;
     this.#written = signature(record);
     return true;
+  }
+
+  /** Takes over a record stored at `revision` (an adopted instance's, claimed by the caller). */
+  adopt(revision: number): void {
+    this.#revision = revision;
+    this.#written = signature(this.#options.current());
+  }
+
+  /** Writes nothing more (an instance that lost its record to another host). */
+  close(): void {
+    this.#stop();
   }
 
   /** The instance changed: write its record soon (after the create, one write at a time). */
@@ -81,8 +93,8 @@ export class RecordWriter {
       }
       const stored = await store.read(record.microvmId);
       if (!stored) return this.#stop();
-      // A record someone else ended stays ended; a live instance is made to match it.
-      if (isTerminal(stored.record.state)) {
+      // A record someone else ended, or another host adopted, stays so; a live instance is made to match it.
+      if (isTerminal(stored.record.state) || stored.record.hostId !== record.hostId) {
         this.#stop();
         if (!isTerminal(record.state)) this.#options.onTakenOver(stored.record);
         return;

@@ -159,16 +159,31 @@ export function isSuspended(pid: number): boolean {
 }
 
 /**
+ * Suspended as its host suspends it: a frozen process (the freezer), or gone once the record
+ * names the snapshot it was checkpointed into (gVisor with snapshots).
+ */
+export function isSuspendedOrSaved(pid: number, record: { readonly checkpoint?: unknown } | undefined): boolean {
+  return record?.checkpoint ? isGone(pid) : isSuspended(pid);
+}
+
+/**
  * Pids left in the instance cgroups of the host whose work directory is `workDir` (the kernel's
  * list; with `instancesOnly`, not those of walls booted ahead); undefined when the host's group
  * does not exist (a running host always has it; a closed one removes it).
  */
-export function hostCgroupPids(workDir: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
+export function hostCgroupPids(workDir: string, options: CgroupPidsOptions = {}): number[] | undefined {
   return cgroupPidsOfHostKey(hostCgroupKey(workDir), options);
 }
 
-/** The same for a provider created with this `hostKey` itself (not a service's host id). */
-export function cgroupPidsOfHostKey(hostKey: string, options: { instancesOnly?: boolean } = {}): number[] | undefined {
+export interface CgroupPidsOptions {
+  /** Not those of walls booted ahead. */
+  readonly instancesOnly?: boolean;
+  /** Only those of this instance's groups (named `<microvmId>-<hex>`). */
+  readonly microvmId?: string;
+}
+
+/** The same for a provider created with this `hostKey` itself (not a service's work directory). */
+export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions = {}): number[] | undefined {
   const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer";
   const hostDir = join(root, "typed-service-microvms", hostKey);
   const pids: number[] = [];
@@ -177,6 +192,7 @@ export function cgroupPidsOfHostKey(hostKey: string, options: { instancesOnly?: 
     if (!group.isDirectory()) continue;
     // Walls booted ahead for the next instance (WARM_PREFIX) until one is assigned.
     if (options.instancesOnly && group.name.startsWith(WARM_PREFIX)) continue;
+    if (options.microvmId !== undefined && !group.name.startsWith(`${options.microvmId}-`)) continue;
     const text = readText(join(hostDir, group.name, "cgroup.procs")) ?? "";
     pids.push(
       ...text

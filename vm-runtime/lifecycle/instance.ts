@@ -4,7 +4,7 @@
 import { createActor, fromPromise, waitFor } from "xstate";
 import { lifecycleMachine } from "./machine.ts";
 import { canAccept, microvmState, type LifecycleActor, type LifecycleSnapshot } from "./snapshot.ts";
-import type { LifecycleEvent, LifecycleTimeouts } from "./types.ts";
+import { remainingMs, type LifecycleEvent, type LifecycleTimeouts, type SavedSnapshot } from "./types.ts";
 import { createInstanceProxy, type InstanceProxy } from "../host/proxy.ts";
 import { upstreamOf, type MicrovmHandle, type MicrovmProvider } from "../host/provider.ts";
 import type { IdlePolicy, MicrovmState } from "../../schemas/index.ts";
@@ -24,6 +24,24 @@ export interface MicrovmInstanceOptions {
   readonly proxy?: { readonly host?: string; readonly port?: number; readonly upstreamTimeoutMs?: number };
   /** Called after every transition (e.g. to persist `actor.getPersistedSnapshot()`). */
   readonly onSnapshot?: (snapshot: LifecycleSnapshot) => void;
+  /** Where suspend keeps a snapshot instead of freezing (providers that checkpoint). */
+  readonly snapshots?: InstanceSnapshots;
+  /**
+   * A persisted lifecycle snapshot to go on from instead of starting (an instance another run
+   * of a host suspended into a stored snapshot): SUSPENDED, restored on RESUME.
+   */
+  readonly persisted?: unknown;
+}
+
+/**
+ * Suspend that survives the host: the instance checkpointed into a stored snapshot, and
+ * restored from it. The caller supplies where it is stored (owner, instance) and how.
+ */
+export interface InstanceSnapshots {
+  /** Checkpoints the instance (it ends) and stores its snapshot; resolves with what the record keeps. */
+  save(handle: MicrovmHandle): Promise<SavedSnapshot>;
+  /** Restores the instance from its stored snapshot; resolves with its new handle once it answers. */
+  restore(saved: SavedSnapshot, signal: AbortSignal): Promise<MicrovmHandle>;
 }
 
 export interface MicrovmInstance {
@@ -37,8 +55,8 @@ export interface MicrovmInstance {
   send(event: LifecycleEvent): boolean;
   /** Resolves with the state once it is one of `states`; rejects after `timeoutMs`. */
   waitForState(states: readonly MicrovmState[], timeoutMs?: number): Promise<MicrovmState>;
-  /** Terminates (if not already) and closes the proxy. */
-  close(): Promise<void>;
+  /** Terminates (if not already, unless `terminate` is false) and closes the proxy. */
+  close(options?: { readonly terminate?: boolean }): Promise<void>;
 }
 
 /** Starts the proxy and the machine; the instance is PENDING until the runtime answers. */
@@ -54,14 +72,18 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
       terminate: fromPromise(async ({ input }) => {
         if (input.handle) await provider.terminate(input.handle, input.graceMs);
       }),
+      checkpoint: fromPromise(({ input }) => requireSnapshots(options.snapshots).save(input.handle)),
+      restore: fromPromise(({ input, signal }) => requireSnapshots(options.snapshots).restore(input.saved, signal)),
     },
   });
   const actor = createActor(machine, {
+    ...(options.persisted === undefined ? {} : { snapshot: options.persisted as LifecycleSnapshot }),
     input: {
       microvmId: options.microvmId,
       idlePolicy: options.idlePolicy,
       ...(options.imageIdentifier === undefined ? {} : { imageIdentifier: options.imageIdentifier }),
       ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
+      checkpoints: options.snapshots !== undefined,
     },
   });
   const state = () => microvmState(actor.getSnapshot());
@@ -91,6 +113,7 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
   if (options.onSnapshot) actor.subscribe(options.onSnapshot);
   watchExit(actor, provider);
   actor.start();
+  const suspendedTimer = options.persisted === undefined ? undefined : rearmSuspendedTimer(actor);
 
   return {
     microvmId: options.microvmId,
@@ -104,12 +127,15 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
       return true;
     },
     waitForState,
-    async close() {
-      if (canAccept(actor.getSnapshot(), { type: "TERMINATE" }) && state() !== "TERMINATING") {
-        actor.send({ type: "TERMINATE" });
+    async close(closing = {}) {
+      if (closing.terminate !== false) {
+        if (canAccept(actor.getSnapshot(), { type: "TERMINATE" }) && state() !== "TERMINATING") {
+          actor.send({ type: "TERMINATE" });
+        }
+        await waitForState(["TERMINATED", "FAILED"]).catch(() => undefined);
       }
-      await waitForState(["TERMINATED", "FAILED"]).catch(() => undefined);
       activity.stop();
+      clearTimeout(suspendedTimer);
       actor.stop();
       await proxy.close();
     },
@@ -165,21 +191,52 @@ async function resumeForRequest(
   if (reached !== "RUNNING") throw new Error(`instance did not resume (${reached})`);
 }
 
+/**
+ * A persisted snapshot brings back states, not the timers its machine had armed: a SUSPENDED
+ * one gets its suspendedDurationSeconds again, counted from when it was suspended.
+ */
+function rearmSuspendedTimer(actor: LifecycleActor): NodeJS.Timeout | undefined {
+  const { context, value } = actor.getSnapshot();
+  const seconds = context.idlePolicy.suspendedDurationSeconds;
+  if (JSON.stringify(value) !== JSON.stringify({ SUSPENDED: "asleep" }) || !(seconds > 0)) return undefined;
+  const anchor = context.timerAnchor;
+  const timer = setTimeout(
+    () => {
+      const now = actor.getSnapshot();
+      if (now.status !== "active" || now.context.timerAnchor !== anchor || !canAccept(now, { type: "TERMINATE" }))
+        return;
+      if (JSON.stringify(now.value) === JSON.stringify({ SUSPENDED: "asleep" }))
+        actor.send({ type: "TERMINATE", reason: "SuspendedDurationElapsed" });
+    },
+    remainingMs(seconds * 1000, anchor),
+  );
+  timer.unref();
+  return timer;
+}
+
+function requireSnapshots(snapshots: InstanceSnapshots | undefined): InstanceSnapshots {
+  if (!snapshots) throw new Error("this instance keeps no snapshots");
+  return snapshots;
+}
+
 function memory(memoryMiB: number | undefined): { memoryMiB?: number } {
   return memoryMiB === undefined ? {} : { memoryMiB };
 }
 
-/** Once the instance has a handle, an exit the provider did not cause makes it FAILED. */
+/**
+ * An exit the provider did not cause makes the instance FAILED: each handle it has is watched
+ * (a restore gives it a new one); the exit of a handle it no longer has is no news.
+ */
 function watchExit(actor: LifecycleActor, provider: MicrovmProvider): void {
   if (!provider.exited) return;
   let watched: MicrovmHandle | undefined;
-  const subscription = actor.subscribe((snapshot) => {
+  actor.subscribe((snapshot) => {
     const handle = snapshot.context.handle;
     if (!handle || handle === watched) return;
     watched = handle;
     void provider.exited!(handle).then((reason) => {
-      if (actor.getSnapshot().status === "active") actor.send({ type: "EXITED", reason });
+      const current = actor.getSnapshot();
+      if (current.status === "active" && current.context.handle === handle) actor.send({ type: "EXITED", reason });
     });
-    subscription.unsubscribe();
   });
 }

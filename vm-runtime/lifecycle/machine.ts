@@ -1,7 +1,9 @@
 // One instance's lifecycle as an XState v5 machine (PENDING → RUNNING → SUSPENDING → SUSPENDED
 // → TERMINATING → TERMINATED; FAILED on any error or deadline). I/O lives in promise actors
-// supplied with `.provide()`. Resuming is SUSPENDED.resuming: reported SUSPENDED until it answers.
-import { assign, fromPromise, setup } from "xstate";
+// supplied with `.provide()`. Suspend freezes (SUSPENDING.freezing) or, where the instance
+// checkpoints, stores a snapshot and ends it (SUSPENDING.checkpointing); resume thaws
+// (SUSPENDED.resuming) or restores the snapshot (SUSPENDED.restoring), reported SUSPENDED until it answers.
+import { and, assign, fromPromise, setup } from "xstate";
 import type { MicrovmHandle } from "../host/provider.ts";
 import type { IdlePolicy } from "../../schemas/index.ts";
 import {
@@ -12,6 +14,8 @@ import {
   type LifecycleEvent,
   type HandleInput,
   type LifecycleInput,
+  type RestoreInput,
+  type SavedSnapshot,
   type StartInput,
   type TerminateInput,
 } from "./types.ts";
@@ -35,6 +39,8 @@ export const lifecycleMachine = setup({
     suspend: fromPromise<void, HandleInput>(notProvided("suspend")),
     resume: fromPromise<void, HandleInput>(notProvided("resume")),
     terminate: fromPromise<void, TerminateInput>(notProvided("terminate")),
+    checkpoint: fromPromise<SavedSnapshot, HandleInput>(notProvided("checkpoint")),
+    restore: fromPromise<MicrovmHandle, RestoreInput>(notProvided("restore")),
   },
   actions: {
     /** Starts the current timed state's clock. */
@@ -53,6 +59,14 @@ export const lifecycleMachine = setup({
     clearReason: assign({ stateReason: undefined }),
     storeHandle: assign((_, params: { handle: MicrovmHandle }) => ({ handle: params.handle })),
     clearHandle: assign({ handle: undefined, inFlight: 0 }),
+    /** The checkpoint ended the instance: its snapshot replaces its handle. */
+    storeSaved: assign((_, params: { saved: SavedSnapshot }) => ({
+      saved: params.saved,
+      handle: undefined,
+      inFlight: 0,
+    })),
+    /** Restored: the new handle replaces the snapshot. */
+    storeRestored: assign((_, params: { handle: MicrovmHandle }) => ({ handle: params.handle, saved: undefined })),
     /** A repeated operation already under way: accepted (so `can()` is true), nothing to do. */
     acknowledge: () => undefined,
   },
@@ -61,6 +75,8 @@ export const lifecycleMachine = setup({
     noRequestsInFlight: ({ context }) => context.inFlight === 0,
     idleSuspendEnabled: ({ context }) => enabled(context.idlePolicy.maxIdleDurationSeconds),
     suspendedTerminateEnabled: ({ context }) => enabled(context.idlePolicy.suspendedDurationSeconds),
+    checkpoints: ({ context }) => context.checkpoints,
+    hasSnapshot: ({ context }) => context.saved !== undefined,
   },
   delays: {
     idleTimeout: ({ context }) =>
@@ -71,6 +87,8 @@ export const lifecycleMachine = setup({
     suspendDeadline: ({ context }) => remainingMs(context.timeouts.suspendMs, context.timerAnchor),
     resumeDeadline: ({ context }) => remainingMs(context.timeouts.resumeMs, context.timerAnchor),
     terminateDeadline: ({ context }) => remainingMs(context.timeouts.terminateMs, context.timerAnchor),
+    checkpointDeadline: ({ context }) => remainingMs(context.timeouts.checkpointMs, context.timerAnchor),
+    restoreDeadline: ({ context }) => remainingMs(context.timeouts.restoreMs, context.timerAnchor),
   },
 }).createMachine({
   id: "microvm",
@@ -82,6 +100,7 @@ export const lifecycleMachine = setup({
     startedAt: input.startedAt ?? new Date().toISOString(),
     inFlight: 0,
     timerAnchor: Date.now(),
+    checkpoints: input.checkpoints ?? false,
   }),
   initial: "PENDING",
   on: {
@@ -114,7 +133,14 @@ export const lifecycleMachine = setup({
     RUNNING: {
       entry: "clearReason",
       on: {
-        SUSPEND: { target: "SUSPENDING", actions: { type: "setReason", params: { reason: "SuspendRequested" } } },
+        SUSPEND: [
+          {
+            guard: "checkpoints",
+            target: "SUSPENDING.checkpointing",
+            actions: { type: "setReason", params: { reason: "SuspendRequested" } },
+          },
+          { target: "SUSPENDING", actions: { type: "setReason", params: { reason: "SuspendRequested" } } },
+        ],
         TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" },
         EXITED: { target: "FAILED", actions: { type: "setReason", params: ({ event }) => ({ reason: event.reason }) } },
       },
@@ -125,11 +151,18 @@ export const lifecycleMachine = setup({
           entry: "anchorTimer",
           always: { guard: "requestsInFlight", target: "busy" },
           after: {
-            idleTimeout: {
-              guard: "idleSuspendEnabled",
-              target: "#microvm.SUSPENDING",
-              actions: { type: "setReason", params: { reason: "IdleTimeout" } },
-            },
+            idleTimeout: [
+              {
+                guard: and(["idleSuspendEnabled", "checkpoints"]),
+                target: "#microvm.SUSPENDING.checkpointing",
+                actions: { type: "setReason", params: { reason: "IdleTimeout" } },
+              },
+              {
+                guard: "idleSuspendEnabled",
+                target: "#microvm.SUSPENDING",
+                actions: { type: "setReason", params: { reason: "IdleTimeout" } },
+              },
+            ],
           },
           on: {
             REQUEST_START: { target: "busy", actions: "recordInFlight" },
@@ -143,20 +176,53 @@ export const lifecycleMachine = setup({
       },
     },
     SUSPENDING: {
-      invoke: {
-        src: "suspend",
-        input: ({ context }) => ({ handle: requireHandle(context) }),
-        onDone: { target: "SUSPENDED" },
-        onError: {
-          target: "FAILED",
-          actions: { type: "setFailure", params: ({ event }) => ({ reason: "SuspendFailed", error: event.error }) },
+      entry: "anchorTimer",
+      on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
+      initial: "freezing",
+      states: {
+        /** The freezer: the instance keeps its processes and memory on this host. */
+        freezing: {
+          invoke: {
+            src: "suspend",
+            input: ({ context }) => ({ handle: requireHandle(context) }),
+            onDone: { target: "#microvm.SUSPENDED" },
+            onError: {
+              target: "#microvm.FAILED",
+              actions: { type: "setFailure", params: ({ event }) => ({ reason: "SuspendFailed", error: event.error }) },
+            },
+          },
+          after: {
+            suspendDeadline: {
+              target: "#microvm.FAILED",
+              actions: { type: "setReason", params: { reason: "SuspendTimedOut" } },
+            },
+          },
+        },
+        /** The checkpoint: its snapshot is stored, and it holds no process once SUSPENDED. */
+        checkpointing: {
+          invoke: {
+            src: "checkpoint",
+            input: ({ context }) => ({ handle: requireHandle(context) }),
+            onDone: {
+              target: "#microvm.SUSPENDED",
+              actions: { type: "storeSaved", params: ({ event }) => ({ saved: event.output }) },
+            },
+            onError: {
+              target: "#microvm.FAILED",
+              actions: {
+                type: "setFailure",
+                params: ({ event }) => ({ reason: "CheckpointFailed", error: event.error }),
+              },
+            },
+          },
+          after: {
+            checkpointDeadline: {
+              target: "#microvm.FAILED",
+              actions: { type: "setReason", params: { reason: "CheckpointTimedOut" } },
+            },
+          },
         },
       },
-      entry: "anchorTimer",
-      after: {
-        suspendDeadline: { target: "FAILED", actions: { type: "setReason", params: { reason: "SuspendTimedOut" } } },
-      },
-      on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
     },
     SUSPENDED: {
       on: {
@@ -175,8 +241,38 @@ export const lifecycleMachine = setup({
             },
           },
           on: {
-            RESUME: { target: "resuming", actions: { type: "setReason", params: { reason: "Resuming" } } },
+            RESUME: [
+              {
+                guard: "hasSnapshot",
+                target: "restoring",
+                actions: { type: "setReason", params: { reason: "Resuming" } },
+              },
+              { target: "resuming", actions: { type: "setReason", params: { reason: "Resuming" } } },
+            ],
           },
+        },
+        /** Restoring its snapshot: still reported as SUSPENDED until the runtime answers. */
+        restoring: {
+          invoke: {
+            src: "restore",
+            input: ({ context }) => ({ microvmId: context.microvmId, saved: context.saved! }),
+            onDone: {
+              target: "#microvm.RUNNING",
+              actions: { type: "storeRestored", params: ({ event }) => ({ handle: event.output }) },
+            },
+            onError: {
+              target: "#microvm.FAILED",
+              actions: { type: "setFailure", params: ({ event }) => ({ reason: "RestoreFailed", error: event.error }) },
+            },
+          },
+          entry: "anchorTimer",
+          after: {
+            restoreDeadline: {
+              target: "#microvm.FAILED",
+              actions: { type: "setReason", params: { reason: "RestoreTimedOut" } },
+            },
+          },
+          on: { RESUME: { actions: "acknowledge" } },
         },
         /** Thawing: still reported as SUSPENDED until the runtime answers again. */
         resuming: {

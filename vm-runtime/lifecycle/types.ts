@@ -11,6 +11,10 @@ export interface LifecycleTimeouts {
   readonly terminateMs: number;
   /** Passed to `terminate`: SIGTERM-to-SIGKILL grace. Keep it below `terminateMs`. */
   readonly terminateGraceMs: number;
+  /** Checkpointing and storing a suspended instance's snapshot (SUSPENDING.checkpointing). */
+  readonly checkpointMs: number;
+  /** Loading and restoring it (SUSPENDED.restoring). */
+  readonly restoreMs: number;
 }
 
 export const DEFAULT_TIMEOUTS: LifecycleTimeouts = {
@@ -19,7 +23,17 @@ export const DEFAULT_TIMEOUTS: LifecycleTimeouts = {
   resumeMs: 15_000,
   terminateMs: 15_000,
   terminateGraceMs: 2_000,
+  checkpointMs: 30_000,
+  restoreMs: 30_000,
 };
+
+/** What the record keeps of a stored snapshot (the snapshot store's answer), plain JSON. */
+export interface SavedSnapshot {
+  /** `sha256:<hex>` of the stored object. */
+  readonly digest: string;
+  readonly bytes: number;
+  readonly createdAt: string;
+}
 
 export interface LifecycleInput {
   readonly microvmId: string;
@@ -29,6 +43,8 @@ export interface LifecycleInput {
   readonly timeouts?: Partial<LifecycleTimeouts>;
   /** ISO launch time reported by GetMicrovm (default: when the machine is created). */
   readonly startedAt?: string;
+  /** Suspend checkpoints the instance into a stored snapshot (else it freezes it). */
+  readonly checkpoints?: boolean;
 }
 
 export interface LifecycleContext {
@@ -46,6 +62,10 @@ export interface LifecycleContext {
   readonly stateReason?: string;
   /** Epoch ms the current timed state began (its timer counts from here). */
   readonly timerAnchor: number;
+  /** Whether suspend checkpoints (SUSPENDING.checkpointing) rather than freezes. */
+  readonly checkpoints: boolean;
+  /** The stored snapshot of a checkpointed SUSPENDED instance (it then has no handle). */
+  readonly saved?: SavedSnapshot;
 }
 
 /**
@@ -67,6 +87,11 @@ export interface StartInput {
 
 export interface HandleInput {
   readonly handle: MicrovmHandle;
+}
+
+export interface RestoreInput {
+  readonly microvmId: string;
+  readonly saved: SavedSnapshot;
 }
 
 export interface TerminateInput {

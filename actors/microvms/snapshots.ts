@@ -1,0 +1,66 @@
+// One hosted instance's snapshots: suspend checkpoints it into a directory of the host's work
+// directory and stores that in the snapshot store under its owner and id; resume loads it back
+// (checked against the digest its record keeps) and restores it. The local copy is removed
+// either way; the stored one when the instance is restored or ends.
+import { mkdtemp, rm } from "node:fs/promises";
+import { join } from "node:path";
+import type { InstanceSnapshots, MicrovmProvider, SavedSnapshot } from "../../vm-runtime/index.ts";
+import type { SnapshotStore } from "./snapshot-store.ts";
+
+export interface SnapshotKeeperOptions {
+  readonly store: SnapshotStore;
+  readonly provider: MicrovmProvider;
+  /** The host's own directory (root's): checkpoint images are written below it. */
+  readonly workDir: string;
+  readonly owner: string;
+  readonly microvmId: string;
+  /** A snapshot of it is stored already (an adopted instance). */
+  readonly stored?: boolean;
+}
+
+export interface SnapshotKeeper extends InstanceSnapshots {
+  /** Deletes the stored snapshot (once a save under way has ended); nothing when it never saved one. */
+  discard(): Promise<void>;
+}
+
+/** The keeper of an instance, or undefined where its provider cannot checkpoint. */
+export function snapshotKeeper(options: SnapshotKeeperOptions): SnapshotKeeper | undefined {
+  const { store, provider, owner, microvmId } = options;
+  const { checkpoint, restore } = provider;
+  if (!checkpoint || !restore) return undefined;
+  /** The last save, until it has ended; undefined while no snapshot was ever saved. */
+  let saving: Promise<unknown> | undefined = options.stored ? Promise.resolve() : undefined;
+  const withImageDir = async <T>(use: (dir: string) => Promise<T>): Promise<T> => {
+    const dir = await mkdtemp(join(options.workDir, "snapshot-"));
+    try {
+      return await use(dir);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+  return {
+    save(handle) {
+      const saved = withImageDir(async (dir): Promise<SavedSnapshot> => {
+        await checkpoint.call(provider, handle, dir);
+        return store.save(owner, microvmId, dir);
+      });
+      saving = saved.catch(() => undefined);
+      return saved;
+    },
+    async restore(saved, signal) {
+      const handle = await withImageDir(async (dir) => {
+        await store.load(owner, microvmId, saved, dir);
+        return restore.call(provider, { microvmId }, dir, signal);
+      });
+      // Running again: the snapshot is stale, and counts against its owner's quota.
+      await store.delete(owner, microvmId);
+      return handle;
+    },
+    async discard() {
+      // An instance never checkpointed has no snapshot: nothing to ask the store.
+      if (!saving) return;
+      await saving;
+      await store.delete(owner, microvmId);
+    },
+  };
+}
