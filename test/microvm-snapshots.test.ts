@@ -44,6 +44,7 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
   before(async () => {
     svc = await startMicrovmService(defer, {
       provider: "gvisor",
+      snapshots: true,
       images: { counter: testImages.counter },
       limits: { memoryMiB: 96, scratchMiB: 8, warmInstances: 0 },
       retentionSeconds: 60,

@@ -60,8 +60,8 @@ export interface MicrovmHostOptions {
   readonly imageStoreMiB?: number;
   /**
    * Suspend checkpoints instances into stored snapshots where the provider can (gVisor), so a
-   * SUSPENDED instance holds no process and survives its host (`MICROVM_SNAPSHOTS`, default
-   * true); false keeps the freezer everywhere.
+   * SUSPENDED instance holds no process and survives its host (`MICROVM_SNAPSHOTS=1`; off by
+   * default: the freezer everywhere, until SuspendMicrovm's answer waits for a checkpoint).
    */
   readonly snapshots?: boolean;
   /** Bytes of stored snapshots per principal in MiB (`MICROVM_SNAPSHOT_QUOTA_MIB`, default 256). */
@@ -124,7 +124,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       throw err;
     },
   );
-  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots !== false;
+  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots === true;
   const reconciled = await reconcileHost(store, hostId, workDir, provider, keepSnapshots);
   const builtins = options.images ?? { sandbox: builtinImages.sandbox };
   const imageOptions = {
