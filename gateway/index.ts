@@ -72,12 +72,11 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
   return {
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),
     job: createApiServer({ ...common, operations: Object.values(jobApi), info: info("Job API") }),
-    // On the gateway-only subjects, with the caller's principal; no CORS, JSON POSTs only.
+    // On the gateway-only subjects, with the caller's principal (its contracts' API says so); no CORS, JSON POSTs only.
     microvm: createApiServer({
       ...common,
       operations: Object.values(microvmApi),
       info: info("MicroVM API"),
-      sendPrincipal: true,
       jsonOnly: true,
       hostNames: [...(options.hostNames ?? []), ...(options.microvmHostNames ?? [])],
     }),

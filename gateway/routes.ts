@@ -15,6 +15,7 @@ import {
   requestSubject,
   RouteNotFound,
   requestBody,
+  sendsPrincipal,
   viaGateway,
   type Operation,
 } from "../schemas/index.ts";
@@ -40,8 +41,6 @@ export interface RouteOptions {
   localReads?: LocalReads;
   /** Sends owned operations' requests to the owning process directly when it is known. */
   ownerRouting?: OwnerRouting;
-  /** Tell the actor who asks (`Microvm-Principal`): the microVM API, on its gateway-only subjects. */
-  sendPrincipal?: boolean;
   /** Every POST must say `content-type: application/json`, even without a body (else 415). */
   jsonOnly?: boolean;
 }
@@ -66,8 +65,10 @@ function operationRoute(op: Operation, options: RouteOptions) {
   // An unanswered request to an owner is sent on (hedged): only a repeatable one may be.
   const ownerRouting = isOwned(op) && repeatable ? options.ownerRouting : undefined;
   const attemptMs = repeatable ? (options.attemptTimeoutMs ?? 1_500) : undefined;
-  // With the principal header, only on the subjects that only the gateway may publish.
-  const target = options.sendPrincipal ? viaGateway(op) : op;
+  // Who asks (`Microvm-Principal`), where the contract's API takes it: only on the subjects
+  // that only the gateway may publish.
+  const principal = sendsPrincipal(op);
+  const target = principal ? viaGateway(op) : op;
   return async (req: Request, res: ServerResponse) => {
     const started = performance.now();
     const id = requestId(req);
@@ -90,7 +91,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
       } else {
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
-        if (options.sendPrincipal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+        if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
         const body = requestBody(op, input);
         // Straight to the owner when known; else, or
         // when it did not serve, through the shared subject, where any actor routes it.

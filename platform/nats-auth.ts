@@ -4,7 +4,18 @@
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import * as nkeys from "@nats-io/nkeys";
-import { SERVICE_API_PREFIX, serviceControlSubjects, serviceNames } from "../schemas/index.ts";
+import {
+  allOperations,
+  isOwned,
+  ownerSubjects,
+  SERVICE_API_PREFIX,
+  sendsPrincipal,
+  serviceControlSubjects,
+  serviceNames,
+  servingRole,
+  subscriptionSubject,
+  viaGateway,
+} from "../schemas/index.ts";
 import { actorBuckets, bucketNames, imageObjectBucket, jobsCreatedSubject, snapshotObjectBucket } from "./buckets.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
@@ -102,45 +113,76 @@ function objOwn(bucket: string): string[] {
   ];
 }
 
-/** The operation subjects anyone with access may request (the NATS contract). */
-function publicOperations(p: (s: string) => string): string[] {
-  return [
-    p("tasks.get"),
-    p("tasks.create"),
-    p("taskobjects.*.get"),
-    p("taskobjects.*.create"),
-    p("jobs.get"),
-    p("jobs.create"),
-    p("microvms.*"),
-    p("microvms.images.*"),
-  ];
+/** The operation subjects a role publishes (requests) and subscribes to (serves). */
+export interface OperationGrants {
+  readonly publish: readonly string[];
+  readonly subscribe: readonly string[];
 }
 
-/** Least-privilege permissions of every role; `prefix` is the subject prefix of the operations. */
+/**
+ * The operation subjects of every role, derived from the contracts (`allOperations`, each
+ * served by its API's role, `apiServices`): a new operation gets its subjects here by itself.
+ */
+export function operationGrants(prefix = ""): Record<NatsRole, OperationGrants> {
+  const grants = Object.fromEntries(
+    natsRoles.map((role) => [role, { publish: new Set<string>(), subscribe: new Set<string>() }]),
+  ) as Record<NatsRole, { publish: Set<string>; subscribe: Set<string> }>;
+  for (const op of allOperations) {
+    const server = grants[servingRole(op)];
+    const shared = subscriptionSubject(op, prefix);
+    // Other services call every operation on its shared subject, as `nats:internal`.
+    grants.internal.publish.add(shared);
+    server.subscribe.add(shared);
+    if (sendsPrincipal(op)) {
+      // The HTTP caller's principal travels on copies only the gateway may publish.
+      const gatewayOnly = subscriptionSubject(viaGateway(op), prefix);
+      grants.gateway.publish.add(gatewayOnly);
+      server.subscribe.add(gatewayOnly);
+    } else {
+      grants.gateway.publish.add(shared);
+    }
+    if (isOwned(op)) {
+      // Owners serve their own subjects and pass requests that reached them to each other.
+      const owners = ownerSubjects(op, prefix);
+      server.subscribe.add(owners);
+      server.publish.add(owners);
+      // The gateway finds a name's owner from its lease and asks it directly (a record's
+      // host is found by the hosts, which forward).
+      if (op.placement.kind === "byName") grants.gateway.publish.add(owners);
+    }
+  }
+  return Object.fromEntries(
+    natsRoles.map((role) => [role, { publish: [...grants[role].publish], subscribe: [...grants[role].subscribe] }]),
+  ) as unknown as Record<NatsRole, OperationGrants>;
+}
+
+/**
+ * Least-privilege permissions of every role: the operation subjects (`operationGrants`), the
+ * buckets each role reads or owns, its inbox and its service's discovery subjects.
+ * `prefix` is the subject prefix of the operations.
+ */
 export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
-  const p = (subject: string) => (prefix ? `${prefix}.${subject}` : subject);
+  const ops = operationGrants(prefix);
   const inbox = (role: NatsRole) => `${inboxPrefixOf(role)}.>`;
-  const taskOps = [p("tasks.get"), p("tasks.create"), p("taskobjects.>"), p("jobs.get"), p("jobs.create")];
   return {
     gateway: {
-      // The task operations (owners' own subjects included), the microVM operations on the
-      // gateway's subjects (which carry the HTTP principal), and the reads it serves itself.
-      publish: {
-        allow: [...taskOps, p("microvms.gateway.*"), p("microvms.gateway.images.*"), ...ACTOR_BUCKETS.flatMap(kvRead)],
-      },
-      subscribe: { allow: [inbox("gateway")] },
+      // Besides the operations, the reads it serves itself from storage.
+      publish: { allow: [...ops.gateway.publish, ...ACTOR_BUCKETS.flatMap(kvRead)] },
+      subscribe: { allow: [...ops.gateway.subscribe, inbox("gateway")] },
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {
-      publish: { allow: [p("taskobjects.owner.>"), ...ACTOR_BUCKETS.flatMap(kvOwn), "$JS.API.INFO"] },
-      subscribe: { allow: [...taskOps, ...serviceControlSubjects(serviceNames.actors), inbox("actors")] },
+      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn), "$JS.API.INFO"] },
+      subscribe: {
+        allow: [...ops.actors.subscribe, ...serviceControlSubjects(serviceNames.actors), inbox("actors")],
+      },
       allow_responses: true,
     },
     microvms: {
       // Purge: the retention sweep removes ended records for good.
       publish: {
         allow: [
-          p("microvms.host.>"),
+          ...ops.microvms.publish,
           ...HOST_BUCKETS.flatMap(kvOwn),
           ...HOST_BUCKETS.map((b) => `$JS.API.STREAM.PURGE.KV_${b}`),
           ...objOwn(imageObjectBucket),
@@ -149,15 +191,7 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
         ],
       },
       subscribe: {
-        allow: [
-          p("microvms.*"),
-          p("microvms.gateway.*"),
-          p("microvms.images.*"),
-          p("microvms.gateway.images.*"),
-          p("microvms.host.>"),
-          ...serviceControlSubjects(serviceNames.microvms),
-          inbox("microvms"),
-        ],
+        allow: [...ops.microvms.subscribe, ...serviceControlSubjects(serviceNames.microvms), inbox("microvms")],
       },
       allow_responses: true,
     },
@@ -166,8 +200,8 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
       // watched on the subject the server republishes them to, and replayed by direct gets:
       // no consumer, since a push consumer may name any deliver subject (permissions cannot
       // see it) and so make the server publish where this user may not.
-      publish: { allow: [...publicOperations(p), ...kvRead(bucketNames.jobs), `${SERVICE_API_PREFIX}.>`] },
-      subscribe: { allow: [`${jobsCreatedSubject(prefix)}.>`, inbox("internal")] },
+      publish: { allow: [...ops.internal.publish, ...kvRead(bucketNames.jobs), `${SERVICE_API_PREFIX}.>`] },
+      subscribe: { allow: [...ops.internal.subscribe, `${jobsCreatedSubject(prefix)}.>`, inbox("internal")] },
     },
   };
 }

@@ -55,6 +55,17 @@ export function ownerSubjectRoot(root: string, kind: OwnedPlacement["kind"], own
 }
 
 /**
+ * Every owner's own subjects of owned `op`, as a wildcard (`taskobjects.owner.>`,
+ * `microvms.host.>`): what owners serve and forward on.
+ */
+export function ownerSubjects(op: Operation, prefix = ""): string {
+  const placement = op.placement;
+  if (placement.kind === "stateless") throw new TypeError(`${op.name} has no owner: it is stateless`);
+  const root = op.subject.slice(0, op.subject.indexOf("."));
+  return withPrefix(prefix, `${root}.${OWNER_MARK[placement.kind]}.>`);
+}
+
+/**
  * The copy of an owned `op` that process `ownerId` alone serves: its subject with the owner's
  * mark after the first token (`taskobjects.owner.<token>.{name}.get`, `microvms.host.<token>.token`).
  */
