@@ -97,7 +97,7 @@ test("proxy - every 403 names the header or the port that is wrong", async (t) =
     ["expired", hello(base, token([{ port: 8080 }], "vm-proxy", now - 61_000)), /X-aws-proxy-auth token has expired/],
     ["too-long-lived", hello(base, signedClaims({ ...claims, exp: now + 61 * 60_000 })), /X-aws-proxy-auth token/],
     ["wrong-instance", hello(base, token([{ port: 8080 }], "vm-other")), /X-aws-proxy-auth token is for another/],
-    ["port-not-allowed", hello(base, token([{ port: 3000 }])), /X-aws-proxy-port .* X-aws-proxy-auth token's allowed/],
+    ["port-not-allowed", hello(base, token([{ port: 3000 }])), /port 8080, .* X-aws-proxy-auth token's allowed ports/],
   ];
   for (const [reason, answered, names] of cases) {
     const { status, body } = await answered;
@@ -180,6 +180,29 @@ test("proxy - a port outside the token's ports is 403", async (t) => {
   const ranged = token([{ range: { startPort: 3000, endPort: 3009 } }]);
   assert.equal((await hello(base, ranged, "3010")).status, 403);
   assert.equal((await hello(base, ranged, "8080")).status, 403);
+});
+
+test("proxy - a port outside the token's is 403 naming that port and the token's ports", async (t) => {
+  const { base } = await startProxy(t);
+  const ports = [{ port: 3000 }, { range: { startPort: 9000, endPort: 9001 } }];
+  const asked = await hello(base, token(ports), "9002");
+  assert.equal(asked.status, 403);
+  assert.deepEqual(
+    [asked.body._tag, asked.body.reason, asked.body.port, asked.body.allowedPorts],
+    ["MicrovmProxyForbidden", "port-not-allowed", 9002, ports],
+  );
+  assert.equal(
+    asked.body.message,
+    "request refused: port-not-allowed: port 9002, which X-aws-proxy-port asks for, is not among the " +
+      "X-aws-proxy-auth token's allowed ports (3000, 9000-9001): send X-aws-proxy-port with one of those, " +
+      "or ask CreateAuthToken for a token that opens port 9002",
+  );
+  const byDefault = await hello(base, token(ports));
+  assert.equal(byDefault.body.port, 8080);
+  assert.match(
+    byDefault.body.message,
+    /^request refused: port-not-allowed: port 8080, which the request asks for \(no X-aws-proxy-port: 8080\)/,
+  );
 });
 
 test("proxy - an invalid X-aws-proxy-port is 400 once the token is valid", async (t) => {

@@ -104,6 +104,7 @@ test("token - a single port allows only that port", () => {
   assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", port: 8080 }), {
     ok: false,
     reason: "port-not-allowed",
+    allowedPorts: [{ port: 3000 }],
   });
 });
 
@@ -115,6 +116,7 @@ test("token - a range allows its bounds and nothing outside", () => {
     assert.deepEqual(verifyAuthToken(token, key, { microvmId: "vm-1", port }), {
       ok: false,
       reason: "port-not-allowed",
+      allowedPorts: [{ range: { startPort: 3000, endPort: 3010 } }],
     });
   }
 });
@@ -168,7 +170,11 @@ test("token cache - a remembered token still expires and is still checked per po
   const verifier = createTokenVerifier(key, "vm-1");
   assert.equal(verifier.verify(token, 8080, issued + 1).ok, true);
   assert.equal(verifier.verify(token, 8080, issued + 2).ok, true, "answered from the cache");
-  assert.deepEqual(verifier.verify(token, 9000, issued + 3), { ok: false, reason: "port-not-allowed" });
+  assert.deepEqual(verifier.verify(token, 9000, issued + 3), {
+    ok: false,
+    reason: "port-not-allowed",
+    allowedPorts: [{ port: 8080 }],
+  });
   assert.deepEqual(verifier.verify(token, 8080, issued + 60_000), { ok: false, reason: "expired" });
 });
 

@@ -86,10 +86,14 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const virtualPort = parsePort(req.headers[PROXY_PORT_HEADER.toLowerCase()]);
+    const portHeader = req.headers[PROXY_PORT_HEADER.toLowerCase()];
+    const virtualPort = parsePort(portHeader);
     const token = req.headers[PROXY_AUTH_HEADER.toLowerCase()];
     const verdict = tokens.verify(typeof token === "string" ? token : undefined, virtualPort, now());
-    if (!verdict.ok) return answer(res, proxyAnswers.forbidden(verdict.reason));
+    if (!verdict.ok) {
+      const asked = virtualPort === undefined ? undefined : { port: virtualPort, fromHeader: portHeader !== undefined };
+      return answer(res, proxyAnswers.forbidden(verdict, asked));
+    }
     if (virtualPort === undefined) return answer(res, proxyAnswers.invalidPort());
     track(res);
     const state = options.state();

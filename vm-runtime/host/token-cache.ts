@@ -23,7 +23,8 @@ export function createTokenVerifier(key: TokenKey, microvmId: string, capacity =
         verified.delete(token!);
         return { ok: false, reason: "expired" };
       }
-      if (port !== undefined && !portAllowed(claims.ports, port)) return { ok: false, reason: "port-not-allowed" };
+      if (port !== undefined && !portAllowed(claims.ports, port))
+        return { ok: false, reason: "port-not-allowed", allowedPorts: claims.ports };
       return { ok: true, claims };
     },
   };

@@ -1,7 +1,7 @@
 // The proxy's own answers, one catalogue: each a stable `_tag`, its HTTP status and a JSON
 // body. Reasons explain a 403 without echoing anything secret (never the token).
-import type { TokenRejection } from "./token.ts";
-import type { MicrovmState } from "../../schemas/index.ts";
+import type { TokenRejection, TokenVerdict } from "./token.ts";
+import type { AllowedPort, MicrovmState } from "../../schemas/index.ts";
 
 /** A proxy answer: status, JSON body and extra headers. */
 export interface ProxyAnswer {
@@ -12,6 +12,15 @@ export interface ProxyAnswer {
 
 /** Why the proxy could not reach the app. */
 export type BadGatewayReason = "no-listener" | "timeout" | "connection-failed";
+
+/** A token the proxy refused, as its verifier says (for a port outside it, with the token's ports). */
+export type TokenRefusal = Extract<TokenVerdict, { ok: false }>;
+
+/** The port a request asked for: `X-aws-proxy-port`, or 8080 when it sent none. */
+export interface AskedPort {
+  readonly port: number;
+  readonly fromHeader: boolean;
+}
 
 /** What is wrong, by name of the header (or port) to fix: `request refused: <reason>: <this>`. */
 const refusals: Record<TokenRejection, string> = {
@@ -27,11 +36,42 @@ const refusals: Record<TokenRejection, string> = {
     "the port X-aws-proxy-port asks for (8080 when absent) is not among the X-aws-proxy-auth token's allowed ports",
 };
 
+const portsText = (ports: readonly AllowedPort[]) =>
+  ports
+    .map((p) => ("port" in p ? String(p.port) : "range" in p ? `${p.range.startPort}-${p.range.endPort}` : "all"))
+    .join(", ");
+
+/**
+ * The port refusal names the port asked for and the token's ports. Only a token that passed
+ * every other check gets here, and its ports are readable in it: nothing is told that the
+ * caller does not hold already.
+ */
+function portRefusal(allowedPorts: readonly AllowedPort[], asked: AskedPort): ProxyAnswer["body"] {
+  const which = asked.fromHeader ? "X-aws-proxy-port asks for" : "the request asks for (no X-aws-proxy-port: 8080)";
+  return {
+    _tag: "MicrovmProxyForbidden",
+    reason: "port-not-allowed",
+    port: asked.port,
+    allowedPorts,
+    message:
+      `request refused: port-not-allowed: port ${asked.port}, which ${which}, is not among the ` +
+      `X-aws-proxy-auth token's allowed ports (${portsText(allowedPorts)}): send X-aws-proxy-port with ` +
+      `one of those, or ask CreateAuthToken for a token that opens port ${asked.port}`,
+  };
+}
+
 export const proxyAnswers = {
-  /** 403: missing, malformed, forged, expired, other-instance token or a port outside it. */
-  forbidden: (reason: TokenRejection): ProxyAnswer => ({
+  /** 403: missing, malformed, forged, expired, other-instance token or a port outside it (named, with the token's). */
+  forbidden: (refusal: TokenRefusal, asked?: AskedPort): ProxyAnswer => ({
     status: 403,
-    body: { _tag: "MicrovmProxyForbidden", reason, message: `request refused: ${reason}: ${refusals[reason]}` },
+    body:
+      refusal.reason === "port-not-allowed" && asked
+        ? portRefusal(refusal.allowedPorts, asked)
+        : {
+            _tag: "MicrovmProxyForbidden",
+            reason: refusal.reason,
+            message: `request refused: ${refusal.reason}: ${refusals[refusal.reason]}`,
+          },
   }),
   /** 400: `X-aws-proxy-port` is not a port number. */
   invalidPort: (): ProxyAnswer => ({

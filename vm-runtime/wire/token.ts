@@ -43,7 +43,9 @@ export type TokenRejection =
 
 export type TokenVerdict =
   | { readonly ok: true; readonly claims: TokenClaims }
-  | { readonly ok: false; readonly reason: TokenRejection };
+  | { readonly ok: false; readonly reason: Exclude<TokenRejection, "port-not-allowed"> }
+  /** A valid token for other ports: its ports, to say which are open (they are no secret: the token carries them readable). */
+  | { readonly ok: false; readonly reason: "port-not-allowed"; readonly allowedPorts: readonly AllowedPort[] };
 
 /** A signing secret: at least 32 bytes. */
 export type SecretKey = string | Buffer | KeyObject;
@@ -132,7 +134,7 @@ export function verifyAuthToken(
   if (claims.exp <= now) return { ok: false, reason: "expired" };
   if (claims.mid !== expect.microvmId) return { ok: false, reason: "wrong-instance" };
   if (expect.port !== undefined && !portAllowed(claims.ports, expect.port))
-    return { ok: false, reason: "port-not-allowed" };
+    return { ok: false, reason: "port-not-allowed", allowedPorts: claims.ports };
   return { ok: true, claims };
 }
 
