@@ -4,7 +4,9 @@
 import autocannon from "autocannon";
 import type { EventEmitter } from "node:events";
 import { createTally } from "./latency.ts";
-import type { LoadResult, LoadSettings } from "./types.ts";
+import type { HttpLoadSpec, LoadResult, LoadSettings } from "./types.ts";
+
+export type { HttpLoadSpec, HttpRequestSpec } from "./types.ts";
 import { runWrkLoad, wrkVersion } from "./wrk-load.ts";
 
 export type HttpDriverName = "wrk" | "autocannon";
@@ -23,23 +25,6 @@ export function chooseHttpDriver(wanted?: HttpDriverName): HttpDriver {
   if (wanted === "wrk" && !wrk) throw new Error("--driver wrk: wrk is not installed (Debian: apt-get install wrk)");
   chosen = wrk ? { name: "wrk", version: wrk } : { name: "autocannon", version: `autocannon (in the bench process)` };
   return chosen;
-}
-
-export interface HttpRequestSpec {
-  method: "GET" | "POST";
-  path: string;
-  body?: string;
-}
-
-export interface HttpLoadSpec {
-  /** Origin, e.g. `http://127.0.0.1:8787`. */
-  url: string;
-  /** The request to send next; called once per request unless `fixed`. */
-  next(): HttpRequestSpec;
-  /** Every request is the same: built once, which keeps the load generator's cost down. */
-  fixed?: boolean;
-  /** A non-2xx status that is the right answer (404 for a missing id). */
-  expectedStatus?: number;
 }
 
 const jsonHeaders = { "content-type": "application/json" };

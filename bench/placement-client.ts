@@ -2,7 +2,7 @@
 // holding the name (the gateway's owner routing), falling back to the shared subject; `shared`:
 // always the shared subject, where a non-owner forwards to the owner.
 import { randomUUID } from "node:crypto";
-import { ClientError, natsClient } from "../client/index.ts";
+import { ClientError, natsClient, type Client } from "../client/index.ts";
 import { leaseOwners } from "../actors/index.ts";
 import { ownerRouting } from "../gateway/index.ts";
 import { recordStores, type NatsHandle } from "../platform/index.ts";
@@ -14,9 +14,11 @@ import {
   taskApi,
   type Operation,
 } from "../schemas/index.ts";
-import type { TaskClient } from "./placement-cluster.ts";
 
 export type Routing = "owner" | "shared";
+
+/** A Task API client as the placement bench drives it. */
+export type TaskClient = Client<typeof taskApi>;
 
 export function benchTaskClient(handle: NatsHandle, routing: Routing): TaskClient {
   const shared = natsClient(taskApi, handle.nc);

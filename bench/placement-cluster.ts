@@ -11,13 +11,9 @@ import {
   type RunningCluster,
   type Topology,
 } from "../cluster/index.ts";
-import type { Client } from "../client/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
-import type { taskApi } from "../schemas/index.ts";
 import type { ProcessGroups } from "./types.ts";
-import { benchTaskClient, type Routing } from "./placement-client.ts";
-
-export type TaskClient = Client<typeof taskApi>;
+import { benchTaskClient, type Routing, type TaskClient } from "./placement-client.ts";
 
 export interface BenchCluster {
   readonly client: TaskClient;

@@ -4,7 +4,7 @@
 import { build, type Histogram } from "hdr-histogram-js";
 import { ClientError } from "../client/index.ts";
 import { inPool } from "./nats-load.ts";
-import type { TaskClient } from "./placement-cluster.ts";
+import type { TaskClient } from "./placement-client.ts";
 
 export type OpKind = "createTaskDO" | "getTaskDO";
 export const opKinds: readonly OpKind[] = ["createTaskDO", "getTaskDO"];

@@ -40,3 +40,21 @@ export type Measurement = LoadResult & ProcessUsage;
 
 /** Pids by group; the groups the table reports are `service` and `nats`. */
 export type ProcessGroups = Record<string, number[]>;
+
+/** One HTTP request of a load run. */
+export interface HttpRequestSpec {
+  method: "GET" | "POST";
+  path: string;
+  body?: string;
+}
+
+export interface HttpLoadSpec {
+  /** Origin, e.g. `http://127.0.0.1:8787`. */
+  url: string;
+  /** The request to send next; called once per request unless `fixed`. */
+  next(): HttpRequestSpec;
+  /** Every request is the same: built once, which keeps the load generator's cost down. */
+  fixed?: boolean;
+  /** A non-2xx status that is the right answer (404 for a missing id). */
+  expectedStatus?: number;
+}

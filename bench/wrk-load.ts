@@ -5,8 +5,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { HttpLoadSpec, HttpRequestSpec } from "./http-load.ts";
-import type { LoadResult, LoadSettings } from "./types.ts";
+import type { HttpLoadSpec, HttpRequestSpec, LoadResult, LoadSettings } from "./types.ts";
 
 /** Requests sampled from a dynamic `next()`: enough to cycle over every seeded record. */
 const SAMPLED_REQUESTS = 20_000;
