@@ -1,8 +1,8 @@
 // The commands of `taskctl`: arguments, options, the typed client call, and a friendly text
 // next to the raw JSON answer. `cli.ts` parses argv and runs them. Only types come from the
 // contracts here: help and usage errors answer without loading them.
-import { DEFAULT_IDLE_POLICY, type AllowedPort, type jobApi, type microvmApi, type taskApi } from "../schemas/index.ts";
-import type { Client } from "./index.ts";
+import type { AllowedPort, jobApi, microvmApi, taskApi } from "../schemas/index.ts";
+import type { Client } from "./typed-client.ts";
 import { imageCommands } from "./cli-images.ts";
 import { fields, idlePolicyText, microvmTable, microvmText, taskText } from "./cli-output.ts";
 
@@ -157,24 +157,37 @@ export const commands: readonly CommandSpec[] = [
       idle: { type: "string", value: "SECONDS", description: "suspend after this long without requests (default 300)" },
       suspended: { type: "string", value: "SECONDS", description: "terminate after this long suspended (default 600)" },
       "no-auto-resume": { type: "boolean", description: "do not resume a suspended instance on a request" },
-      wait: { type: "boolean", description: "wait until the instance is RUNNING (at most 30 s)" },
+      wait: {
+        type: "boolean",
+        description: "answer once the instance is RUNNING (the service waits: RunMicrovm ?wait=running)",
+      },
+      "wait-seconds": {
+        type: "string",
+        value: "SECONDS",
+        description: "wait at most this long, 1-60 (default 30), then fail naming the instance; implies --wait",
+      },
     },
     async run(client, _args, options) {
+      const { DEFAULT_IDLE_POLICY, DEFAULT_RUN_WAIT_SECONDS } = await import("./cli-apis.ts");
       const idlePolicy = {
         maxIdleDurationSeconds: integer(options, "idle", DEFAULT_IDLE_POLICY.maxIdleDurationSeconds),
         suspendedDurationSeconds: integer(options, "suspended", DEFAULT_IDLE_POLICY.suspendedDurationSeconds),
         autoResumeEnabled: !options["no-auto-resume"],
       };
       const imageIdentifier = (options.image as string | undefined) ?? "sandbox";
-      const answer = await client.runMicrovm({ imageIdentifier, idlePolicy }, { idempotencyKey: crypto.randomUUID() });
-      if (!options.wait) {
+      const wait = options.wait === true || options["wait-seconds"] !== undefined;
+      const waitSeconds = integer(options, "wait-seconds", DEFAULT_RUN_WAIT_SECONDS);
+      const answer = await client.runMicrovm(
+        { imageIdentifier, idlePolicy, ...(wait ? { wait: "running" as const, waitSeconds } : {}) },
+        { idempotencyKey: crypto.randomUUID() },
+      );
+      if (!wait) {
         return {
           json: answer,
           text: `launched microVM ${answer.microvmId} (${answer.state}) at ${answer.endpoint}\n${idlePolicyText(idlePolicy)}`,
         };
       }
-      const { waitRunningStep } = await import("./launch-steps.ts");
-      await waitRunningStep(client, answer.microvmId, 30_000);
+      // RUNNING already (the service answered after its wait): one read for the whole record.
       const vm = await client.getMicrovm({ microvmIdentifier: answer.microvmId });
       return { json: vm, text: `launched microVM ${vm.microvmId}\n${microvmText(vm)}` };
     },

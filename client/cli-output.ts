@@ -83,6 +83,11 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
       return `no image named "${body.imageIdentifier}"`;
     case "InvalidStateTransition":
       return `microVM ${body.microvmId} is ${body.state}: ${body.message}`;
+    case "MicrovmStartTimeout":
+      return (
+        `microVM ${body.microvmId}: ${body.message}\nhint: \`taskctl microvm get ${body.microvmId}\` shows its state, ` +
+        `\`taskctl microvm terminate ${body.microvmId}\` stops it`
+      );
     case "MicrovmLimitExceeded":
       return `the microVM host runs its limit of ${body.limit} instances; terminate one first`;
     case "HttpApiDecodeError":

@@ -62,6 +62,7 @@ const commonHelp = () => [
   "(what `npm start` listens on). With --nats the subject prefix is NATS_SUBJECT_PREFIX (none by default).",
   "API keys: TASKCTL_API_KEY is sent as the bearer key. NATS credentials: NATS_CREDS, NATS_USER/NATS_PASSWORD,",
   "NATS_NKEY (a seed file), NATS_AUTH_DIR, else for the NATS of a local `npm start` its `internal` user.",
+  "TASKCTL_TIMEOUT_MS: how long to wait for an answer over HTTP (default 15000), plus a run's --wait.",
 ];
 
 function generalHelp(): string {
@@ -117,7 +118,7 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
   const [group, name] = loose.positionals;
   const help = loose.values.help === true;
   if (group === undefined && loose.values.version === true) {
-    io.out((await import("../platform/index.ts")).packageVersion());
+    io.out((await import("./cli-platform.ts")).packageVersion());
     return 0;
   }
   if (group === undefined || group === "help") {
@@ -181,18 +182,22 @@ async function execute(command: CommandSpec, args: string[], values: OptionValue
   let nc: NatsConnection | undefined;
   try {
     if (!natsUrl) checkedUrl(url);
-    // Loaded only now, not for help and usage errors: the contracts take most of a second to load.
-    const [{ httpClient, natsClient }, { taskApi, jobApi, microvmApi }] = await Promise.all([
-      import("./index.ts"),
-      import("../schemas/index.ts"),
-    ]);
+    // Loaded only now, not for help and usage errors; NATS only with --nats. The service checks
+    // every input with the contracts' schemas (the same 400), so the CLI does not load them.
+    const { httpClient, nodeHttpSend, taskApi, jobApi, microvmApi } = await import("./cli-apis.ts");
     const api = { task: taskApi, job: jobApi, microvm: microvmApi }[command.api];
     if (natsUrl) nc = await connectOrExplain(natsUrl, io.env);
     const client = nc
-      ? natsClient(api, nc, { prefix: io.env.NATS_SUBJECT_PREFIX ?? "" })
+      ? (await import("./nats-client.ts")).natsClient(api, nc, {
+          prefix: io.env.NATS_SUBJECT_PREFIX ?? "",
+          validate: false,
+        })
       : httpClient(api, url, {
-          fetch: fetchWithTimeout(Number(io.env.TASKCTL_TIMEOUT_MS) || 15_000),
+          fetch: nodeHttpSend,
+          // A run that waits for RUNNING gets its wait on top of this (RunMicrovm's waitSeconds).
+          timeoutMs: Number(io.env.TASKCTL_TIMEOUT_MS) || 15_000,
           apiKey: io.env.TASKCTL_API_KEY || undefined,
+          validate: false,
         });
     const outcome = await command.run(client as never, args, values);
     io.out(values.json ? JSON.stringify(outcome.json) : outcome.text);
@@ -214,7 +219,7 @@ function checkedUrl(url: string): string {
 async function connectOrExplain(servers: string, env: NodeJS.ProcessEnv): Promise<NatsConnection> {
   const [{ connect }, { authOptions, clientCredentials }] = await Promise.all([
     import("@nats-io/transport-node"),
-    import("../platform/index.ts"),
+    import("./cli-platform.ts"),
   ]);
   const auth = authOptions(await clientCredentials(servers, env));
   try {
@@ -255,10 +260,6 @@ async function apiKeyCommand(args: readonly string[], help: boolean, io: CliIo):
     `key:  ${made.key}\nline: ${made.line}\n(add the line to the file API_KEYS_FILE names; the key is shown only now)`,
   );
   return 0;
-}
-
-function fetchWithTimeout(ms: number): typeof fetch {
-  return (input, init) => fetch(input, { ...init, signal: AbortSignal.timeout(ms) });
 }
 
 const defaultIo: CliIo = {

@@ -1,9 +1,10 @@
 // The esbuild bundles `npm start` and `taskctl` run on plain node: dist/main.mjs (the service)
-// and dist/taskctl.mjs (the CLI), with the source files of each listed beside it so the CLI's
+// and dist/taskctl.mjs (the CLI, with the chunks its commands load on use beside it,
+// dist/taskctl.*-<hash>.mjs), with the source files of each listed beside it so the CLI's
 // launcher can tell a stale bundle. `node scripts/build.mjs` (npm run build) writes both.
-import { rename, writeFile, mkdir } from "node:fs/promises";
+import { mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import * as esbuild from "esbuild";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -11,15 +12,20 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 /** The bundles: entry (relative to the repository) → output under dist/. */
 export const bundles = {
   main: { entry: "main.ts", out: "dist/main.mjs", packages: "external" },
-  // Every call of the CLI loads it: its dependencies are in the one file (resolving them from
+  // Every call of the CLI loads it: its dependencies are bundled (resolving them from
   // node_modules one by one took a third of a second), except esbuild, which runs a binary and
-  // is loaded only when called (the CLI reaches it through vm-runtime's index, never calls it).
+  // is loaded only when called (by `image push`). Split at the CLI's dynamic imports: help and
+  // usage errors load the entry alone, a command over HTTP adds the contracts and the client,
+  // --nats adds the NATS client. Project sources count as free of side effects, so importing a
+  // folder's index.ts brings only the modules of the names used (not Ajv, pino, prom-client).
   taskctl: {
     entry: "client/cli.ts",
     out: "dist/taskctl.mjs",
-    plugins: [lazyEsbuild()],
-    minifyWhitespace: true,
-    minifySyntax: true,
+    splitting: true,
+    plugins: [lazyEsbuild(), projectSourcesWithoutSideEffects()],
+    minify: true,
+    // Function names stay: the CLI tells errors apart by `name`, some of them set from the class.
+    keepNames: true,
     // The CommonJS dependencies inside call `require` for node's own modules.
     banner: { js: 'import { createRequire } from "node:module"; const require = createRequire(import.meta.url);' },
   },
@@ -43,30 +49,84 @@ function lazyEsbuild() {
   };
 }
 
-/** Builds one bundle; written under a temporary name and renamed, so a reader never sees half a file. */
-export async function buildBundle({ entry, out, ...options }) {
+/**
+ * The repository's own source files as free of side effects (esbuild's `sideEffects: false`):
+ * a module none of whose names is used is left out. Modules that are used keep every statement.
+ */
+function projectSourcesWithoutSideEffects() {
+  return {
+    name: "project-sources-without-side-effects",
+    setup(build) {
+      build.onResolve({ filter: /^\.\.?\// }, async ({ path, importer, resolveDir, kind, pluginData }) => {
+        if (pluginData?.resolving) return undefined;
+        const resolved = await build.resolve(path, { importer, resolveDir, kind, pluginData: { resolving: true } });
+        if (resolved.errors.length > 0 || resolved.external || resolved.path.includes("/node_modules/"))
+          return undefined;
+        return { path: resolved.path, namespace: resolved.namespace, sideEffects: false };
+      });
+    },
+  };
+}
+
+/** Writes a file under a temporary name and renames it, so a reader never sees half of it. */
+async function writeWhole(target, contents) {
+  const temporary = `${target}.${process.pid}.tmp`;
+  await writeFile(temporary, contents);
+  await rename(temporary, target);
+}
+
+/**
+ * Builds one bundle. With `splitting`, the chunks (content-hashed names) are written before the
+ * entry, and chunks no build wrote for a minute are removed: a CLI still running from the
+ * previous entry may yet load its chunks.
+ */
+export async function buildBundle({ entry, out, splitting = false, ...options }) {
+  const name = basename(out, ".mjs");
   const result = await esbuild.build({
     absWorkingDir: root,
-    entryPoints: [entry],
     bundle: true,
     platform: "node",
     format: "esm",
     target: "node20",
     write: false,
     metafile: true,
-    outfile: out,
     logLevel: "warning",
+    ...(splitting
+      ? {
+          splitting,
+          entryPoints: { [name]: entry },
+          outdir: dirname(out),
+          entryNames: "[name]",
+          // Beside the entry, not in a folder: modules find package.json one level up.
+          chunkNames: `${name}.[name]-[hash]`,
+          outExtension: { ".js": ".mjs" },
+        }
+      : { entryPoints: [entry], outfile: out }),
     ...options,
   });
-  await mkdir(join(root, "dist"), { recursive: true });
-  // Files only: a plugin's module (`lazy-esbuild:esbuild`) has no file to compare.
-  const inputs = Object.keys(result.metafile.inputs).filter((input) => !/^[\w-]+:/.test(input));
   const target = join(root, out);
-  const temporary = `${target}.${process.pid}.tmp`;
-  await writeFile(`${temporary}.inputs`, JSON.stringify(inputs));
-  await rename(`${temporary}.inputs`, `${target}.inputs.json`);
-  await writeFile(temporary, result.outputFiles[0].contents);
-  await rename(temporary, target);
+  const files = result.outputFiles.filter((file) => file.path !== target);
+  const written = new Set(files.map((file) => file.path));
+  await mkdir(join(root, dirname(out)), { recursive: true });
+  for (const file of files) await writeWhole(file.path, file.contents);
+  // The repository's files (not a plugin's module, `lazy-esbuild:esbuild`), and for the packages
+  // the lock file npm writes into node_modules on every install: one file to compare, not hundreds.
+  const inputs = Object.keys(result.metafile.inputs).filter(
+    (input) => !/^[\w-]+:/.test(input) && !input.startsWith("node_modules/"),
+  );
+  inputs.push("node_modules/.package-lock.json");
+  await writeWhole(`${target}.inputs.json`, JSON.stringify(inputs));
+  await writeWhole(target, result.outputFiles.find((file) => file.path === target).contents);
+  if (splitting) await removeOldChunks(dirname(target), `${name}.`, written);
+}
+
+async function removeOldChunks(dir, prefix, written) {
+  for (const file of await readdir(dir)) {
+    const path = join(dir, file);
+    if (!file.startsWith(prefix) || !/-[A-Z0-9]{8}\.mjs$/.test(file) || written.has(path)) continue;
+    const { mtimeMs } = await stat(path).catch(() => ({ mtimeMs: Date.now() }));
+    if (Date.now() - mtimeMs > 60_000) await rm(path, { force: true });
+  }
 }
 
 /** Builds every bundle; esbuild's helper process is stopped after, so nothing outlives the build. */

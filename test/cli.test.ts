@@ -4,12 +4,14 @@
 // `npx taskctl` and `npm run cli`, with their exit status, stdout and stderr.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { once } from "node:events";
+import { createServer, request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { runCli } from "../client/cli.ts";
 import { freePort } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
+import { assertNoInstanceLeft, startMicrovmService, waitForState, type MicrovmService } from "./helpers/microvm.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -41,6 +43,31 @@ async function runHere(args: string[], env: Record<string, string>): Promise<Run
   });
   return { code, stdout, stderr };
 }
+
+/** An HTTP proxy in front of `target` that records each request's method and path: what the CLI sent. */
+async function recordingProxy(target: string, defer: (cleanup: () => unknown) => void) {
+  const seen: string[] = [];
+  const server = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    const upstream = request(new URL(req.url!, target), { method: req.method, headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode!, answer.headers);
+      answer.pipe(res);
+    });
+    upstream.on("error", () => res.destroy());
+    req.pipe(upstream);
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  defer(() => new Promise((resolve) => server.close(resolve)));
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, seen };
+}
+
+/** A self-contained image whose module takes `ms` to load: its instances reach RUNNING that much later. */
+const slowImage = (ms: number) => `
+const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: () => new Response("no", { status: 404 }) });
+await new Promise((resolve) => setTimeout(resolve, ${ms}));
+export default defineImage({ methods: { hello: { handler: (m) => "slow " + m } } });
+`;
 
 describe("cli", () => {
   const defer = lifo(after);
@@ -212,14 +239,54 @@ describe("cli", () => {
     assert.match(invalid.stderr, /invalid request: idlePolicy\.maxIdleDurationSeconds: /);
   });
 
+  it("cli - microvm run --wait is one RunMicrovm that the service answers at RUNNING, the CLI's timeout on top of its wait", async () => {
+    await vms.overHttp.createImage({ name: "slow-cli", module: slowImage(2_000) });
+    const proxy = await recordingProxy(vms.microvmUrl, defer);
+    // 500 ms would abort a request that does not add the wait: the instance takes over 2 s to start.
+    const started = Date.now();
+    const result = await runHere(["microvm", "run", "--image", "slow-cli", "--wait", "--json"], {
+      ...env,
+      MICROVM_API_URL: proxy.url,
+      TASKCTL_TIMEOUT_MS: "500",
+    });
+    const waited = Date.now() - started;
+    assert.equal(result.code, 0, result.stderr);
+    const vm = JSON.parse(result.stdout) as { microvmId: string; state: string; imageIdentifier: string };
+    await vms.overHttp.terminateMicrovm({ microvmIdentifier: vm.microvmId });
+    assert.deepEqual([vm.state, vm.imageIdentifier], ["RUNNING", "slow-cli"]);
+    assert.ok(waited >= 2_000, `answered after ${waited} ms`);
+    // No polling: the run that waits, then one read of the record it prints.
+    assert.deepEqual(proxy.seen, [
+      "POST /2025-09-09/microvms?wait=running&waitSeconds=30",
+      `GET /2025-09-09/microvms/${vm.microvmId}`,
+    ]);
+  });
+
+  it("cli - microvm run --wait-seconds: an instance not RUNNING by then is exit 1 naming it; it goes on starting", async () => {
+    await vms.overHttp.createImage({ name: "slower-cli", module: slowImage(4_000) });
+    const started = Date.now();
+    const result = await taskctl("microvm", "run", "--image", "slower-cli", "--wait-seconds", "1", "--json");
+    const waited = Date.now() - started;
+    const id = /^error: microVM (\S+): /.exec(result.stderr)?.[1];
+    if (id) await waitForState(vms.overHttp, id, ["RUNNING"], 30_000);
+    if (id) await vms.overHttp.terminateMicrovm({ microvmIdentifier: id });
+    assert.equal(result.code, 1);
+    assert.equal(result.stdout, "");
+    assert.ok(id, result.stderr);
+    assert.match(result.stderr, /the instance is still PENDING after 1 s: it goes on starting/);
+    assert.match(result.stderr, new RegExp(`\nhint: \`taskctl microvm get ${id}\` shows its state`));
+    assert.ok(waited >= 1_000 && waited < 4_000, `answered after ${waited} ms`);
+  });
+
   it("cli - the installed command (cli-bin.mjs): output, and exit status 0, 1 or 2", async () => {
     const bin = (...args: string[]) => run(process.execPath, ["client/cli-bin.mjs", ...args], env);
     const port = await freePort();
-    const [created, missing, usage, unreachable] = await Promise.all([
+    const [created, missing, usage, unreachable, version] = await Promise.all([
       bin("tasks", "create", "from a shell", "--json"),
       bin("jobs", "get", "nope"),
       bin("tasks", "delete", "x"),
       bin("tasks", "get", "x", "--url", `http://127.0.0.1:${port}`),
+      bin("--version"),
     ]);
     assert.equal(created.code, 0, created.stderr);
     const task = JSON.parse(created.stdout) as { id: string };
@@ -231,6 +298,8 @@ describe("cli", () => {
     assert.match(usage.stderr, /^error: unknown command "tasks delete"/);
     assert.equal(unreachable.code, 1);
     assert.match(unreachable.stderr, /cannot reach the Task API .*\nhint: .*`npm start`/);
+    // Read from package.json, which the bundle's chunks find one level up.
+    assert.deepEqual([version.code, version.stdout], [0, "typed-task-service 0.1.0\n"]);
   });
 
   it("cli - `npx taskctl` and `npm run cli` run the same CLI", async () => {
