@@ -111,7 +111,7 @@ const microvmHost = {
   /** `max_bytes` of the image object store: images never take the task and job buckets' space. */
   imageStoreMiB: int("MICROVM_IMAGE_STORE_MIB", 1024) || fail("MICROVM_IMAGE_STORE_MIB must be positive"),
   /** Suspend stores a snapshot where the provider checkpoints (gVisor); `0` keeps the freezer. */
-  snapshots: env.MICROVM_SNAPSHOTS === "1",
+  snapshots: env.MICROVM_SNAPSHOTS !== "0",
   snapshotQuotaMiB: int("MICROVM_SNAPSHOT_QUOTA_MIB", 256) || fail("MICROVM_SNAPSHOT_QUOTA_MIB must be positive"),
   snapshotStoreMiB: int("MICROVM_SNAPSHOT_STORE_MIB", 1024) || fail("MICROVM_SNAPSHOT_STORE_MIB must be positive"),
   /** The principal of callers on the public `microvms.<op>` subjects (the NATS user allowed there). */

@@ -214,7 +214,25 @@ export const createAuthToken = {
   summary: "Mint a token for the instance proxy, scoped to ports and an expiry",
 } as const satisfies Operation;
 
-const transition = (name: string, verb: string, method: "POST" | "DELETE", path: string, subject: string) =>
+/**
+ * Deadline of a suspend's checkpoint (its snapshot stored) and of a resume's restore: past it
+ * the instance is FAILED. SuspendMicrovm's answer waits at most this long for its suspend to
+ * settle; ResumeMicrovm's twice as long (a suspend under way first, then the restore).
+ */
+export const SNAPSHOT_STEP_SECONDS = 30;
+/** Longest SuspendMicrovm waits for SUSPENDED (or FAILED) before it answers the state it is in. */
+export const SUSPEND_WAIT_MS = SNAPSHOT_STEP_SECONDS * 1000;
+/** Longest ResumeMicrovm waits for RUNNING (or FAILED) before it answers the state it is in. */
+export const RESUME_WAIT_MS = 2 * SNAPSHOT_STEP_SECONDS * 1000;
+
+const transition = (
+  name: string,
+  verb: string,
+  method: "POST" | "DELETE",
+  path: string,
+  subject: string,
+  waitMs?: number,
+) =>
   ({
     name,
     api: "microvm",
@@ -225,6 +243,8 @@ const transition = (name: string, verb: string, method: "POST" | "DELETE", path:
     success: InstanceState,
     errors: [MicrovmNotFound, InvalidStateTransition],
     summary: `${verb} an instance`,
+    // The answer waits for the transition to settle: the caller's time for it grows as much.
+    ...(waitMs === undefined ? {} : { waitMsOf: () => waitMs }),
   }) as const satisfies Operation;
 
 export const suspendMicrovm = transition(
@@ -233,6 +253,7 @@ export const suspendMicrovm = transition(
   "POST",
   `${base}/:microvmIdentifier/suspend`,
   "microvms.suspend",
+  SUSPEND_WAIT_MS,
 );
 export const resumeMicrovm = transition(
   "resumeMicrovm",
@@ -240,6 +261,7 @@ export const resumeMicrovm = transition(
   "POST",
   `${base}/:microvmIdentifier/resume`,
   "microvms.resume",
+  RESUME_WAIT_MS,
 );
 export const terminateMicrovm = transition(
   "terminateMicrovm",

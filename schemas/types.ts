@@ -57,8 +57,9 @@ export interface Operation {
   /** Time for the actor's answer when it needs longer than the gateway's default. */
   readonly timeoutMs?: number;
   /**
-   * How long a request that asks to wait (RunMicrovm's `wait`) may wait, in ms, added to its
-   * time for an answer; such a request is sent once (a second attempt would lose the first's answer).
+   * How long a request that waits (RunMicrovm's `wait`, a suspend's checkpoint, a resume's
+   * restore) may wait, in ms, added to its time for an answer; such a request is sent once (a
+   * second attempt would lose the first's answer).
    */
   readonly waitMsOf?: (input: Record<string, unknown>) => number | undefined;
 }

@@ -10,7 +10,8 @@ import { Kvm } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
 import { bucketNames, snapshotObjectBucket } from "../platform/index.ts";
-import { nameToken } from "../schemas/index.ts";
+import { httpClient, natsClient } from "../client/index.ts";
+import { microvmApi, nameToken } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
@@ -43,8 +44,10 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
 
   before(async () => {
     svc = await startMicrovmService(defer, {
+      // Snapshots are the default on gVisor.
       provider: "gvisor",
-      snapshots: true,
+      // Terminate's own wait to settle: suspend and resume must not be cut short by it.
+      settleMs: 50,
       images: { counter: testImages.counter },
       limits: { memoryMiB: 96, scratchMiB: 8, warmInstances: 0 },
       retentionSeconds: 60,
@@ -123,6 +126,38 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
     await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
     await waitForState(svc.overNats, vm.microvmId, ["TERMINATED"]);
     await snapshotGone(vm.microvmId);
+  });
+
+  it("microvm snapshots - suspend and resume answer once settled, over NATS and HTTP, whatever the callers' own time", async () => {
+    const vm = await runCounter({ autoResumeEnabled: false });
+    await vm.stub.increment();
+    // Callers whose own time for an answer (1 ms) is shorter than any checkpoint or restore:
+    // only the operations' wait, added to it, lets the answer arrive.
+    const impatient = {
+      nats: natsClient(microvmApi, svc.handle.nc, { timeoutMs: 1 }),
+      http: httpClient(microvmApi, await svc.addGateway({ requestTimeoutMs: 1 })),
+    };
+    // The gateway's principal is `anonymous`: its own instance, run through a patient gateway.
+    const overHttp = await svc.overHttp.runMicrovm({ imageIdentifier: "counter", idlePolicy: policy() });
+    await waitForState(svc.overHttp, overHttp.microvmId, ["RUNNING"], 30_000);
+    for (const [client, microvmId] of [
+      [impatient.nats, vm.microvmId],
+      [impatient.http, overHttp.microvmId],
+    ] as const) {
+      const microvmIdentifier = microvmId;
+      assert.deepEqual(await client.suspendMicrovm({ microvmIdentifier }), { microvmId, state: "SUSPENDED" });
+      assert.ok((await record(microvmId)).checkpoint, "answered SUSPENDED once its snapshot is stored");
+      assert.deepEqual(await client.resumeMicrovm({ microvmIdentifier }), { microvmId, state: "RUNNING" });
+    }
+    // Auto-resume is off: the first call after the answer works only if it is RUNNING indeed.
+    assert.equal((await vm.stub.read()).memory, 1);
+    for (const [client, microvmId] of [
+      [svc.overNats, vm.microvmId],
+      [svc.overHttp, overHttp.microvmId],
+    ] as const) {
+      await client.terminateMicrovm({ microvmIdentifier: microvmId });
+      await waitForState(client, microvmId, ["TERMINATED"]);
+    }
   });
 
   it("microvm snapshots - ten suspends, each resumed by an RPC with auto-resume, keep counting", async () => {

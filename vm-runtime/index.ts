@@ -100,7 +100,7 @@ export type { ProxyAnswer, BadGatewayReason } from "./wire/proxy-answers.ts";
 /** The contract types vm-runtime's signatures use, defined once in schemas/. */
 export type { AllowedPort, IdlePolicy, MicrovmState } from "../schemas/index.ts";
 export { lifecycleMachine } from "./lifecycle/machine.ts";
-export { DEFAULT_TIMEOUTS } from "./lifecycle/types.ts";
+export { DEFAULT_TIMEOUTS, SuspendRefused } from "./lifecycle/types.ts";
 export type {
   LifecycleContext,
   LifecycleEvent,

@@ -22,6 +22,7 @@ import {
   terminateMicrovm,
   microvmApi,
   type InputOf,
+  type Operation,
   type SuccessOf,
 } from "../../schemas/index.ts";
 import { isNoResponders } from "../../platform/index.ts";
@@ -132,7 +133,8 @@ function instanceHandlers(host: HostState, route: boolean): InstanceHandlers {
         // Only hosts may publish on a host's subjects, so the owner believes the principal header.
         const headers = { [PRINCIPAL_HEADER]: principal };
         return await forwardToOwner<SuccessOf<Op>>(requests, op, record.hostId, input, {
-          timeoutMs: host.forwardTimeoutMs,
+          // An answer that waits for its transition (suspend, resume) takes that much longer.
+          timeoutMs: host.forwardTimeoutMs + ((op as Operation).waitMsOf?.(input as Record<string, unknown>) ?? 0),
           prefix: host.prefix,
           headers,
         });

@@ -60,8 +60,8 @@ export interface MicrovmHostOptions {
   readonly imageStoreMiB?: number;
   /**
    * Suspend checkpoints instances into stored snapshots where the provider can (gVisor), so a
-   * SUSPENDED instance holds no process and survives its host (`MICROVM_SNAPSHOTS=1`; off by
-   * default: the freezer everywhere, until SuspendMicrovm's answer waits for a checkpoint).
+   * SUSPENDED instance holds no process and survives its host (default; `false`,
+   * `MICROVM_SNAPSHOTS=0`, keeps the freezer, as on providers that cannot checkpoint).
    */
   readonly snapshots?: boolean;
   /** Bytes of stored snapshots per principal in MiB (`MICROVM_SNAPSHOT_QUOTA_MIB`, default 256). */
@@ -87,7 +87,10 @@ export interface MicrovmHostOptions {
   /** Host written into endpoints (default 127.0.0.1), and the address proxies bind (default: the same). */
   readonly proxyHost?: string;
   readonly proxyBindHost?: string;
-  /** Longest wait for suspend/resume/terminate to settle before answering (default 3 s). */
+  /**
+   * Longest wait for a terminate to settle before answering (default 3 s); suspend and resume
+   * wait up to their contract's SUSPEND_WAIT_MS / RESUME_WAIT_MS.
+   */
   readonly settleMs?: number;
   /** Time for an owner's answer to a forwarded request (default 4 s, below the gateway's 5 s). */
   readonly forwardTimeoutMs?: number;
@@ -124,7 +127,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       throw err;
     },
   );
-  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots === true;
+  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots !== false;
   const reconciled = await reconcileHost(store, hostId, workDir, provider, keepSnapshots);
   const builtins = options.images ?? { sandbox: builtinImages.sandbox };
   const imageOptions = {

@@ -9,7 +9,13 @@ import {
   type LifecycleEvent,
   type TokenKey,
 } from "../../vm-runtime/index.ts";
-import { decodeFailure, InvalidStateTransition, type createAuthToken } from "../../schemas/index.ts";
+import {
+  decodeFailure,
+  InvalidStateTransition,
+  RESUME_WAIT_MS,
+  SUSPEND_WAIT_MS,
+  type createAuthToken,
+} from "../../schemas/index.ts";
 import type { HostedInstance } from "./hosted.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type State } from "./store.ts";
 
@@ -26,7 +32,7 @@ export type StateAnswer = { microvmId: string; state: State };
 export interface OwnerDeps {
   readonly store: MicrovmStore;
   readonly tokenKey: TokenKey;
-  /** Longest wait for a transition before answering its transient state. */
+  /** Longest wait for a terminate before answering its transient state. */
   readonly settleMs: number;
 }
 
@@ -54,13 +60,21 @@ export function ownerToken(
   }
 }
 
+/**
+ * Each operation's event and the states that settle it. A suspend settles RUNNING too when it
+ * was refused (its snapshot would pass its owner's quota: the instance runs on).
+ */
 const transitions = {
-  suspend: { event: { type: "SUSPEND" }, settled: ["SUSPENDED", "FAILED", "TERMINATED"] },
+  suspend: { event: { type: "SUSPEND" }, settled: ["SUSPENDED", "FAILED", "TERMINATING", "TERMINATED", "RUNNING"] },
   resume: { event: { type: "RESUME" }, settled: ["RUNNING", "FAILED", "TERMINATING", "TERMINATED"] },
   terminate: { event: { type: "TERMINATE" }, settled: ["TERMINATED", "FAILED"] },
 } as const satisfies Record<Exclude<InstanceOp, "token">, { event: LifecycleEvent; settled: readonly State[] }>;
 
-/** SuspendMicrovm, ResumeMicrovm, TerminateMicrovm on the owner. */
+/**
+ * SuspendMicrovm, ResumeMicrovm, TerminateMicrovm on the owner. Suspend and resume answer once
+ * settled, within their contract's wait (the machine's checkpoint and restore deadlines end
+ * them sooner); a suspend under way (the idle policy's) is waited out first.
+ */
 export async function ownerTransition(
   deps: OwnerDeps,
   op: Exclude<InstanceOp, "token">,
@@ -70,14 +84,38 @@ export async function ownerTransition(
   // A FAILED instance is being cleaned up by its host: the record alone decides.
   if (!hosted || hosted.state() === "FAILED")
     return recordOnly(deps, op, { ...record, state: hosted?.state() ?? record.state });
+  const { microvmId } = record;
+  const deadline = performance.now() + waitMsOf(deps, op);
+  const left = () => Math.max(0, deadline - performance.now());
+  let before = hosted.state();
+  if (before === "SUSPENDING" && op !== "terminate") {
+    before = await hosted.settle(transitions.suspend.settled, left());
+    // The suspend under way is the one asked for: its outcome is the answer.
+    if (op === "suspend") return answer(hosted, microvmId, before, op);
+  }
   const { event, settled } = transitions[op];
-  const before = hosted.state();
   // Terminating an instance that is already ending answers its state (idempotent).
   const repeatTerminate = op === "terminate" && (before === "TERMINATING" || before === "TERMINATED");
-  if (!repeatTerminate && !hosted.instance.send(event)) throw refused(record.microvmId, before, op);
-  const state = await hosted.settle(settled, deps.settleMs);
+  if (!repeatTerminate && !hosted.instance.send(event)) throw refused(microvmId, hosted.state(), op);
+  return answer(hosted, microvmId, await hosted.settle(settled, left()), op);
+}
+
+function waitMsOf(deps: OwnerDeps, op: Exclude<InstanceOp, "token">): number {
+  return op === "suspend" ? SUSPEND_WAIT_MS : op === "resume" ? RESUME_WAIT_MS : deps.settleMs;
+}
+
+/** The settled state once its record is written; a refused suspend is a 409 with the reason. */
+async function answer(
+  hosted: HostedInstance,
+  microvmId: string,
+  state: State,
+  op: Exclude<InstanceOp, "token">,
+): Promise<StateAnswer> {
   await hosted.writer.flush();
-  return { microvmId: record.microvmId, state };
+  const refusal = hosted.instance.actor.getSnapshot().context.suspendRefused;
+  if (op === "suspend" && state === "RUNNING" && refusal !== undefined)
+    throw InvalidStateTransition.make({ microvmId, state, message: `the instance was not suspended: ${refusal}` });
+  return { microvmId, state };
 }
 
 /** No live instance on this host: only terminate has something to do (FAILED → TERMINATED). */

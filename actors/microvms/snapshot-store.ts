@@ -37,6 +37,13 @@ export class SnapshotError extends Error {
 /** Storing the snapshot would take its owner past their snapshot quota. */
 export class SnapshotQuotaExceeded extends Error {
   override readonly name = "SnapshotQuotaExceeded";
+  constructor(
+    message: string,
+    /** Bytes of the snapshot refused. */
+    readonly bytes: number,
+  ) {
+    super(message);
+  }
 }
 
 export interface SnapshotStoreOptions {
@@ -49,6 +56,7 @@ export interface SnapshotStoreOptions {
 
 const ownerPrefix = (owner: string) => `${nameToken(owner)}/`;
 const objectName = (owner: string, microvmId: string) => `${ownerPrefix(owner)}${nameToken(microvmId)}`;
+const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB (${bytes} bytes)`;
 const digestOf = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
 
 export class SnapshotStore {
@@ -78,16 +86,26 @@ export class SnapshotStore {
   async save(owner: string, microvmId: string, imageDir: string): Promise<StoredSnapshot> {
     const packed = await packSnapshot(imageDir);
     if (packed.length > MAX_SNAPSHOT_BYTES)
-      throw new SnapshotQuotaExceeded(`the snapshot has ${packed.length} bytes, more than ${MAX_SNAPSHOT_BYTES}`);
+      throw new SnapshotQuotaExceeded(
+        `the snapshot has ${packed.length} bytes, more than ${MAX_SNAPSHOT_BYTES}`,
+        packed.length,
+      );
+    const refusal = await this.overQuota(owner, microvmId, packed.length);
+    if (refusal) throw new SnapshotQuotaExceeded(refusal, packed.length);
+    await this.objects.putBlob({ name: objectName(owner, microvmId) }, packed);
+    return { digest: digestOf(packed), bytes: packed.length, createdAt: new Date().toISOString() };
+  }
+
+  /**
+   * Why a snapshot of `bytes` for `owner`'s `microvmId` would pass the owner's quota (their
+   * other snapshots counted), or undefined when it fits.
+   */
+  async overQuota(owner: string, microvmId: string, bytes: number): Promise<string | undefined> {
     const name = objectName(owner, microvmId);
     const others = (await this.#objectsUnder(ownerPrefix(owner))).filter((object) => object.name !== name);
     const held = others.reduce((sum, object) => sum + object.size, 0);
-    if (held + packed.length > this.quotaBytes)
-      throw new SnapshotQuotaExceeded(
-        `your snapshots take ${held} bytes; this one's ${packed.length} more would pass your quota of ${this.quotaBytes} bytes`,
-      );
-    await this.objects.putBlob({ name }, packed);
-    return { digest: digestOf(packed), bytes: packed.length, createdAt: new Date().toISOString() };
+    if (held + bytes <= this.quotaBytes) return undefined;
+    return `your snapshots take ${mib(held)} of your snapshot quota of ${mib(this.quotaBytes)}, and this one would take ${mib(bytes)} more: terminate or resume a suspended instance first`;
   }
 
   /** Unpacks `owner`'s snapshot of `microvmId` into `dir` (empty, the host's), once it matches `expected`. */

@@ -1,11 +1,18 @@
 // One hosted instance's snapshots: suspend checkpoints it into a directory of the host's work
 // directory and stores that in the snapshot store under its owner and id; resume loads it back
 // (checked against the digest its record keeps) and restores it. The local copy is removed
-// either way; the stored one when the instance is restored or ends.
+// either way; the stored one when the instance is restored or ends. A snapshot that would pass
+// its owner's quota is refused (SuspendRefused) and the instance runs on.
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import type { InstanceSnapshots, MicrovmProvider, SavedSnapshot } from "../../vm-runtime/index.ts";
-import type { SnapshotStore } from "./snapshot-store.ts";
+import {
+  SuspendRefused,
+  type InstanceSnapshots,
+  type MicrovmHandle,
+  type MicrovmProvider,
+  type SavedSnapshot,
+} from "../../vm-runtime/index.ts";
+import { SnapshotQuotaExceeded, type SnapshotStore } from "./snapshot-store.ts";
 
 export interface SnapshotKeeperOptions {
   readonly store: SnapshotStore;
@@ -38,12 +45,29 @@ export function snapshotKeeper(options: SnapshotKeeperOptions): SnapshotKeeper |
       await rm(dir, { recursive: true, force: true });
     }
   };
+  /** Bytes of its last stored snapshot: what the next one is expected to take. */
+  let lastBytes = 1;
+  const save = async (handle: MicrovmHandle): Promise<SavedSnapshot> => {
+    // No room for it: refused before the instance is touched.
+    const refusal = await store.overQuota(owner, microvmId, lastBytes);
+    if (refusal) throw new SuspendRefused(refusal);
+    return withImageDir(async (dir) => {
+      await checkpoint.call(provider, handle, dir);
+      try {
+        const saved = await store.save(owner, microvmId, dir);
+        lastBytes = saved.bytes;
+        return saved;
+      } catch (err) {
+        if (!(err instanceof SnapshotQuotaExceeded)) throw err;
+        lastBytes = Math.max(lastBytes, err.bytes);
+        // Larger than there is room for: nothing was stored, and it runs on from what it saved.
+        throw new SuspendRefused(err.message, await restore.call(provider, { microvmId }, dir));
+      }
+    });
+  };
   return {
     save(handle) {
-      const saved = withImageDir(async (dir): Promise<SavedSnapshot> => {
-        await checkpoint.call(provider, handle, dir);
-        return store.save(owner, microvmId, dir);
-      });
+      const saved = save(handle);
       saving = saved.catch(() => undefined);
       return saved;
     },

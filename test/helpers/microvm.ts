@@ -39,6 +39,8 @@ export interface MicrovmService {
   overHttp: MicrovmClient;
   /** Starts one more host on the same NATS (its own connection and data dir). */
   addHost(options?: Partial<MicrovmHostOptions>): Promise<{ host: MicrovmHost; handle: NatsHandle }>;
+  /** Starts one more microVM API gateway (on port 0) with these options; resolves with its URL. */
+  addGateway(options: Pick<GatewayOptions, "requestTimeoutMs">): Promise<string>;
 }
 
 export const policy = (
@@ -79,10 +81,13 @@ export async function startMicrovmService(
   defer(() => gatewayNats.close());
   const internal = await connectNats({ ...nats.login("internal"), name: "test:internal" });
   defer(() => internal.close());
-  const gateway = createGateways({ nats: gatewayNats, ...gatewayOptions }).microvm;
-  const port = await gateway.listen(0, "127.0.0.1");
-  defer(() => gateway.close());
-  const microvmUrl = `http://127.0.0.1:${port}`;
+  const addGateway = async (options: Omit<GatewayOptions, "nats">) => {
+    const gateway = createGateways({ nats: gatewayNats, ...options }).microvm;
+    const port = await gateway.listen(0, "127.0.0.1");
+    defer(() => gateway.close());
+    return `http://127.0.0.1:${port}`;
+  };
+  const microvmUrl = await addGateway(gatewayOptions);
   return {
     nats,
     handle: admin,
@@ -96,6 +101,7 @@ export async function startMicrovmService(
       const { host, handle } = await addHost(hostOptions);
       return { host, handle };
     },
+    addGateway: (options) => addGateway({ ...gatewayOptions, ...options }),
   };
 }
 

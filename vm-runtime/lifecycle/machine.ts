@@ -17,6 +17,7 @@ import {
   type RestoreInput,
   type SavedSnapshot,
   type StartInput,
+  SuspendRefused,
   type TerminateInput,
 } from "./types.ts";
 
@@ -67,6 +68,12 @@ export const lifecycleMachine = setup({
     })),
     /** Restored: the new handle replaces the snapshot. */
     storeRestored: assign((_, params: { handle: MicrovmHandle }) => ({ handle: params.handle, saved: undefined })),
+    /** A refused suspend: the instance runs on, with the handle it has now. */
+    storeRefusal: assign(({ context }, params: { refusal: SuspendRefused }) => ({
+      handle: params.refusal.handle ?? context.handle,
+      suspendRefused: params.refusal.message,
+    })),
+    clearRefusal: assign({ suspendRefused: undefined }),
     /** A repeated operation already under way: accepted (so `can()` is true), nothing to do. */
     acknowledge: () => undefined,
   },
@@ -77,6 +84,7 @@ export const lifecycleMachine = setup({
     suspendedTerminateEnabled: ({ context }) => enabled(context.idlePolicy.suspendedDurationSeconds),
     checkpoints: ({ context }) => context.checkpoints,
     hasSnapshot: ({ context }) => context.saved !== undefined,
+    suspendRefused: ({ event }) => "error" in event && event.error instanceof SuspendRefused,
   },
   delays: {
     idleTimeout: ({ context }) =>
@@ -176,7 +184,7 @@ export const lifecycleMachine = setup({
       },
     },
     SUSPENDING: {
-      entry: "anchorTimer",
+      entry: ["anchorTimer", "clearRefusal"],
       on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
       initial: "freezing",
       states: {
@@ -198,7 +206,10 @@ export const lifecycleMachine = setup({
             },
           },
         },
-        /** The checkpoint: its snapshot is stored, and it holds no process once SUSPENDED. */
+        /**
+         * The checkpoint: its snapshot is stored, and it holds no process once SUSPENDED. A
+         * suspend refused without harm (SuspendRefused: over its owner's quota) runs on.
+         */
         checkpointing: {
           invoke: {
             src: "checkpoint",
@@ -207,13 +218,20 @@ export const lifecycleMachine = setup({
               target: "#microvm.SUSPENDED",
               actions: { type: "storeSaved", params: ({ event }) => ({ saved: event.output }) },
             },
-            onError: {
-              target: "#microvm.FAILED",
-              actions: {
-                type: "setFailure",
-                params: ({ event }) => ({ reason: "CheckpointFailed", error: event.error }),
+            onError: [
+              {
+                guard: "suspendRefused",
+                target: "#microvm.RUNNING",
+                actions: { type: "storeRefusal", params: ({ event }) => ({ refusal: event.error as SuspendRefused }) },
               },
-            },
+              {
+                target: "#microvm.FAILED",
+                actions: {
+                  type: "setFailure",
+                  params: ({ event }) => ({ reason: "CheckpointFailed", error: event.error }),
+                },
+              },
+            ],
           },
           after: {
             checkpointDeadline: {

@@ -1,7 +1,7 @@
 // Types and pure helpers of the lifecycle machine: its input, context, events, the inputs of
 // its I/O actors, default deadlines, and the arithmetic of a timer's remaining time.
 import type { MicrovmHandle } from "../host/provider.ts";
-import type { IdlePolicy } from "../../schemas/index.ts";
+import { SNAPSHOT_STEP_SECONDS, type IdlePolicy } from "../../schemas/index.ts";
 
 /** Deadlines of the transient states, in milliseconds; past one the machine goes FAILED. */
 export interface LifecycleTimeouts {
@@ -23,9 +23,23 @@ export const DEFAULT_TIMEOUTS: LifecycleTimeouts = {
   resumeMs: 15_000,
   terminateMs: 15_000,
   terminateGraceMs: 2_000,
-  checkpointMs: 30_000,
-  restoreMs: 30_000,
+  checkpointMs: SNAPSHOT_STEP_SECONDS * 1000,
+  restoreMs: SNAPSHOT_STEP_SECONDS * 1000,
 };
+
+/**
+ * A suspend refused without harm (its snapshot would pass its owner's quota): the instance
+ * runs on, as before it (`handle` absent) or restored from what it just saved (`handle`).
+ */
+export class SuspendRefused extends Error {
+  override readonly name = "SuspendRefused";
+  constructor(
+    message: string,
+    readonly handle?: MicrovmHandle,
+  ) {
+    super(message);
+  }
+}
 
 /** What the record keeps of a stored snapshot (the snapshot store's answer), plain JSON. */
 export interface SavedSnapshot {
@@ -66,6 +80,8 @@ export interface LifecycleContext {
   readonly checkpoints: boolean;
   /** The stored snapshot of a checkpointed SUSPENDED instance (it then has no handle). */
   readonly saved?: SavedSnapshot;
+  /** Why the last suspend was refused, the instance running on (cleared by the next SUSPEND). */
+  readonly suspendRefused?: string;
 }
 
 /**
