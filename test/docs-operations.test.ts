@@ -1,0 +1,100 @@
+// The docs' tables of operations against the contracts: each table names exactly the
+// operations of its API, each with the contract's HTTP method and path and NATS subject. A new
+// operation, or a changed route or subject, fails here until the docs say it.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import { jobApi, microvmApi, taskApi, type Operation } from "../schemas/index.ts";
+
+type Row = Record<string, string>;
+
+/** The rows of every markdown table in `markdown` whose first column is `operation`. */
+function operationTables(markdown: string): Row[][] {
+  const tables: Row[][] = [];
+  const lines = markdown.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const header = cells(lines[i]!);
+    if (header[0] !== "operation" || !/^\|[\s|:-]+\|$/.test(lines[i + 1]?.trim() ?? "")) continue;
+    const rows: Row[] = [];
+    for (i += 2; i < lines.length && lines[i]!.trim().startsWith("|"); i++) {
+      const values = cells(lines[i]!);
+      rows.push(Object.fromEntries(header.map((name, k) => [name, values[k] ?? ""])));
+    }
+    tables.push(rows);
+  }
+  return tables;
+}
+
+/** The cells of a table row (`\|` is a pipe inside a cell). */
+function cells(line: string): string[] {
+  const trimmed = line.trim();
+  if (!trimmed.startsWith("|")) return [];
+  return trimmed
+    .slice(1, -1)
+    .split(/(?<!\\)\|/)
+    .map((cell) => cell.trim());
+}
+
+/** The first code span of a cell. */
+const code = (cell: string) => /`([^`]*)`/.exec(cell)?.[1] ?? "";
+
+/** `GET /do/:id?name=` → `GET /do/:id` (the query and anything after the path dropped). */
+function route(cell: string): string {
+  const [method, path = ""] = code(cell).split(" ");
+  return `${method} ${path.replace(/[?[].*$/, "")}`;
+}
+
+/** A subject with its `{field}` or `<token>` parts as `*`. */
+const subjectPattern = (subject: string) => subject.replace(/\{\w+\}|<[^>]+>/g, "*");
+
+const pages = {
+  api: await readFile(new URL("../docs/api.md", import.meta.url), "utf8"),
+  nats: await readFile(new URL("../docs/nats.md", import.meta.url), "utf8"),
+  microvms: await readFile(new URL("../docs/microvms.md", import.meta.url), "utf8"),
+};
+
+/** The table rows of `page` by operation name; a name listed twice fails. */
+function rowsByOperation(rows: Row[]): Map<string, Row> {
+  const byName = new Map<string, Row>();
+  for (const row of rows) {
+    assert.ok(!byName.has(row.operation!), `${row.operation} is listed twice`);
+    byName.set(row.operation!, row);
+  }
+  return byName;
+}
+
+function sameOperations(rows: Map<string, Row>, api: readonly Operation[], page: string) {
+  assert.deepEqual(
+    [...rows.keys()].sort(),
+    api.map((op) => op.name).sort(),
+    `the operations of docs/${page}.md's table against the contracts`,
+  );
+}
+
+describe("docs operations - the tables of operations match the contracts", () => {
+  it("docs operations - docs/api.md: every Task and Job API operation with its method and path", () => {
+    const rows = rowsByOperation(operationTables(pages.api).flat());
+    const api = [...Object.values(taskApi), ...Object.values(jobApi)];
+    sameOperations(rows, api, "api");
+    for (const op of api) assert.equal(route(rows.get(op.name)!.request!), `${op.http.method} ${op.http.path}`, op.name);
+  });
+
+  it("docs operations - docs/nats.md: every Task and Job API operation with its subject", () => {
+    const rows = rowsByOperation(operationTables(pages.nats).flat());
+    const api = [...Object.values(taskApi), ...Object.values(jobApi)];
+    sameOperations(rows, api, "nats");
+    for (const op of api)
+      assert.equal(subjectPattern(code(rows.get(op.name)!.subject!)), subjectPattern(op.subject), op.name);
+  });
+
+  it("docs operations - docs/microvms.md: every microVM and image operation with its route and subject", () => {
+    const rows = rowsByOperation(operationTables(pages.microvms).flat());
+    const api = Object.values(microvmApi);
+    sameOperations(rows, api, "microvms");
+    for (const op of api) {
+      const row = rows.get(op.name)!;
+      assert.equal(route(row.REST!), `${op.http.method} ${op.http.path.replace(":microvmIdentifier", ":id")}`, op.name);
+      assert.equal(code(row["NATS subject"]!), op.subject, op.name);
+    }
+  });
+});
