@@ -76,7 +76,8 @@ describe("docs operations - the tables of operations match the contracts", () =>
     const rows = rowsByOperation(operationTables(pages.api).flat());
     const api = [...Object.values(taskApi), ...Object.values(jobApi)];
     sameOperations(rows, api, "api");
-    for (const op of api) assert.equal(route(rows.get(op.name)!.request!), `${op.http.method} ${op.http.path}`, op.name);
+    for (const op of api)
+      assert.equal(route(rows.get(op.name)!.request!), `${op.http.method} ${op.http.path}`, op.name);
   });
 
   it("docs operations - docs/nats.md: every Task and Job API operation with its subject", () => {
