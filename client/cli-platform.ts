@@ -1,3 +1,6 @@
 // What taskctl takes from the platform layer, loaded on use: the package version (--version)
-// and NATS credentials (--nats). Only these names, so the CLI's bundle leaves out the rest.
+// and a NATS connection with its credentials (--nats). Only these names, so the CLI's bundle
+// leaves out the rest. `connect` is re-exported here, not imported where it is used: in a chunk
+// of its own, a CommonJS package's dynamic import has only a default export.
+export { connect } from "@nats-io/transport-node";
 export { authOptions, clientCredentials, packageVersion } from "../platform/index.ts";

@@ -217,10 +217,7 @@ function checkedUrl(url: string): string {
 }
 
 async function connectOrExplain(servers: string, env: NodeJS.ProcessEnv): Promise<NatsConnection> {
-  const [{ connect }, { authOptions, clientCredentials }] = await Promise.all([
-    import("@nats-io/transport-node"),
-    import("./cli-platform.ts"),
-  ]);
+  const { authOptions, clientCredentials, connect } = await import("./cli-platform.ts");
   const auth = authOptions(await clientCredentials(servers, env));
   try {
     return await connect({

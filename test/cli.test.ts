@@ -281,12 +281,13 @@ describe("cli", () => {
   it("cli - the installed command (cli-bin.mjs): output, and exit status 0, 1 or 2", async () => {
     const bin = (...args: string[]) => run(process.execPath, ["client/cli-bin.mjs", ...args], env);
     const port = await freePort();
-    const [created, missing, usage, unreachable, version] = await Promise.all([
+    const [created, missing, usage, unreachable, version, overNats] = await Promise.all([
       bin("tasks", "create", "from a shell", "--json"),
       bin("jobs", "get", "nope"),
       bin("tasks", "delete", "x"),
       bin("tasks", "get", "x", "--url", `http://127.0.0.1:${port}`),
       bin("--version"),
+      bin("jobs", "get", "nope", "--nats", svc.nats.url),
     ]);
     assert.equal(created.code, 0, created.stderr);
     const task = JSON.parse(created.stdout) as { id: string };
@@ -300,6 +301,8 @@ describe("cli", () => {
     assert.match(unreachable.stderr, /cannot reach the Task API .*\nhint: .*`npm start`/);
     // Read from package.json, which the bundle's chunks find one level up.
     assert.deepEqual([version.code, version.stdout], [0, "typed-task-service 0.1.0\n"]);
+    // The NATS client comes from chunks of its own; a CommonJS package's named exports must survive that.
+    assert.deepEqual([overNats.code, overNats.stderr], [1, "error: no job with id nope\n"]);
   });
 
   it("cli - `npx taskctl` and `npm run cli` run the same CLI", async () => {
