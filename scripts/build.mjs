@@ -2,6 +2,7 @@
 // and dist/taskctl.mjs (the CLI, with the chunks its commands load on use beside it,
 // dist/taskctl.*-<hash>.mjs), with the source files of each listed beside it so the CLI's
 // launcher can tell a stale bundle. `node scripts/build.mjs` (npm run build) writes both.
+import { existsSync } from "node:fs";
 import { mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { basename, dirname, join } from "node:path";
@@ -24,7 +25,8 @@ export const bundles = {
     splitting: true,
     plugins: [lazyEsbuild(), projectSourcesWithoutSideEffects()],
     minify: true,
-    // Function names stay: the CLI tells errors apart by `name`, some of them set from the class.
+    // Function and class names stay as written: errors are told apart by `name`, which a library
+    // may take from its class.
     keepNames: true,
     // The CommonJS dependencies inside call `require` for node's own modules.
     banner: { js: 'import { createRequire } from "node:module"; const require = createRequire(import.meta.url);' },
@@ -111,10 +113,12 @@ export async function buildBundle({ entry, out, splitting = false, ...options })
   for (const file of files) await writeWhole(file.path, file.contents);
   // The repository's files (not a plugin's module, `lazy-esbuild:esbuild`), and for the packages
   // the lock file npm writes into node_modules on every install: one file to compare, not hundreds.
+  const installed = "node_modules/.package-lock.json";
+  const packages = Object.keys(result.metafile.inputs).filter((input) => input.startsWith("node_modules/"));
   const inputs = Object.keys(result.metafile.inputs).filter(
     (input) => !/^[\w-]+:/.test(input) && !input.startsWith("node_modules/"),
   );
-  inputs.push("node_modules/.package-lock.json");
+  inputs.push(...(existsSync(join(root, installed)) ? [installed] : packages));
   await writeWhole(`${target}.inputs.json`, JSON.stringify(inputs));
   await writeWhole(target, result.outputFiles.find((file) => file.path === target).contents);
   if (splitting) await removeOldChunks(dirname(target), `${name}.`, written);
