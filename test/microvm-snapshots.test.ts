@@ -11,7 +11,7 @@ import { Objm, type ObjectStore } from "@nats-io/obj";
 import { hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
 import { bucketNames, snapshotObjectBucket } from "../platform/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
-import { microvmApi, nameToken } from "../schemas/index.ts";
+import { microvmApi, nameToken, SUSPEND_WAIT_MS } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
@@ -175,7 +175,8 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
   it("microvm snapshots - the idle policy checkpoints, and suspendedDurationSeconds deletes the snapshot", async () => {
     const vm = await runCounter({ maxIdleDurationSeconds: 1, suspendedDurationSeconds: 2 });
     await vm.stub.increment();
-    const suspended = await waitForState(svc.overNats, vm.microvmId, ["SUSPENDED"], 10_000);
+    // Idle for 1 s, then the checkpoint, which leaves SUSPENDING by its deadline at the latest.
+    const suspended = await waitForState(svc.overNats, vm.microvmId, ["SUSPENDED"], 1_000 + SUSPEND_WAIT_MS);
     assert.equal(suspended.stateReason, "IdleTimeout");
     assert.ok((await record(vm.microvmId)).checkpoint, "the idle suspend stored a snapshot");
     assert.ok(await stored(vm.microvmId));

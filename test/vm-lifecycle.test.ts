@@ -9,6 +9,7 @@ import {
   canAccept,
   lifecycleMachine,
   microvmState,
+  SuspendRefused,
   type LifecycleActor,
   type LifecycleTimeouts,
   type MicrovmHandle,
@@ -455,6 +456,25 @@ test("lifecycle - a failed checkpoint ends in FAILED with the reason", async (t)
   await h.expect("FAILED");
   assert.equal(h.actor.getSnapshot().context.stateReason, "CheckpointFailed: instance vm-1 could not be checkpointed");
 });
+
+for (const [refusedWith, which] of [
+  [restored, "the handle it names (restored)"],
+  [undefined, "its own handle (refused before the checkpoint)"],
+] as const) {
+  test(`lifecycle - a refused checkpoint (SuspendRefused) runs on, with ${which}`, async (t) => {
+    const h = harness(t, {
+      checkpoints: true,
+      io: { checkpoint: () => Promise.reject(new SuspendRefused("over the quota", refusedWith)) },
+    });
+    await h.expect("RUNNING");
+    h.actor.send({ type: "SUSPEND" });
+    assert.equal(h.state(), "SUSPENDING");
+    await h.expect("RUNNING");
+    const { context } = h.actor.getSnapshot();
+    assert.deepEqual([context.handle, context.suspendRefused], [refusedWith ?? handle, { message: "over the quota" }]);
+    assert.equal(context.saved, undefined);
+  });
+}
 
 test("lifecycle - a checkpoint past its deadline ends in FAILED", async (t) => {
   const h = harness(t, {

@@ -87,34 +87,51 @@ export async function ownerTransition(
   const { microvmId } = record;
   const deadline = performance.now() + waitMsOf(deps, op);
   const left = () => Math.max(0, deadline - performance.now());
+  const lastRefusal = () => hosted.instance.actor.getSnapshot().context.suspendRefused;
+  let refusal = lastRefusal();
   let before = hosted.state();
   if (before === "SUSPENDING" && op !== "terminate") {
     before = await hosted.settle(transitions.suspend.settled, left());
     // The suspend under way is the one asked for: its outcome is the answer.
-    if (op === "suspend") return answer(hosted, microvmId, before, op);
+    if (op === "suspend") return answer(hosted, microvmId, before, refusal);
+    refusal = lastRefusal();
   }
   const { event, settled } = transitions[op];
   // Terminating an instance that is already ending answers its state (idempotent).
   const repeatTerminate = op === "terminate" && (before === "TERMINATING" || before === "TERMINATED");
   if (!repeatTerminate && !hosted.instance.send(event)) throw refused(microvmId, hosted.state(), op);
-  return answer(hosted, microvmId, await hosted.settle(settled, left()), op);
+  return answer(hosted, microvmId, await hosted.settle(settled, left()), refusal);
 }
+
+/**
+ * What the machine's own deadline (SUSPENDING.checkpointing's, counted from the event sent
+ * after this wait began) needs on top to end it first: the answer is then FAILED, not SUSPENDING.
+ */
+const DEADLINE_MARGIN_MS = 500;
 
 function waitMsOf(deps: OwnerDeps, op: Exclude<InstanceOp, "token">): number {
-  return op === "suspend" ? SUSPEND_WAIT_MS : op === "resume" ? RESUME_WAIT_MS : deps.settleMs;
+  if (op === "terminate") return deps.settleMs;
+  return (op === "suspend" ? SUSPEND_WAIT_MS : RESUME_WAIT_MS) + DEADLINE_MARGIN_MS;
 }
 
-/** The settled state once its record is written; a refused suspend is a 409 with the reason. */
+/**
+ * The settled state once its record is written; a suspend refused meanwhile (a refusal other
+ * than `earlierRefusal`, the last one before it) is a 409 with the reason.
+ */
 async function answer(
   hosted: HostedInstance,
   microvmId: string,
   state: State,
-  op: Exclude<InstanceOp, "token">,
+  earlierRefusal: { readonly message: string } | undefined,
 ): Promise<StateAnswer> {
   await hosted.writer.flush();
   const refusal = hosted.instance.actor.getSnapshot().context.suspendRefused;
-  if (op === "suspend" && state === "RUNNING" && refusal !== undefined)
-    throw InvalidStateTransition.make({ microvmId, state, message: `the instance was not suspended: ${refusal}` });
+  if (state === "RUNNING" && refusal !== earlierRefusal && refusal !== undefined)
+    throw InvalidStateTransition.make({
+      microvmId,
+      state,
+      message: `the instance was not suspended: ${refusal.message}`,
+    });
   return { microvmId, state };
 }
 

@@ -71,9 +71,8 @@ export const lifecycleMachine = setup({
     /** A refused suspend: the instance runs on, with the handle it has now. */
     storeRefusal: assign(({ context }, params: { refusal: SuspendRefused }) => ({
       handle: params.refusal.handle ?? context.handle,
-      suspendRefused: params.refusal.message,
+      suspendRefused: { message: params.refusal.message },
     })),
-    clearRefusal: assign({ suspendRefused: undefined }),
     /** A repeated operation already under way: accepted (so `can()` is true), nothing to do. */
     acknowledge: () => undefined,
   },
@@ -184,7 +183,7 @@ export const lifecycleMachine = setup({
       },
     },
     SUSPENDING: {
-      entry: ["anchorTimer", "clearRefusal"],
+      entry: "anchorTimer",
       on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
       initial: "freezing",
       states: {

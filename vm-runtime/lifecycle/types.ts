@@ -80,8 +80,8 @@ export interface LifecycleContext {
   readonly checkpoints: boolean;
   /** The stored snapshot of a checkpointed SUSPENDED instance (it then has no handle). */
   readonly saved?: SavedSnapshot;
-  /** Why the last suspend was refused, the instance running on (cleared by the next SUSPEND). */
-  readonly suspendRefused?: string;
+  /** Why the last refused suspend was refused, the instance running on (a new object each time). */
+  readonly suspendRefused?: { readonly message: string };
 }
 
 /**
