@@ -24,6 +24,7 @@ export { Mailboxes } from "./mailbox.ts";
 export { Placement, LeaseLost, leaseOwner, type ActivationEvent, type PlacementOptions } from "./placement.ts";
 export {
   hostCgroupKey,
+  hostWorkDir,
   startMicrovmHost,
   ProviderUnavailable,
   type MicrovmHost,

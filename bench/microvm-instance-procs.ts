@@ -6,7 +6,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { rmdir, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import { GVISOR_MARKER, INSTANCE_MARKER, SANDBOX_MARKER } from "../vm-runtime/index.ts";
+import { GVISOR_MARKER, INSTANCE_MARKER, SANDBOX_MARKER, WARM_PREFIX } from "../vm-runtime/index.ts";
 
 export type ProviderName = "process" | "sandbox" | "gvisor";
 
@@ -119,7 +119,10 @@ export const hostCgroupKey = (hostId: string) => createHash("sha256").update(hos
 
 /** The host's group in every hierarchy that has one (v1: one per controller; v2: one). */
 function hostCgroupDirs(hostId: string): string[] {
-  const key = hostCgroupKey(hostId);
+  return hostGroupDirsOfKey(hostCgroupKey(hostId));
+}
+
+function hostGroupDirsOfKey(key: string): string[] {
   const dirs = existsSync(join(CGROUP_ROOT, "cgroup.controllers"))
     ? [join(CGROUP_ROOT, CGROUP_PARENT, key)]
     : ["memory", "cpu", "pids", "freezer"].map((controller) => join(CGROUP_ROOT, controller, CGROUP_PARENT, key));
@@ -128,12 +131,28 @@ function hostCgroupDirs(hostId: string): string[] {
 
 /** Every pid in the host's cgroup tree (instances of a sandbox host, whoever their parent is now). */
 export function pidsInHostCgroups(hostId: string): number[] {
+  return pidsUnder(hostCgroupDirs(hostId));
+}
+
+/**
+ * The same for the group the service names by `key` (actors/microvms' hostCgroupKey of its
+ * work directory), walls booted ahead for the next instance (`warm-…` groups) apart.
+ */
+export function pidsInHostGroup(key: string): { instances: number[]; warm: number[] } {
+  const dirs = hostGroupDirsOfKey(key);
+  const groups = dirs.flatMap((dir) => safeDirs(dir).map((name) => ({ name, dir: join(dir, name) })));
+  const warm = groups.filter((g) => g.name.startsWith(WARM_PREFIX)).map((g) => g.dir);
+  const others = groups.filter((g) => !g.name.startsWith(WARM_PREFIX)).map((g) => g.dir);
+  return { instances: pidsUnder(others), warm: pidsUnder(warm) };
+}
+
+function pidsUnder(dirs: string[]): number[] {
   const pids = new Set<number>();
   const walk = (dir: string) => {
     for (const line of read(join(dir, "cgroup.procs")).split("\n")) if (line.trim()) pids.add(Number(line));
     for (const entry of safeDirs(dir)) walk(join(dir, entry));
   };
-  hostCgroupDirs(hostId).forEach(walk);
+  dirs.forEach(walk);
   return [...pids];
 }
 

@@ -26,6 +26,7 @@ import { launchSampler, measureSuspendResume, type LaunchResults } from "./micro
 import { targets } from "./microvm-report.ts";
 import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from "./microvm-rpc.ts";
 import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
+import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
 import type { BenchOptions } from "./options.ts";
 import { writeResults } from "./results.ts";
@@ -41,6 +42,8 @@ export interface MicrovmSettings {
   images: number;
   /** `node -e 0` under each wall's trial sandbox, per provider. */
   floorSamples: number;
+  /** gVisor's snapshots: cycles against cold launches, and instances suspended together. */
+  snapshots: SnapshotSettings;
 }
 
 /**
@@ -65,6 +68,7 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
       density: { levels: [1, 10], rpcCalls: 300, extraLaunches: 3, fillConcurrency: 4 },
       images: 3,
       floorSamples: 3,
+      snapshots: { samples: 5, suspended: 50, concurrency: 4 },
     };
   }
   return {
@@ -74,6 +78,7 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
     density: { levels: [1, 10, 50], rpcCalls: 1_000, extraLaunches: 5, fillConcurrency: 4 },
     images: 9,
     floorSamples: 7,
+    snapshots: { samples: 10, suspended: 50, concurrency: 4 },
   };
 }
 
@@ -117,6 +122,7 @@ export async function runMicrovmBench(
         provider,
         maxInstances,
         ...(options.cpuProf ? { cpuProfDir: options.cpuProf } : {}),
+        ...(provider === "gvisor" ? { serviceEnv: snapshotServiceEnv } : {}),
       }));
       console.log(
         `${provider}: service pid ${env.servicePid} (all roles, MICROVM_PROVIDER=${provider}, MICROVM_HOST_ID=${env.hostId}, MICROVM_MAX_INSTANCES=${maxInstances}, DATA_DIR ${env.dataDir}), nats-server pid ${env.natsPid}`,
@@ -142,6 +148,47 @@ export async function runMicrovmBench(
     "microvm",
   );
   console.log(`results: ${file}`);
+}
+
+/** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
+const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
+
+/** `--microvm-snapshots`: the snapshot rows only, on one gvisor-provider service. */
+export async function runSnapshotBench(
+  options: BenchOptions,
+  header: Record<string, unknown>,
+  startedAt: Date,
+): Promise<void> {
+  const gvisor = await checkGvisor();
+  if (!gvisor.ok) throw new Error(`gvisor cannot run here: ${gvisor.reason}`);
+  const settings = microvmSettings(options).snapshots;
+  const env = await startMicrovmEnvironment({
+    provider: "gvisor",
+    maxInstances: settings.suspended + 10,
+    serviceEnv: snapshotServiceEnv,
+  });
+  const cleanUp = async () => {
+    await env.close();
+    await assertNoInstanceLeft(
+      [env.dataDir, `typed-service-microvms/${hostCgroupKey(env.hostId)}/`],
+      [env.hostId],
+    ).finally(() => removeCgroupsOf([env.hostId]));
+  };
+  installShutdownHandlers(cleanUp);
+  console.log(
+    `gvisor: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together…`,
+  );
+  let snapshots;
+  try {
+    snapshots = await measureSnapshots(env, settings);
+  } finally {
+    await cleanUp();
+  }
+  console.log(`
+snapshots on the gvisor provider (sandbox image):
+
+${formatSnapshots(snapshots)}`);
+  console.log(`results: ${await writeResults({ ...header, settings, snapshots }, startedAt, "microvm-snapshots")}`);
 }
 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */
@@ -250,6 +297,12 @@ async function measureAll(
     suspends[provider] = await measureSuspendResume(envs[provider].api, vms[provider], settings.cycles);
     await terminate(envs[provider].api, vms[provider].microvmId);
   }
+  const { snapshots: snapshotSettings } = settings;
+  if (envs.gvisor)
+    console.log(
+      `snapshots (gvisor): ${snapshotSettings.samples} cold launches and suspend/resume cycles taking turns, then ${snapshotSettings.suspended} instances suspended together…`,
+    );
+  const snapshots = envs.gvisor ? await measureSnapshots(envs.gvisor, snapshotSettings) : undefined;
 
   console.log(
     `images: ${settings.images} pushed per provider (checked in an instance), each launched uncached then cached…`,
@@ -287,6 +340,7 @@ async function measureAll(
   }
 
   printProviderResults(providers, results, directPaths, settings.rpc);
+  if (snapshots) console.log(`\n## gvisor snapshots (sandbox image)\n\n${formatSnapshots(snapshots)}`);
   const comparison = comparisonRows(results);
-  return { providers: results, direct: directPaths, comparison, verdicts: verdicts(comparison) };
+  return { providers: results, direct: directPaths, comparison, verdicts: verdicts(comparison), snapshots };
 }

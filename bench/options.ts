@@ -26,6 +26,8 @@ export interface BenchOptions {
   microvmFlags: boolean;
   /** Only the image rows of the microVM bench, on the sandbox provider (bench/microvm-images.ts). */
   microvmImages: boolean;
+  /** Only the snapshot rows of the microVM bench, on the gvisor provider (bench/microvm-snapshots.ts). */
+  microvmSnapshots: boolean;
   /** The CLI start-up bench instead (bench/cli-start.ts). */
   cli: boolean;
   /** The task-object throughput bench on the 3-node cluster, 1 vs 2 actor processes (bench/placement.ts). */
@@ -94,6 +96,10 @@ Options:
   --microvm-images     only the image rows of --microvm, on the sandbox provider: createImage
                        → registered, and first RPC of an image the host has not cached vs
                        cached (9 samples; --quick 3)
+  --microvm-snapshots  only the snapshot rows of --microvm, on the gvisor provider: SuspendMicrovm,
+                       ResumeMicrovm → first RPC, auto-resume, bytes per snapshot, against cold
+                       RunMicrovm → first RPC in the same run (10 cycles; --quick 5), and what
+                       50 SUSPENDED instances hold on the host against the same 50 RUNNING
   --cli                taskctl's start-up instead: median wall time of node -e 0, taskctl
                        --help, taskctl tasks get to a closed port (and the same through tsx),
                        interleaved, --rounds runs each (default 15; --quick 5)
@@ -145,6 +151,7 @@ export function parseOptions(args: string[]): BenchOptions {
       microvm: { type: "boolean" },
       "microvm-flags": { type: "boolean" },
       "microvm-images": { type: "boolean" },
+      "microvm-snapshots": { type: "boolean" },
       cli: { type: "boolean" },
       placement: { type: "boolean" },
       "placement-names": { type: "string" },
@@ -178,6 +185,7 @@ export function parseOptions(args: string[]): BenchOptions {
     microvm: values.microvm ?? false,
     microvmFlags: values["microvm-flags"] ?? false,
     microvmImages: values["microvm-images"] ?? false,
+    microvmSnapshots: values["microvm-snapshots"] ?? false,
     cli: values.cli ?? false,
     placement,
     placementNames: Math.round(positive("placement-names", values["placement-names"], 200)),

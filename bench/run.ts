@@ -7,7 +7,7 @@ import { runCliBench } from "./cli-start.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
-import { runImageBench, runMicrovmBench } from "./microvm.ts";
+import { runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
 import { natsServerLabel, type ComparedServer } from "./nats-compare.ts";
 import { runPlacementBench } from "./placement.ts";
@@ -47,9 +47,10 @@ async function main() {
   const machine = describeMachine();
   const command = `${process.env.NATS_SYNC ? `NATS_SYNC=${process.env.NATS_SYNC} ` : ""}${benchCommand(args)}`;
   console.log(`command: ${command}\n${formatMachine(machine)}`);
-  if (options.microvm || options.microvmFlags || options.microvmImages) {
+  if (options.microvm || options.microvmFlags || options.microvmImages || options.microvmSnapshots) {
     const header = { startedAt: startedAt.toISOString(), command, machine, options };
     if (options.microvmImages) return runImageBench(options, header, startedAt);
+    if (options.microvmSnapshots) return runSnapshotBench(options, header, startedAt);
     return options.microvmFlags
       ? runMicrovmFlags(options, header, startedAt)
       : runMicrovmBench(options, header, startedAt);

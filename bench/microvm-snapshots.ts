@@ -1,0 +1,185 @@
+// Snapshots in the microVM bench (gVisor, the `sandbox` image): SuspendMicrovm (answered once
+// the snapshot is stored), ResumeMicrovm → first RPC and a request to a SUSPENDED instance
+// (auto-resume), the bytes stored per instance, against cold RunMicrovm → first RPC measured
+// between them; then what N SUSPENDED instances hold on the host (instance processes, their
+// memory and cgroups, the service's RSS, records and snapshots) against the same ones RUNNING.
+import { basename } from "node:path";
+import { openBuckets } from "../platform/index.ts";
+import { idKey } from "../schemas/index.ts";
+import { WARM_PREFIX } from "../vm-runtime/index.ts";
+import type { MicrovmEnvironment } from "./microvm-environment.ts";
+import { percentiles, type Percentiles } from "./microvm-http.ts";
+import { expectHello, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
+import { hostCgroupKey, hostWorkDir } from "../actors/index.ts";
+import { cgroupMemoryKiB, pidsInHostGroup } from "./microvm-instance-procs.ts";
+import { memoryKiB, memoryOf } from "./microvm-proc.ts";
+
+export interface SnapshotSettings {
+  /** Cold launches, and as many suspend/resume cycles, taking turns. */
+  samples: number;
+  /** Instances suspended together for the memory rows. */
+  suspended: number;
+  /** Launches in flight while filling (not measured); suspends go one at a time. */
+  concurrency: number;
+}
+
+/**
+ * What the host holds for a set of instances at one moment (MiB, one decimal): instances only,
+ * not the walls the host boots ahead for its next launches (counted apart).
+ */
+export interface Held {
+  /** Processes of instances (pids in the host's instance cgroups), and of walls booted ahead. */
+  processes: number;
+  warmWallProcesses: number;
+  instancesRssMiB: number;
+  instancesPssMiB: number;
+  /** Charged to the instances' memory cgroups. */
+  cgroupMiB: number;
+  serviceRssMiB: number;
+}
+
+export interface SnapshotResults {
+  samples: number;
+  /** RunMicrovm → RUNNING → token → first hello, each instance new (the baseline). */
+  coldFirstRpc: Percentiles;
+  /** SuspendMicrovm → its answer, SUSPENDED with the snapshot stored. */
+  suspend: Percentiles;
+  /** ResumeMicrovm → its answer (RUNNING) → first hello answered. */
+  resumeFirstRpc: Percentiles;
+  /** A hello to a SUSPENDED instance with auto-resume → its answer. */
+  autoResumeFirstRpc: Percentiles;
+  /** Bytes stored per snapshot (gzip of runsc's image), and KV bytes per record. */
+  snapshotBytes: Percentiles;
+  recordBytes: Percentiles;
+  /** `count` instances RUNNING (each answered one RPC), then all SUSPENDED. */
+  held: { count: number; running: Held; suspended: Held; storedMiB: number };
+}
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const mib = (kib: number) => Math.round((kib / 1024) * 10) / 10;
+
+export async function measureSnapshots(env: MicrovmEnvironment, settings: SnapshotSettings): Promise<SnapshotResults> {
+  const kv = (await openBuckets(env.nc, { only: ["microvms"] })).microvms;
+  const recordOf = async (microvmId: string) => {
+    const entry = await kv.get(idKey(microvmId)!);
+    if (!entry) throw new Error(`no record of ${microvmId}`);
+    return { bytes: entry.length, stored: entry.json<{ checkpoint?: { bytes: number } }>().checkpoint?.bytes };
+  };
+  const s = { cold: [] as number[], suspend: [] as number[], resume: [] as number[], auto: [] as number[] };
+  const sizes = { snapshot: [] as number[], record: [] as number[] };
+  const suspend = async (vm: Connected) => {
+    const answer = await env.api.suspendMicrovm({ microvmIdentifier: vm.microvmId });
+    if (answer.state !== "SUSPENDED") throw new Error(`suspend of ${vm.microvmId} answered ${answer.state}`);
+  };
+  const timed = async (samples: number[], work: () => Promise<unknown>) => {
+    const started = performance.now();
+    await work();
+    samples.push(performance.now() - started);
+  };
+  for (let i = 0; i < settings.samples; i++) {
+    // The baseline between the cycles: load changes on the machine hit both alike.
+    const vm = await launchAndCall(env.api);
+    s.cold.push(vm.firstRpcMs);
+    await timed(s.suspend, () => suspend(vm));
+    const record = await recordOf(vm.microvmId);
+    if (record.stored === undefined) throw new Error(`${vm.microvmId} is SUSPENDED without a snapshot`);
+    sizes.snapshot.push(record.stored);
+    sizes.record.push(record.bytes);
+    await timed(s.resume, async () => {
+      const answer = await env.api.resumeMicrovm({ microvmIdentifier: vm.microvmId });
+      if (answer.state !== "RUNNING") throw new Error(`resume of ${vm.microvmId} answered ${answer.state}`);
+      await expectHello(vm.stub);
+    });
+    await suspend(vm);
+    await timed(s.auto, () => expectHello(vm.stub));
+    await terminate(env.api, vm.microvmId);
+  }
+  return {
+    samples: settings.samples,
+    coldFirstRpc: percentiles(s.cold),
+    suspend: percentiles(s.suspend),
+    resumeFirstRpc: percentiles(s.resume),
+    autoResumeFirstRpc: percentiles(s.auto),
+    snapshotBytes: percentiles(sizes.snapshot),
+    recordBytes: percentiles(sizes.record),
+    held: await measureHeld(env, settings, recordOf),
+  };
+}
+
+/** `settings.suspended` instances launched and called once, measured RUNNING, suspended, measured again. */
+async function measureHeld(
+  env: MicrovmEnvironment,
+  settings: SnapshotSettings,
+  recordOf: (microvmId: string) => Promise<{ stored?: number | undefined }>,
+): Promise<SnapshotResults["held"]> {
+  const live: Connected[] = [];
+  try {
+    await inBatches(settings.suspended, settings.concurrency, async () => {
+      live.push(await launchAndCall(env.api));
+    });
+    await pause(1_000); // start-up garbage settles before memory is read
+    const running = heldNow(env);
+    // One at a time, as an idle policy spreads them (four at once on 2 loaded cores passed 30 s).
+    for (const vm of live) {
+      const answer = await env.api.suspendMicrovm({ microvmIdentifier: vm.microvmId });
+      if (answer.state !== "SUSPENDED") throw new Error(`suspend of ${vm.microvmId} answered ${answer.state}`);
+    }
+    await pause(1_000);
+    const suspended = heldNow(env);
+    let stored = 0;
+    for (const vm of live) stored += (await recordOf(vm.microvmId)).stored ?? 0;
+    return { count: live.length, running, suspended, storedMiB: mib(stored / 1024) };
+  } finally {
+    await inBatches(live.length, settings.concurrency, (i) =>
+      terminate(env.api, live[i]!.microvmId).catch(() => undefined),
+    );
+  }
+}
+
+function heldNow(env: MicrovmEnvironment): Held {
+  const pids = pidsInHostGroup(hostCgroupKey(hostWorkDir(env.dataDir, env.hostId)));
+  const instances = env.instances().filter((i) => !basename(i.memoryCgroup ?? "").startsWith(WARM_PREFIX));
+  const memory = memoryOf(pids.instances);
+  const cgroupKiB = instances.reduce((sum, i) => sum + (i.memoryCgroup ? cgroupMemoryKiB(i.memoryCgroup).usage : 0), 0);
+  return {
+    processes: memory.count,
+    warmWallProcesses: pids.warm.length,
+    instancesRssMiB: memory.total.rss,
+    instancesPssMiB: memory.total.pss,
+    cgroupMiB: mib(cgroupKiB),
+    serviceRssMiB: mib(memoryKiB(env.servicePid).rss),
+  };
+}
+
+/** `work(0..count-1)`, at most `concurrency` at a time. */
+async function inBatches(count: number, concurrency: number, work: (i: number) => Promise<unknown>): Promise<void> {
+  for (let first = 0; first < count; first += concurrency) {
+    const batch = Array.from({ length: Math.min(concurrency, count - first) }, (_, k) => work(first + k));
+    await Promise.all(batch);
+  }
+}
+
+/** The rows, for the console. */
+export function formatSnapshots(r: SnapshotResults): string {
+  const row = (name: string, p: Percentiles, unit = "ms") =>
+    `| ${name} | ${p.p50.toFixed(0)} ${unit} | ${p.p99.toFixed(0)} ${unit} |`;
+  const held = (name: string, h: Held) =>
+    `| ${name} | ${h.processes} | ${h.instancesRssMiB} | ${h.instancesPssMiB} | ${h.cgroupMiB} | ${h.serviceRssMiB} | ${h.warmWallProcesses} |`;
+  return [
+    `| ${r.samples} samples | p50 | p99 |`,
+    "| --- | --- | --- |",
+    row("cold RunMicrovm → first RPC (baseline)", r.coldFirstRpc),
+    row("SuspendMicrovm → SUSPENDED (snapshot stored)", r.suspend),
+    row("ResumeMicrovm → RUNNING → first RPC", r.resumeFirstRpc),
+    row("RPC to a SUSPENDED instance (auto-resume)", r.autoResumeFirstRpc),
+    row("snapshot stored", r.snapshotBytes, "bytes"),
+    row("KV record of a SUSPENDED instance", r.recordBytes, "bytes"),
+    "",
+    `${r.held.count} instances (snapshots stored: ${r.held.storedMiB} MiB in all)`,
+    "",
+    "| state | instance processes | their VmRSS MiB | PSS MiB | cgroups MiB | service VmRSS MiB | processes of walls booted ahead |",
+    "| --- | --- | --- | --- | --- | --- | --- |",
+    held("RUNNING", r.held.running),
+    held("SUSPENDED", r.held.suspended),
+  ].join("\n");
+}
