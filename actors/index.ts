@@ -3,13 +3,13 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { jobApi, nameToken, onOwner, serviceNames, taskApi, type ReadOperations } from "../schemas/index.ts";
+import { jobApi, nameToken, serviceNames, taskApi, type ReadOperations } from "../schemas/index.ts";
 import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
 import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
 import { serveApi, type ApiHandlers } from "./serve.ts";
-import { taskObjectApi, taskObjectHandlers, taskObjectReader } from "./task-objects.ts";
+import { nameOwners, taskObjectHandlers, taskObjectReader, type TaskObjectStates } from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
 
 export {
@@ -19,9 +19,17 @@ export {
   type ApiServeOptions,
   type Handler,
   type HandlerContext,
+  type OwnerStrategy,
 } from "./serve.ts";
 export { Mailboxes } from "./mailbox.ts";
-export { Placement, LeaseLost, leaseOwner, type ActivationEvent, type PlacementOptions } from "./placement.ts";
+export {
+  Placement,
+  LeaseLost,
+  leaseOwner,
+  type Activation,
+  type ActivationEvent,
+  type PlacementOptions,
+} from "./placement.ts";
 export {
   hostCgroupKey,
   hostWorkDir,
@@ -116,30 +124,22 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
       settings.onActivation ?? ((event) => log.debug({ activation: event }, `task-object activation ${event.event}`)),
   });
   const requester = options.requester ?? new Requester(nc, options.publisher);
-  const objects = taskObjectHandlers({
-    store: stores.taskObjects,
-    placement,
-    requester,
-    prefix,
-    routeBudgetMs: settings.routeBudgetMs,
-  });
-  const handlers: ApiHandlers<typeof actorApi> = {
+  const deps = { store: stores.taskObjects, placement, requester, prefix, routeBudgetMs: settings.routeBudgetMs };
+  const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
     ...taskHandlers(stores.tasks),
     ...jobHandlers(stores.jobs),
-    ...objects,
+    ...taskObjectHandlers(deps),
   };
-  const common = { prefix, publisher: options.publisher };
-  const subscriptions: Subscription[] = [
-    // Every operation on its shared subject, in a queue group of all actor processes.
-    ...serveApi(nc, actorApi, handlers, { ...common, queue: (op) => `actors.${op.name}`, discovery: { service } }),
-    // The owned ones on this process's own subjects too, where other processes send them.
-    ...serveApi(nc, taskObjectApi, objects, {
-      ...common,
-      queue: () => `owner.${ownerId}`,
-      serveAs: (op) => onOwner(op, ownerId),
-      discovery: { service, name: (op) => `${op.name}-owner` },
-    }),
-  ];
+  // Every operation on its shared subject, in a queue group of all actor processes; the
+  // task-object ones also on this process's own subjects, each request routed to its name's owner.
+  const served = serveApi(nc, actorApi, handlers, {
+    prefix,
+    publisher: options.publisher,
+    queue: (op) => `actors.${op.name}`,
+    discovery: { service },
+    owners: { byName: nameOwners(deps) },
+  });
+  const subscriptions: Subscription[] = [...served.own, ...served.shared];
   return {
     ownerId: placement.ownerId,
     get activations() {

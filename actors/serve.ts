@@ -1,18 +1,23 @@
 // The NATS adapter of an operation: decode → validate → call the handler → encode the reply;
 // `serveApi` serves a whole API from a handler map that must name every operation. Subscribes
-// in a queue group, so every replica of an actor process shares the subject.
+// in a queue group, so every replica of an actor process shares the subject. Placement is the
+// adapter's too: an owned operation (placed `byName` or `byHost`) is served on the shared subject
+// and on this process's own subjects, every request routed through the owner strategy of its
+// placement, so its handler runs only at the owner, with what the owner holds.
 import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
-import { validate as isUuid, version as uuidVersion } from "uuid";
+import { v4 as uuidv4, validate as isUuid, version as uuidVersion } from "uuid";
 import {
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
   REQUEST_ID_HEADER,
   inputSchema,
+  onOwner,
   subjectValues,
   subscriptionSubject,
   type InputOf,
   type Operation,
+  type OwnedPlacement,
   type SuccessOf,
   Unauthorized,
 } from "../schemas/index.ts";
@@ -29,10 +34,67 @@ export interface HandlerContext {
   principal?: string;
 }
 
-export type Handler<Op extends Operation> = (input: InputOf<Op>, context: HandlerContext) => Promise<SuccessOf<Op>>;
+/** The placements whose operations have owners. */
+export type OwnedKind = OwnedPlacement["kind"];
 
-/** A handler for every operation of `Api`: one missing, or of another operation's shape, fails to compile. */
-export type ApiHandlers<Api extends Record<string, Operation>> = { readonly [K in keyof Api]: Handler<Api[K]> };
+/** What the owner of an operation's key holds while it runs a request, per placement. */
+export type OwnerStates = { readonly [P in OwnedKind]?: unknown };
+
+/** What the owner of `Op`'s key holds, by `States`; `never` for a stateless operation. */
+type StateOf<Op extends Operation, States extends OwnerStates> = Op["placement"]["kind"] extends keyof States
+  ? States[Op["placement"]["kind"]]
+  : never;
+
+/** The context of a handler: an owned operation's also says what its owner holds. */
+export type ContextOf<Owner> = [Owner] extends [never] ? HandlerContext : HandlerContext & { readonly owner: Owner };
+
+export type Handler<Op extends Operation, Owner = never> = (
+  input: InputOf<Op>,
+  context: ContextOf<Owner>,
+) => Promise<SuccessOf<Op>>;
+
+/**
+ * A handler for every operation of `Api`: one missing, or of another operation's shape, fails
+ * to compile. With `States`, an owned operation's handler is the owner's side only: it gets
+ * what the owner holds (`context.owner`), and the adapter routes the request there first.
+ */
+export type ApiHandlers<Api extends Record<string, Operation>, States extends OwnerStates = Record<never, never>> = {
+  readonly [K in keyof Api]: Handler<Api[K], StateOf<Api[K], States>>;
+};
+
+/** The placements of `Api`'s owned operations. */
+export type OwnedKindsOf<Api extends Record<string, Operation>> = Extract<
+  { [K in keyof Api]: Api[K]["placement"]["kind"] }[keyof Api],
+  OwnedKind
+>;
+
+/** How the owners of one placement are found and reached. */
+export interface OwnerStrategy<State> {
+  /** This process as an owner: it serves the owned operations on its own subjects too. */
+  readonly ownerId: string;
+  /** Queue group of the own subjects (`""`: none). */
+  readonly ownQueue: string;
+  /** Suffix of the own subjects' endpoint names in discovery (`-owner`, `-host`). */
+  readonly endpointSuffix: string;
+  /** The caller's principal on the own subjects (default: the API's own `principal`). */
+  readonly principal?: (msg: Msg) => string | undefined;
+  /**
+   * Runs `work` where the key of `op`'s request lives: here, given what the owner holds, or at
+   * the owning process, whose answer it relays. `own`: the request came on this process's own subjects.
+   */
+  route<T>(
+    op: Operation,
+    input: Record<string, unknown>,
+    context: HandlerContext,
+    own: boolean,
+    work: (state: State) => Promise<T>,
+  ): Promise<T>;
+}
+
+/** The owner strategy of every placement `Api` uses: one missing fails to compile. */
+export type OwnerStrategies<Api extends Record<string, Operation>, States extends OwnerStates> = {
+  readonly [P in OwnedKindsOf<Api>]: OwnerStrategy<P extends keyof States ? States[P] : never>;
+};
 
 export interface ServeOptions {
   /** Subject prefix (empty for none). */
@@ -53,36 +115,89 @@ export interface ServeOptions {
 export interface ApiServeOptions extends Omit<ServeOptions, "queue" | "discovery"> {
   /** The queue group of each operation; `""` subscribes without one (a subject this process serves alone). */
   queue: (op: Operation) => string;
-  /** The copy of each operation to serve (`onOwner`, `viaGateway`); default: the contract as it is. */
+  /** The copy of each operation to serve (`viaGateway`); default: the contract as it is. */
   serveAs?: (op: Operation) => Operation;
   /** Lists every operation in a NATS micro service, as endpoint `name(op)` (default the op's name). */
   discovery?: { service: MicroService; name?: (op: Operation) => string };
+  /**
+   * Serve the owned operations on this process's own subjects too (default true); false for a
+   * second copy of an API (`viaGateway`) whose own subjects the first serves.
+   */
+  ownSubjects?: boolean;
 }
 
-/** Serves every operation of `api` with its handler from `handlers`; one subscription each. */
-export function serveApi<Api extends Record<string, Operation>>(
+/** `owners`: the owner strategy of each placement the API uses; none for an API without owners. */
+export type OwnersOption<Api extends Record<string, Operation>, States extends OwnerStates> = [
+  OwnedKindsOf<Api>,
+] extends [never]
+  ? { owners?: undefined }
+  : { owners: OwnerStrategies<Api, States> };
+
+/**
+ * Serves every operation of `api` with its handler from `handlers`: a stateless one on its
+ * subject, an owned one on its subject and on this process's own (`onOwner`), each request
+ * routed through its placement's owner strategy. An idempotent owned request's record id is
+ * fixed before any routing, so a request passed on twice still creates one record.
+ */
+/** The subscriptions of a served API: its shared subjects', and this process's own subjects' (owned operations). */
+export interface ServedApi {
+  readonly shared: Subscription[];
+  readonly own: Subscription[];
+}
+
+export function serveApi<Api extends Record<string, Operation>, States extends OwnerStates = Record<never, never>>(
   nc: NatsConnection,
   api: Api,
-  handlers: ApiHandlers<Api>,
-  options: ApiServeOptions,
-): Subscription[] {
-  const { queue, serveAs, discovery, ...serve } = options;
+  handlers: ApiHandlers<Api, States>,
+  options: ApiServeOptions & OwnersOption<Api, States>,
+): ServedApi {
+  const { queue, serveAs, discovery, owners, ownSubjects = true, ...serve } = options;
   // `ApiHandlers` pairs each key's handler with its operation; looked up by key, TypeScript
   // sees only the union of them, so this one widening stands for that pairing.
-  const byKey = handlers as unknown as Record<string, Handler<Operation>>;
-  return Object.entries(api).map(([key, op]) =>
-    serveOperation(nc, serveAs ? serveAs(op) : op, byKey[key]!, {
+  const byKey = handlers as unknown as Record<string, (input: unknown, context: unknown) => Promise<unknown>>;
+  const strategies = (owners ?? {}) as Partial<Record<OwnedKind, OwnerStrategy<unknown>>>;
+  const served = { shared: [] as Subscription[], own: [] as Subscription[] };
+  for (const [key, op] of Object.entries(api)) {
+    const handler = byKey[key]!;
+    const kind = op.placement.kind;
+    const target = serveAs ? serveAs(op) : op;
+    const shared = {
       ...serve,
       queue: queue(op),
       discovery: discovery && { service: discovery.service, name: discovery.name?.(op) },
-    }),
-  );
+    };
+    if (kind === "stateless") {
+      served.shared.push(serveOperation(nc, target, handler, shared));
+      continue;
+    }
+    const strategy = strategies[kind];
+    if (!strategy) throw new TypeError(`${op.name} is placed ${kind}: serveApi needs that owner strategy`);
+    const routed =
+      (own: boolean) =>
+      (input: InputOf<Operation>, context: HandlerContext): Promise<unknown> => {
+        const fixed = op.idempotent ? { ...context, idempotencyKey: context.idempotencyKey ?? uuidv4() } : context;
+        return strategy.route(op, input, fixed, own, (owner) => handler(input, { ...fixed, owner }));
+      };
+    if (ownSubjects) {
+      // This process's own subjects first: a request routed here must find it answering.
+      served.own.push(
+        serveOperation(nc, onOwner(op, strategy.ownerId), routed(true), {
+          ...serve,
+          principal: strategy.principal ?? serve.principal,
+          queue: strategy.ownQueue,
+          discovery: discovery && { service: discovery.service, name: `${op.name}${strategy.endpointSuffix}` },
+        }),
+      );
+    }
+    served.shared.push(serveOperation(nc, target, routed(false), shared));
+  }
+  return served;
 }
 
 export function serveOperation<Op extends Operation>(
   nc: NatsConnection,
   op: Op,
-  handler: Handler<Op>,
+  handler: Handler<Op> | ((input: InputOf<Op>, context: HandlerContext) => Promise<unknown>),
   options: ServeOptions,
 ): Subscription {
   const decode = compileDecoder<InputOf<Op>>(inputSchema(op));

@@ -4,7 +4,6 @@
 // holding the name is forwarded to the owner's own subject (once), and its answer relayed.
 import { performance } from "node:perf_hooks";
 import { LRUCache } from "lru-cache";
-import { v4 as uuidv4 } from "uuid";
 import {
   ApiError,
   BUDGET_HEADER,
@@ -18,22 +17,25 @@ import {
   SUSPECT_HEADER,
   TakeoverPending,
   TaskNotFound,
+  ownerKey,
   taskApi,
   taskObjectKey,
-  createTaskDO,
-  getTaskDO,
+  type getTaskDO,
   type Operation,
 } from "../schemas/index.ts";
 import { isNoResponders, isTimeout, recordForward, type RecordStore, type Requester } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
 import { createRecord, readRecord } from "./records.ts";
-import type { ApiHandlers, Handler, HandlerContext } from "./serve.ts";
+import type { ApiHandlers, Handler, HandlerContext, OwnerStrategy } from "./serve.ts";
 import { isTaskRecord, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
 export const taskObjectApi = ownedOperations(taskApi);
-export type TaskObjectHandlers = ApiHandlers<typeof taskObjectApi>;
+/** What the owner of a name holds while it runs a request: the name's activation. */
+export type TaskObjectStates = { readonly byName: Activation };
+/** The owner's side of the task-object operations (the adapter routes each request there first). */
+export type TaskObjectHandlers = ApiHandlers<typeof taskObjectApi, TaskObjectStates>;
 
 export interface TaskObjectDeps {
   store: RecordStore;
@@ -79,40 +81,21 @@ export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> 
 }
 
 /**
- * Handlers for the shared subjects and this process's own: serve a held name, or forward the
- * request to its owner, unless it was forwarded already (then answer NotOwner: no loops).
+ * The owners of names (placement `byName`): the process holding a name's lease runs its
+ * requests; any other passes a request on to the owner's own subject (once: a request passed
+ * on already is answered NotOwner, no loops) and relays its answer, or waits for a takeover.
  */
-export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
-  const { store, placement } = deps;
+export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
+  const { placement } = deps;
   const budgetMs = deps.routeBudgetMs ?? 1_200;
 
-  // The owner reads its records from memory once seen: a record never changes after its
-  // create, so a kept one stays true whoever owns the name later. Absence is never kept.
-  const entries = deps.cacheEntries ?? 50_000;
-  const records = entries > 0 ? new LRUCache<string, TaskRecord>({ max: entries }) : undefined;
-  const read = (name: string, id: string) => async () => {
-    const key = taskObjectKey(name, id);
-    const task =
-      key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key, isTaskRecord)));
-    if (!task) throw TaskNotFound.make({ id });
-    records?.set(key!, task);
-    return task;
-  };
-  const create = (name: string, task: TaskRecord) => async (activation: Activation) => {
-    await placement.fence(activation);
-    const key = taskObjectKey(name, task.id)!;
-    const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
-    records?.set(key, stored);
-    return stored;
-  };
-
-  async function forward(
+  async function forward<T>(
     owner: string,
     op: Operation,
     input: Record<string, unknown>,
     context: HandlerContext,
     timeoutMs: number,
-  ) {
+  ): Promise<{ answer: T } | { moved: true }> {
     const headers = {
       [IDEMPOTENCY_KEY_HEADER]: context.idempotencyKey,
       [REQUEST_ID_HEADER]: context.headers?.get(REQUEST_ID_HEADER),
@@ -120,11 +103,7 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
     };
     try {
       return {
-        answer: await forwardToOwner<TaskRecord>(deps.requester, op, owner, input, {
-          timeoutMs,
-          prefix: deps.prefix,
-          headers,
-        }),
+        answer: await forwardToOwner<T>(deps.requester, op, owner, input, { timeoutMs, prefix: deps.prefix, headers }),
       };
     } catch (err) {
       if (err instanceof ApiError && err._tag === NotOwner.tag) return { moved: true as const };
@@ -132,75 +111,95 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
     }
   }
 
-  /** Runs `work` where `name` lives: here if this process holds it, else at its owner. */
-  async function routed(
-    op: Operation,
-    name: string,
-    input: Record<string, unknown>,
-    context: HandlerContext,
-    work: (activation: Activation) => Promise<TaskRecord>,
-  ): Promise<TaskRecord> {
-    const mayForward = !context.headers?.has(FORWARDED_HEADER);
-    // A gateway's hedge: the owner it names did not answer it; wait for the takeover here.
-    const hedged = context.headers?.get(SUSPECT_HEADER) || undefined;
-    const deadline = performance.now() + holdBudget(context, budgetMs);
-    let suspect = hedged;
-    let outcomeUnknown = false;
-    for (;;) {
-      const route = await placement.route(name, suspect);
-      if (route.kind === "local") {
-        try {
-          // Records never change once created: reads and creates of a name commute, so they
-          // need no mailbox, and concurrent creates share fences (Placement.fence).
-          return await placement.run(route.activation, work, { exclusive: false });
-        } catch (err) {
-          if (!(err instanceof LeaseLost)) throw err;
-        }
-      } else if (!mayForward) {
-        throw NotOwner.make({});
-      } else if (route.kind === "remote") {
-        const timeout = Math.max(1, Math.min(FORWARD_ATTEMPT_MS, deadline - performance.now()));
-        try {
-          const outcome = await forward(route.owner, op, input, context, timeout);
-          if (!("moved" in outcome)) {
-            recordForward("answered");
-            return outcome.answer;
-          }
-          recordForward("moved");
-          placement.forget(name);
-          suspect = undefined;
-        } catch (err) {
-          if (isNoResponders(err)) recordForward("no_responders");
-          else if (isTimeout(err)) recordForward("timeout");
-          else throw err;
-          outcomeUnknown ||= isTimeout(err);
-          suspect = route.owner;
-        }
-      } else if (hedged && route.until > deadline) {
-        // The takeover comes after the sender stops waiting: tell it who will hold the name.
-        throw TakeoverPending.make({ process: placement.ownerId });
-      } else {
-        // Read the lease again now and then: a release lets the name be claimed at once.
-        const pause = Math.min(route.until, deadline, performance.now() + WAIT_RECHECK_MS) - performance.now();
-        if (pause > 0) await new Promise((r) => setTimeout(r, pause));
-      }
-      // A forward that timed out may still have run at the owner: its outcome is unknown.
-      if (performance.now() >= deadline) throw outcomeUnknown ? GatewayTimeout.make({}) : ServiceUnavailable.make({});
-    }
-  }
-
   return {
-    // `name` is always present: the subject carries it and the schema defaults it.
-    getTaskDO: (input, context) => {
-      const name = input.name ?? "default";
-      return routed(getTaskDO, name, input, context, read(name, input.id));
+    ownerId: placement.ownerId,
+    ownQueue: `owner.${placement.ownerId}`,
+    endpointSuffix: "-owner",
+    /** Runs `work` where the name lives: here if this process holds it, else at its owner. */
+    async route(op, input, context, _own, work) {
+      // The subject carries the name, and the schema defaults it.
+      const name = ownerKey(op, input);
+      const mayForward = !context.headers?.has(FORWARDED_HEADER);
+      // A gateway's hedge: the owner it names did not answer it; wait for the takeover here.
+      const hedged = context.headers?.get(SUSPECT_HEADER) || undefined;
+      const deadline = performance.now() + holdBudget(context, budgetMs);
+      let suspect = hedged;
+      let outcomeUnknown = false;
+      for (;;) {
+        const route = await placement.route(name, suspect);
+        if (route.kind === "local") {
+          try {
+            // Records never change once created: reads and creates of a name commute, so they
+            // need no mailbox, and concurrent creates share fences (Placement.fence).
+            return await placement.run(route.activation, work, { exclusive: false });
+          } catch (err) {
+            if (!(err instanceof LeaseLost)) throw err;
+          }
+        } else if (!mayForward) {
+          throw NotOwner.make({});
+        } else if (route.kind === "remote") {
+          const timeout = Math.max(1, Math.min(FORWARD_ATTEMPT_MS, deadline - performance.now()));
+          try {
+            const outcome = await forward<Awaited<ReturnType<typeof work>>>(route.owner, op, input, context, timeout);
+            if (!("moved" in outcome)) {
+              recordForward("answered");
+              return outcome.answer;
+            }
+            recordForward("moved");
+            placement.forget(name);
+            suspect = undefined;
+          } catch (err) {
+            if (isNoResponders(err)) recordForward("no_responders");
+            else if (isTimeout(err)) recordForward("timeout");
+            else throw err;
+            outcomeUnknown ||= isTimeout(err);
+            suspect = route.owner;
+          }
+        } else if (hedged && route.until > deadline) {
+          // The takeover comes after the sender stops waiting: tell it who will hold the name.
+          throw TakeoverPending.make({ process: placement.ownerId });
+        } else {
+          // Read the lease again now and then: a release lets the name be claimed at once.
+          const pause = Math.min(route.until, deadline, performance.now() + WAIT_RECHECK_MS) - performance.now();
+          if (pause > 0) await new Promise((r) => setTimeout(r, pause));
+        }
+        // A forward that timed out may still have run at the owner: its outcome is unknown.
+        if (performance.now() >= deadline) throw outcomeUnknown ? GatewayTimeout.make({}) : ServiceUnavailable.make({});
+      }
     },
-    createTaskDO: (input, context) => {
-      const name = input.name ?? "default";
-      // The id is fixed before any forward, so a repeated forward creates one record.
-      const id = context.idempotencyKey ?? uuidv4();
-      const task: TaskRecord = { id, title: input.title, completed: false };
-      return routed(createTaskDO, name, input, { ...context, idempotencyKey: id }, create(name, task));
+  };
+}
+
+/**
+ * The owner's side of the task-object operations: reads from this process's memory or
+ * storage, creates fenced by the name's activation. The adapter (`serveApi` with
+ * `nameOwners`) runs them only where the name lives.
+ */
+export function taskObjectHandlers(
+  deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries">,
+): TaskObjectHandlers {
+  const { store, placement } = deps;
+  // The owner reads its records from memory once seen: a record never changes after its
+  // create, so a kept one stays true whoever owns the name later. Absence is never kept.
+  const entries = deps.cacheEntries ?? 50_000;
+  const records = entries > 0 ? new LRUCache<string, TaskRecord>({ max: entries }) : undefined;
+  return {
+    async getTaskDO({ id, name = "default" }) {
+      const key = taskObjectKey(name, id);
+      const task =
+        key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key, isTaskRecord)));
+      if (!task) throw TaskNotFound.make({ id });
+      records?.set(key!, task);
+      return task;
+    },
+    async createTaskDO({ title, name = "default" }, context) {
+      // The adapter fixed the id before any forward, so a repeated forward creates one record.
+      const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
+      await placement.fence(context.owner);
+      const key = taskObjectKey(name, task.id)!;
+      const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
+      records?.set(key, stored);
+      return stored;
     },
   };
 }

@@ -1,39 +1,28 @@
 // The seven microVM operations as handlers of one host. Reads (get, list) answer from KV on
-// any host; run launches here; token/suspend/resume/terminate run on the instance's owner:
-// here when this host owns it, else forwarded to the owner's own subject.
+// any host; run launches here; token/suspend/resume/terminate are the owner's side only: the
+// adapter routes each to the instance's host first (`hostOwners`, owners.ts).
 import { createHash, randomUUID } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
-  createAuthToken,
   IdempotencyKeyReused,
   ImageNotFound,
   MicrovmLimitExceeded,
   MicrovmNotFound,
   MicrovmQuotaExceeded,
   ownedOperations,
-  PRINCIPAL_HEADER,
-  resumeMicrovm,
   ServiceUnavailable,
   DEFAULT_IDLE_POLICY,
   InvalidStateTransition,
   MicrovmStartTimeout,
   runWaitSeconds,
-  suspendMicrovm,
-  terminateMicrovm,
   microvmApi,
-  type InputOf,
-  type Operation,
-  type SuccessOf,
 } from "../../schemas/index.ts";
-import { isNoResponders } from "../../platform/index.ts";
-import { forwardToOwner, natsRequests } from "../forward.ts";
-import type { ApiHandlers, Handler } from "../serve.ts";
+import type { ApiHandlers } from "../serve.ts";
 import { imageHandlers } from "./image-handlers.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "./image-store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
 import { launchHosted } from "./hosted.ts";
 import { ownerToken, ownerTransition, type OwnerDeps } from "./operations.ts";
-import { ownerAnswers, ownerGone } from "./routing.ts";
 import {
   isTerminal,
   ownerOf,
@@ -44,10 +33,18 @@ import {
   type StoredRecord,
 } from "./store.ts";
 
-export type MicrovmHandlers = ApiHandlers<typeof microvmApi>;
+/** What the owner of an instance holds while it runs a request (`hostOwners`). */
+export interface HostedState {
+  /** The instance's record as read for this request. */
+  readonly record: MicrovmRecord;
+  /** The live instance, when this host runs it. */
+  readonly hosted: HostedInstance | undefined;
+}
+export type HostStates = { readonly byHost: HostedState };
+export type MicrovmHandlers = ApiHandlers<typeof microvmApi, HostStates>;
 /** The operations that run on the instance's host: those placed `byHost`. */
 export const instanceApi = ownedOperations(microvmApi);
-export type InstanceHandlers = ApiHandlers<typeof instanceApi>;
+export type InstanceHandlers = ApiHandlers<typeof instanceApi, HostStates>;
 
 export interface HostState extends OwnerDeps {
   readonly nc: NatsConnection;
@@ -93,7 +90,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
         items: items.sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.microvmId.localeCompare(b.microvmId)),
       };
     },
-    ...instanceHandlers(host, true),
+    ...instanceHandlers(host),
     ...imageHandlers({
       images: host.images,
       store: host.store,
@@ -103,70 +100,16 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
   };
 }
 
-/** Handlers for this host's own subjects: the request was routed here, so it is answered here. */
-export function ownerHandlers(host: HostState): InstanceHandlers {
-  return instanceHandlers(host, false);
-}
-
-function instanceHandlers(host: HostState, route: boolean): InstanceHandlers {
-  const requests = natsRequests(host.nc);
-  /**
-   * `op` run by `act` here when this host owns the instance (or was asked as its owner), else
-   * forwarded to its owner; `gone` answers once the owner is found gone (its instances with it).
-   */
-  const routed =
-    <Op extends (typeof instanceApi)[keyof typeof instanceApi]>(
-      op: Op,
-      act: (
-        record: MicrovmRecord,
-        hosted: HostedInstance | undefined,
-        input: InputOf<Op>,
-      ) => Promise<SuccessOf<Op>> | SuccessOf<Op>,
-      gone: (record: MicrovmRecord) => Promise<SuccessOf<Op>>,
-    ): Handler<Op> =>
-    async (input, context) => {
-      const principal = context.principal!;
-      const { microvmIdentifier } = input as InputOf<Op> & { microvmIdentifier: string };
-      const { record } = await readOwned(host.store, microvmIdentifier, principal);
-      if (!route || record.hostId === host.hostId) return act(record, host.instances.get(record.microvmId), input);
-      try {
-        // Only hosts may publish on a host's subjects, so the owner believes the principal header.
-        const headers = { [PRINCIPAL_HEADER]: principal };
-        return await forwardToOwner<SuccessOf<Op>>(requests, op, record.hostId, input, {
-          // An answer that waits for its transition (suspend, resume) takes that much longer.
-          timeoutMs: host.forwardTimeoutMs + ((op as Operation).waitMsOf?.(input as Record<string, unknown>) ?? 0),
-          prefix: host.prefix,
-          headers,
-        });
-      } catch (err) {
-        if (!isNoResponders(err)) throw err;
-        // A host between two NATS connections has no subscriber for a moment: ask once more.
-        if (await ownerAnswersAfter(host.nc, host.prefix, record.hostId, 300))
-          throw ServiceUnavailable.make({}, { cause: err });
-        return gone(record);
-      }
-    };
+/**
+ * The owner's side of the instance operations: the adapter (`serveApi` with `hostOwners`) runs
+ * them only on the instance's host, with its record and live instance.
+ */
+function instanceHandlers(host: HostState): InstanceHandlers {
   return {
-    createAuthToken: routed(
-      createAuthToken,
-      (record, hosted, input) => ownerToken(host, record, hosted, input),
-      (record) => ownerGone(host.store, record, "token"),
-    ),
-    suspendMicrovm: routed(
-      suspendMicrovm,
-      (record, hosted) => ownerTransition(host, "suspend", record, hosted),
-      (record) => ownerGone(host.store, record, "suspend"),
-    ),
-    resumeMicrovm: routed(
-      resumeMicrovm,
-      (record, hosted) => ownerTransition(host, "resume", record, hosted),
-      (record) => ownerGone(host.store, record, "resume"),
-    ),
-    terminateMicrovm: routed(
-      terminateMicrovm,
-      (record, hosted) => ownerTransition(host, "terminate", record, hosted),
-      (record) => ownerGone(host.store, record, "terminate"),
-    ),
+    createAuthToken: async (input, { owner }) => ownerToken(host, owner.record, owner.hosted, input),
+    suspendMicrovm: async (_input, { owner }) => ownerTransition(host, "suspend", owner.record, owner.hosted),
+    resumeMicrovm: async (_input, { owner }) => ownerTransition(host, "resume", owner.record, owner.hosted),
+    terminateMicrovm: async (_input, { owner }) => ownerTransition(host, "terminate", owner.record, owner.hosted),
   };
 }
 
@@ -371,16 +314,6 @@ function sortedPolicy(policy: Policy): Policy {
   };
 }
 
-async function ownerAnswersAfter(
-  nc: NatsConnection,
-  prefix: string,
-  hostId: string,
-  pauseMs: number,
-): Promise<boolean> {
-  await new Promise((resolve) => setTimeout(resolve, pauseMs));
-  return ownerAnswers(nc, prefix, hostId);
-}
-
 async function readOr404(store: MicrovmStore, microvmIdentifier: string): Promise<StoredRecord> {
   const stored = await store.read(microvmIdentifier);
   if (!stored) throw MicrovmNotFound.make({ microvmIdentifier });
@@ -388,7 +321,11 @@ async function readOr404(store: MicrovmStore, microvmIdentifier: string): Promis
 }
 
 /** The record when `principal` owns it; another's instance is as absent as a missing one. */
-async function readOwned(store: MicrovmStore, microvmIdentifier: string, principal: string): Promise<StoredRecord> {
+export async function readOwned(
+  store: MicrovmStore,
+  microvmIdentifier: string,
+  principal: string,
+): Promise<StoredRecord> {
   const stored = await readOr404(store, microvmIdentifier);
   if (ownerOf(stored.record) !== principal) throw MicrovmNotFound.make({ microvmIdentifier });
   return stored;

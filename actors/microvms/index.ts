@@ -5,13 +5,14 @@
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
-import { microvmApi, onOwner, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
+import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
 import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../../vm-runtime/index.ts";
 import { log, microvmInstances, onScrape } from "../../platform/index.ts";
 import { MicroService, processMetadata } from "../discovery.ts";
 import { serveApi } from "../serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
-import { instanceApi, ownerHandlers, queueHandlers, type HostState } from "./handlers.ts";
+import { queueHandlers, type HostState } from "./handlers.ts";
+import { hostOwners } from "./owners.ts";
 import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.ts";
@@ -201,29 +202,31 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     description: "MicroVM instances and images",
     metadata: processMetadata(prefix, { host_id: hostId }),
   });
-  // No queue group (an empty name subscribes without one): only this host serves its subjects.
-  const own = serveApi(nc, instanceApi, ownerHandlers(host), {
-    prefix,
-    queue: () => "",
-    serveAs: (op) => onOwner(op, hostId),
-    principal: fromHeader,
-    discovery: { service, name: (op) => `${op.name}-host` },
-  });
-  await nc.flush();
   const shared = queueHandlers(host);
   const natsPrincipal = options.natsPrincipal ?? "nats:internal";
   const queue = (op: { name: string }) => `microvms.${op.name}`;
-  const queued = [
-    ...serveApi(nc, microvmApi, shared, { prefix, queue, principal: () => natsPrincipal, discovery: { service } }),
-    // The gateway's copies: the same queue groups, the principal from its header.
-    ...serveApi(nc, microvmApi, shared, {
-      prefix,
-      queue,
-      serveAs: viaGateway,
-      principal: fromHeader,
-      discovery: { service, name: (op) => `${op.name}-gateway` },
-    }),
-  ];
+  // Instance operations run on the instance's host: on this host's own subjects too, where
+  // other hosts pass requests on (no queue group: only this host serves them).
+  const owners = { byHost: hostOwners(host) };
+  const served = serveApi(nc, microvmApi, shared, {
+    prefix,
+    queue,
+    principal: () => natsPrincipal,
+    discovery: { service },
+    owners,
+  });
+  // The gateway's copies: the same queue groups, the principal from its header.
+  const viaGatewayServed = serveApi(nc, microvmApi, shared, {
+    prefix,
+    queue,
+    serveAs: viaGateway,
+    principal: fromHeader,
+    discovery: { service, name: (op) => `${op.name}-gateway` },
+    owners,
+    ownSubjects: false,
+  });
+  const own = served.own;
+  const queued = [...served.shared, ...viaGatewayServed.shared];
   const sweeper = startSweeper({
     store,
     nc,

@@ -3,8 +3,8 @@
 // claims that a handler map missing an operation, or a storage read of an operation that does
 // not declare `reads`, does not compile.
 import type { NatsConnection } from "@nats-io/transport-node";
-import { type actorApi, serveApi, type ApiHandlers } from "../../actors/index.ts";
-import { jobApi, type taskApi, type ReadOperations, type StorageReads } from "../../schemas/index.ts";
+import { type actorApi, serveApi, type Activation, type ApiHandlers, type OwnerStrategy } from "../../actors/index.ts";
+import { jobApi, taskApi, type ReadOperations, type StorageReads } from "../../schemas/index.ts";
 
 declare const nc: NatsConnection;
 declare const jobs: ApiHandlers<typeof jobApi>;
@@ -30,3 +30,14 @@ export const notARead: StorageReads<typeof taskApi> = { createTask: tasks.create
 
 // @ts-expect-error every read of the actors' operations needs its storage read (getJob, getTaskDO missing)
 export const someReads: ApiHandlers<ReadOperations<typeof actorApi>> = { getTask: tasks.getTask };
+
+// Placement belongs to the adapter: an API with owned operations is served with their owner strategy.
+declare const objects: ApiHandlers<typeof taskApi, { readonly byName: Activation }>;
+declare const byName: OwnerStrategy<Activation>;
+export const placed = () => serveApi(nc, taskApi, objects, { ...options, owners: { byName } });
+
+// @ts-expect-error the task API has operations placed by name: serving it needs their owner strategy
+export const unplaced = () => serveApi(nc, taskApi, objects, options);
+
+// @ts-expect-error an owned operation's handler gets what its owner holds: a handler map without it does not serve
+export const ownerless = () => serveApi(nc, taskApi, tasks, { ...options, owners: { byName } });
