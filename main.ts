@@ -1,17 +1,11 @@
 // Process entry: reads env and flags, connects to NATS (or starts a private nats-server),
 // and runs the roles asked for: gateway, actors, microvms (default: all in one process).
-import { parseArgs } from "node:util";
-import { resolve, join } from "node:path";
+import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
-import {
-  gatewayDispatch,
-  ProviderUnavailable,
-  startActors,
-  startMicrovmHost,
-  type ProviderName,
-} from "./actors/index.ts";
+import { gatewayDispatch, ProviderUnavailable, startActors, startMicrovmHost } from "./actors/index.ts";
 import { createServer } from "node:http";
+import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
 import { once } from "node:events";
 import { createGateways, isLoopback, loadApiKeys, opsListener, type ReloadableApiKeys } from "./gateway/index.ts";
 import {
@@ -25,7 +19,6 @@ import {
   log,
   natsServerPath,
   openBuckets,
-  parseNatsSync,
   recordStores,
   startNatsServer,
   stopStaleServer,
@@ -40,13 +33,9 @@ import {
   type NatsServer,
 } from "./platform/index.ts";
 
-const roles = ["gateway", "actors", "microvms"] as const;
-type Role = (typeof roles)[number];
-
 const env = process.env;
 /** What is running, so a signal at any stage of start-up stops exactly that. */
 const lifecycle = {
-  started: false,
   stopping: false,
   lock: undefined as InstanceLock | undefined,
   server: undefined as Promise<NatsServer> | undefined,
@@ -56,126 +45,16 @@ const lifecycle = {
   reloadKeys: undefined as (() => Promise<void>) | undefined,
 };
 
-const config = {
-  natsUrl: env.NATS_URL || undefined,
-  dataDir: resolve(env.DATA_DIR ?? ".data"),
-  natsPort: port("NATS_PORT", 0),
-  host: env.HOST ?? "127.0.0.1",
-  taskPort: port("TASK_API_PORT", 8787),
-  jobPort: port("JOB_API_PORT", 8788),
-  microvmPort: port("MICROVM_API_PORT", 8789),
-  prefix: env.NATS_SUBJECT_PREFIX ?? "",
-  bodyLimit: int("BODY_LIMIT_BYTES", 1024 * 1024),
-  requestTimeoutMs: int("REQUEST_TIMEOUT_MS", 5_000),
-  replicas: int("KV_REPLICAS", 1),
-  localReads: env.GATEWAY_LOCAL_READS !== "0",
-  metricsPort: env.METRICS_PORT ? port("METRICS_PORT", 0) : undefined,
-  readCacheEntries: int("READ_CACHE_ENTRIES", 50_000),
-  /** The private server's JetStream sync_interval (ignored with NATS_URL: that server has its own). */
-  natsSync: attempt(() => parseNatsSync(env.NATS_SYNC)),
-  /** `<principal> <sha256 hex of key>` lines; when set, every API needs a bearer key. */
-  apiKeysFile: env.API_KEYS_FILE || undefined,
-  /** `Host` names every API answers to besides localhost, 127.0.0.1 and ::1 (comma-separated). */
-  hostNames: names(env.API_HOSTNAMES),
-  /** Further `Host` names only the microVM API answers to (comma-separated). */
-  microvmHostNames: names(env.MICROVM_API_HOSTNAMES),
-};
+/** The configuration, read before anything starts: a bad value is its one-line fix, and exit. */
+const { service: config, placement: placementConfig, microvmHost } = configOrExit(() => readConfig(env));
 
-function names(list: string | undefined): string[] {
-  return (list ?? "")
-    .split(",")
-    .map((h) => h.trim().toLowerCase())
-    .filter(Boolean);
-}
-
-/** Task-object placement (role `actors`): lease TTL and idle release. */
-const placementConfig = {
-  ttlMs: int("TASK_OBJECT_LEASE_MS", 2_000) || fail("TASK_OBJECT_LEASE_MS must be positive"),
-  idleMs: int("TASK_OBJECT_IDLE_MS", 30_000),
-  logWrites: env.TASK_OBJECT_LOG_WRITES === "1",
-};
-
-/** The microVM host (role `microvms`). The token secret is never logged. */
-const microvmHost = {
-  hostId: env.MICROVM_HOST_ID || undefined,
-  tokenSecret: env.MICROVM_TOKEN_SECRET || undefined,
-  tokenSecretPrevious: env.MICROVM_TOKEN_SECRET_PREVIOUS || undefined,
-  maxInstances: int("MICROVM_MAX_INSTANCES", 50),
-  quotaPerPrincipal: int("MICROVM_QUOTA_PER_PRINCIPAL", 10),
-  imageCacheMiB: int("MICROVM_IMAGE_CACHE_MIB", 256) || fail("MICROVM_IMAGE_CACHE_MIB must be positive"),
-  /** Stored image versions and MiB per principal, old versions included (429 past either). */
-  imageQuota: {
-    versions: int("MICROVM_IMAGE_QUOTA_VERSIONS", 50) || fail("MICROVM_IMAGE_QUOTA_VERSIONS must be positive"),
-    bytes: (int("MICROVM_IMAGE_QUOTA_MIB", 64) || fail("MICROVM_IMAGE_QUOTA_MIB must be positive")) * 1024 * 1024,
-  },
-  /** `max_bytes` of the image object store: images never take the task and job buckets' space. */
-  imageStoreMiB: int("MICROVM_IMAGE_STORE_MIB", 1024) || fail("MICROVM_IMAGE_STORE_MIB must be positive"),
-  /** Suspend stores a snapshot where the provider checkpoints (gVisor); `0` keeps the freezer. */
-  snapshots: env.MICROVM_SNAPSHOTS !== "0",
-  snapshotQuotaMiB: int("MICROVM_SNAPSHOT_QUOTA_MIB", 256) || fail("MICROVM_SNAPSHOT_QUOTA_MIB must be positive"),
-  snapshotStoreMiB: int("MICROVM_SNAPSHOT_STORE_MIB", 1024) || fail("MICROVM_SNAPSHOT_STORE_MIB must be positive"),
-  /** The principal of callers on the public `microvms.<op>` subjects (the NATS user allowed there). */
-  natsPrincipal: env.MICROVM_NATS_PRINCIPAL || undefined,
-  retentionSeconds: int("MICROVM_RETENTION_SECONDS", 600),
-  proxyHost: env.MICROVM_PROXY_HOST || "127.0.0.1",
-  proxyBindHost: env.MICROVM_PROXY_BIND || undefined,
-  provider: providerName(env.MICROVM_PROVIDER),
-  limits: {
-    memoryMiB: env.MICROVM_MEMORY_MIB
-      ? int("MICROVM_MEMORY_MIB", 256) || fail("MICROVM_MEMORY_MIB must be positive")
-      : undefined,
-    cpus: cores("MICROVM_CPUS"),
-    totalCpus: cores("MICROVM_TOTAL_CPUS"),
-    totalMemoryMiB: env.MICROVM_TOTAL_MEMORY_MIB
-      ? int("MICROVM_TOTAL_MEMORY_MIB", 0) || fail("MICROVM_TOTAL_MEMORY_MIB must be positive")
-      : undefined,
-    uidBase: env.MICROVM_UID_BASE ? int("MICROVM_UID_BASE", 0) : undefined,
-    warmInstances: env.MICROVM_WARM_INSTANCES ? int("MICROVM_WARM_INSTANCES", 1) : undefined,
-    pids: env.MICROVM_PIDS ? int("MICROVM_PIDS", 64) || fail("MICROVM_PIDS must be positive") : undefined,
-    scratchMiB: env.MICROVM_SCRATCH_MIB
-      ? int("MICROVM_SCRATCH_MIB", 64) || fail("MICROVM_SCRATCH_MIB must be positive")
-      : undefined,
-  },
-};
-
-function providerName(raw: string | undefined): ProviderName {
-  if (raw === undefined || raw === "") return "auto";
-  if (raw === "auto" || raw === "gvisor" || raw === "sandbox" || raw === "process") return raw;
-  fail(
-    `MICROVM_PROVIDER must be "auto" (default: gvisor, else sandbox), "gvisor", "sandbox" or "process", got "${raw}"`,
-  );
-}
-
-/** A CPU quota in cores: a positive number such as 0.5 or 2; undefined when unset. */
-function cores(name: string): number | undefined {
-  const raw = env[name];
-  if (raw === undefined || raw === "") return undefined;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value < 0.01 || value > 1024)
-    fail(`${name} must be a number of cores such as 0.5, got "${raw}"`);
-  return value;
-}
-
-/** A TCP port: 0 (any free one) to 65535. */
-function port(name: string, fallback: number): number {
-  const value = int(name, fallback);
-  if (value > 65535) fail(`${name} must be a port from 0 to 65535 (0 picks a free one), got "${env[name]}"`);
-  return value;
-}
-
-function int(name: string, fallback: number): number {
-  const raw = env[name];
-  if (raw === undefined || raw === "") return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) fail(`${name} must be a non-negative integer, got "${raw}"`);
-  return value;
-}
-
-function attempt<T>(fn: () => T): T {
+function configOrExit<T>(read: () => T): T {
   try {
-    return fn();
+    return read();
   } catch (err) {
-    fail((err as Error).message);
+    if (!(err instanceof ConfigError)) throw err;
+    console.error(`error: ${err.message}`);
+    process.exit(err.exitCode);
   }
 }
 
@@ -184,59 +63,9 @@ class StartupError extends Error {
   override name = "StartupError";
 }
 
-/** Before anything started: print and exit. During start-up: unwind (stop what started), then exit. */
+/** During start-up: unwind (stop what started), then exit with the message. */
 function fail(message: string): never {
-  if (!lifecycle.started) {
-    console.error(`error: ${message}`);
-    process.exit(1);
-  }
   throw new StartupError(message);
-}
-
-const usage = `usage: npm start [-- --role gateway|actors|microvms|all ...]
-
-Runs the Task API, the Job API, the microVM API and their actors on NATS. Without NATS_URL it
-starts a private nats-server with its data in DATA_DIR (.data); one such service per DATA_DIR.
-
-  --role <r>   run only these roles (repeat or comma-separate); default all
-  --help       this text
-  --version    the version
-
-env (every variable: docs/operations.md; the microVM host's: docs/microvms.md#configuration):
-NATS_URL, DATA_DIR, HOST, TASK_API_PORT, JOB_API_PORT, MICROVM_API_PORT, LOG_LEVEL
-(fatal..trace), LOG_FORMAT (json|pretty; default pretty on a terminal), NATS_SYNC,
-API_KEYS_FILE, MICROVM_PROVIDER (auto|gvisor|sandbox|process), MICROVM_RUNSC (docs/sandbox.md).`;
-
-/** True when `--role` named the roles (then each must start, or the process fails). */
-let explicitRoles = false;
-
-function selectedRoles(): Set<Role> {
-  let values: { role?: string[]; help?: boolean; version?: boolean };
-  try {
-    ({ values } = parseArgs({
-      options: {
-        role: { type: "string", multiple: true },
-        help: { type: "boolean", short: "h" },
-        version: { type: "boolean", short: "v" },
-      },
-    }));
-  } catch (err) {
-    console.error(`error: ${(err as Error).message} (npm start -- --help)`);
-    process.exit(2);
-  }
-  if (values.help) {
-    console.log(usage);
-    process.exit(0);
-  }
-  if (values.version) {
-    console.log(packageVersion());
-    process.exit(0);
-  }
-  const asked = (values.role ?? []).flatMap((r) => r.split(","));
-  explicitRoles = asked.length > 0 && !asked.includes("all");
-  if (!explicitRoles) return new Set(roles);
-  for (const r of asked) if (!roles.includes(r as Role)) fail(`unknown role "${r}" (use ${roles.join(", ")} or all)`);
-  return new Set(asked as Role[]);
 }
 
 async function shutdown(reason: string, code = 0): Promise<void> {
@@ -285,7 +114,7 @@ async function privateNatsServer(): Promise<NatsServer> {
 }
 
 /** The API keys, if any; the microVM API beyond loopback refuses to start without them. */
-async function apiKeys(active: Set<Role>): Promise<ReloadableApiKeys | undefined> {
+async function apiKeys(active: ReadonlySet<Role>): Promise<ReloadableApiKeys | undefined> {
   if (!active.has("gateway")) return undefined;
   const resolves = await lookup(config.host).then(
     () => true,
@@ -365,10 +194,17 @@ async function openBucketsOrFail<T>(open: () => Promise<T>, servers: string): Pr
 }
 
 async function main() {
-  const active = selectedRoles();
-  if (logLevelProblem) fail(logLevelProblem);
-  if (logFormatProblem) fail(logFormatProblem);
-  lifecycle.started = true;
+  const flags = configOrExit(() => readFlags(process.argv.slice(2)));
+  if (flags.kind !== "run") {
+    console.log(flags.kind === "help" ? usage : packageVersion());
+    process.exit(0);
+  }
+  const active = flags.roles;
+  const problem = logLevelProblem ?? logFormatProblem;
+  if (problem)
+    configOrExit(() => {
+      throw new ConfigError(problem);
+    });
   const keys = await apiKeys(active);
   const server = config.natsUrl ? undefined : await privateNatsServer();
   const servers = config.natsUrl ?? server!.url;
@@ -421,7 +257,7 @@ async function main() {
       ...withoutUndefined(hostConfig),
     }).catch((err: Error) => {
       // Without a sandbox the rest of the service still runs when the role was not asked for by name.
-      if (err instanceof ProviderUnavailable && !explicitRoles) {
+      if (err instanceof ProviderUnavailable && !flags.explicit) {
         log.error(`microVM host not started: ${err.message}`);
         return undefined;
       }
