@@ -4,12 +4,13 @@
 // a unix socket in a directory the host made (runtime-socket.ts). A `Launcher` supplies the wall.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, lstatSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { availableParallelism, totalmem } from "node:os";
 import { basename, join } from "node:path";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
-import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
+import type { SavedInstance } from "./checkpoint-image.ts";
+import { checkpointing } from "./isolated-checkpoint.ts";
 import { uidPool } from "./instance-uids.ts";
 import type { InstanceNode } from "./node-args.ts";
 import {
@@ -22,7 +23,7 @@ import {
 } from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
 import { MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
-import { makeSocketDir, openRuntimeSocket, RUNTIME_SOCKET_NAME, type RuntimeSocket } from "./runtime-socket.ts";
+import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import {
   hostFailureOf,
@@ -33,7 +34,6 @@ import {
   type MicrovmProvider,
   type MicrovmSpec,
   type ReclaimedInstance,
-  type RestoreSpec,
   type Upstream,
 } from "./provider.ts";
 
@@ -133,7 +133,7 @@ export interface Launcher {
 }
 
 /** What a restore boots from: the image and what the checkpoint recorded of its instance. */
-interface RestoreSource extends SavedInstance {
+export interface RestoreSource extends SavedInstance {
   readonly imageDir: string;
 }
 
@@ -150,7 +150,8 @@ export interface IsolatedProvider extends MicrovmProvider {
   close(): Promise<void>;
 }
 
-interface Tracked {
+/** One wall the provider started (warm, or serving its instance). */
+export interface Tracked {
   readonly launched: Launched;
   /** Renamed after its instance when a warm wall is assigned. */
   cgroup: InstanceCgroup;
@@ -499,71 +500,16 @@ export async function createIsolatedProvider(
     entry.launched.child.kill("SIGKILL");
   }
 
-  /**
-   * Saves a live instance into `imageDir` and ends it: the runtime closes its socket (a wall
-   * cannot save a bound host socket), the wall writes the image and exits, and the host adds
-   * what a restore needs. Any failure ends the instance as well.
-   */
-  async function checkpoint(handle: MicrovmHandle, imageDir: string): Promise<void> {
-    const entry = liveEntry(handle);
-    const { launched } = entry;
-    if (!launched.checkpoint || !launched.signalRuntime || entry.uid === undefined)
-      throw new MicrovmProviderError(`the ${launcher.name} provider cannot checkpoint an instance`);
-    // Its end is the checkpoint's doing, not news of an exit.
-    entry.stopping = true;
-    const saved: SavedInstance = {
-      microvmId: handle.microvmId,
-      uid: entry.uid,
-      heapMiB: entry.heapMiB,
-      secret: entry.secret,
-    };
-    try {
-      await entry.cgroup.thaw();
-      await launched.signalRuntime();
-      const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
-      if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
-        throw new Error("the runtime did not close its socket");
-      entry.socket?.close();
-      await launched.checkpoint(imageDir);
-      // Its uid is free again once released: a restore here takes it back.
-      if (!(await within(entry.released!, 5_000))) throw new Error("the sandbox outlived its checkpoint");
-      await writeSavedInstance(imageDir, saved);
-    } catch (cause) {
-      await forceStop(entry).catch(() => undefined);
-      await within(entry.exited, 5_000);
-      throw new MicrovmProviderError(`instance ${handle.microvmId} could not be checkpointed`, { cause });
-    }
-  }
-
-  /** Boots a wall restoring `imageDir` and waits for its runtime to listen and answer again. */
-  async function restore(spec: RestoreSpec, imageDir: string, signal?: AbortSignal): Promise<MicrovmHandle> {
-    const failed = (cause: unknown) =>
-      new MicrovmProviderError(`instance ${spec.microvmId} could not be restored from its checkpoint`, { cause });
-    if (!launcher.restore) throw new MicrovmProviderError(`the ${launcher.name} provider cannot restore an instance`);
-    if (closed) throw new MicrovmProviderError("provider is closed");
-    const deadline = Date.now() + (options.restoreTimeoutMs ?? 15_000);
-    const saved = await readSavedInstance(imageDir).catch((cause: unknown) => {
-      throw failed(cause);
-    });
-    if (saved.microvmId !== spec.microvmId) throw failed(new Error("the checkpoint is of another instance"));
-    const entry = await boot(saved.heapMiB, deadline, signal, { ...saved, imageDir }).catch((cause: unknown) => {
-      throw failed(cause);
-    });
-    const { launched } = entry;
-    try {
-      await assign(entry, spec.microvmId);
-      // The restored runtime listens again once told, after its sandbox runs.
-      return await answering(entry, spec.microvmId, deadline, signal, async (probeSignal) => {
-        await launched.running!(deadline, probeSignal);
-        await launched.signalRuntime!();
-      });
-    } catch (cause) {
-      entry.stopping = true;
-      await forceStop(entry);
-      await entry.exited;
-      throw failed(cause);
-    }
-  }
+  const { checkpoint, restore } = checkpointing({
+    launcher,
+    restoreTimeoutMs: options.restoreTimeoutMs ?? 15_000,
+    closed: () => closed,
+    liveEntry,
+    boot,
+    assign,
+    answering,
+    forceStop,
+  });
 
   return {
     name: launcher.name,

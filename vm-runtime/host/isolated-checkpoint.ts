@@ -1,0 +1,107 @@
+// Checkpoint and restore of an isolated provider's instances, on walls that can (gVisor): a
+// checkpoint asks the runtime to close its socket, has the wall save the sandbox into an image
+// directory and end, and writes what a restore needs beside it; a restore boots a wall from
+// that image as the same uid with the same secret, and waits until the runtime answers again.
+import { lstatSync } from "node:fs";
+import { join } from "node:path";
+import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
+import type { Launcher, RestoreSource, Tracked } from "./isolated-provider.ts";
+import { pollUntil, within } from "./provider-util.ts";
+import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
+import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
+
+/** What checkpoint and restore use of the provider that tracks the walls. */
+export interface CheckpointDeps {
+  readonly launcher: Launcher;
+  /** How long a restored instance may take to answer. */
+  readonly restoreTimeoutMs: number;
+  closed(): boolean;
+  /** The live wall of an instance; a MicrovmProviderError when it has none. */
+  liveEntry(handle: MicrovmHandle): Tracked;
+  /** Starts a wall, here restoring `restoring`'s image. */
+  boot(heapMiB: number, deadline: number, signal: AbortSignal | undefined, restoring: RestoreSource): Promise<Tracked>;
+  /** Names the wall (and its cgroup) after its instance. */
+  assign(entry: Tracked, microvmId: string): Promise<void>;
+  /** Waits for the runtime's socket and readiness answer, after `before`; resolves with its handle. */
+  answering(
+    entry: Tracked,
+    microvmId: string,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    before: (probeSignal: AbortSignal) => Promise<void>,
+  ): Promise<MicrovmHandle>;
+  /** Ends a wall at once. */
+  forceStop(entry: Tracked): Promise<void>;
+}
+
+/** `checkpoint` and `restore` of the provider (MicrovmProvider's optional pair). */
+export function checkpointing(deps: CheckpointDeps) {
+  /**
+   * Saves a live instance into `imageDir` and ends it: the runtime closes its socket (a wall
+   * cannot save a bound host socket), the wall writes the image and exits, and the host adds
+   * what a restore needs. Any failure ends the instance as well.
+   */
+  async function checkpoint(handle: MicrovmHandle, imageDir: string): Promise<void> {
+    const entry = deps.liveEntry(handle);
+    const { launched } = entry;
+    if (!launched.checkpoint || !launched.signalRuntime || entry.uid === undefined)
+      throw new MicrovmProviderError(`the ${deps.launcher.name} provider cannot checkpoint an instance`);
+    // Its end is the checkpoint's doing, not news of an exit.
+    entry.stopping = true;
+    const saved: SavedInstance = {
+      microvmId: handle.microvmId,
+      uid: entry.uid,
+      heapMiB: entry.heapMiB,
+      secret: entry.secret,
+    };
+    try {
+      await entry.cgroup.thaw();
+      await launched.signalRuntime();
+      const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
+      if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
+        throw new Error("the runtime did not close its socket");
+      entry.socket?.close();
+      await launched.checkpoint(imageDir);
+      // Its uid is free again once released: a restore here takes it back.
+      if (!(await within(entry.released!, 5_000))) throw new Error("the sandbox outlived its checkpoint");
+      await writeSavedInstance(imageDir, saved);
+    } catch (cause) {
+      await deps.forceStop(entry).catch(() => undefined);
+      await within(entry.exited, 5_000);
+      throw new MicrovmProviderError(`instance ${handle.microvmId} could not be checkpointed`, { cause });
+    }
+  }
+
+  /** Boots a wall restoring `imageDir` and waits for its runtime to listen and answer again. */
+  async function restore(spec: RestoreSpec, imageDir: string, signal?: AbortSignal): Promise<MicrovmHandle> {
+    const failed = (cause: unknown) =>
+      new MicrovmProviderError(`instance ${spec.microvmId} could not be restored from its checkpoint`, { cause });
+    if (!deps.launcher.restore)
+      throw new MicrovmProviderError(`the ${deps.launcher.name} provider cannot restore an instance`);
+    if (deps.closed()) throw new MicrovmProviderError("provider is closed");
+    const deadline = Date.now() + deps.restoreTimeoutMs;
+    const saved = await readSavedInstance(imageDir).catch((cause: unknown) => {
+      throw failed(cause);
+    });
+    if (saved.microvmId !== spec.microvmId) throw failed(new Error("the checkpoint is of another instance"));
+    const entry = await deps.boot(saved.heapMiB, deadline, signal, { ...saved, imageDir }).catch((cause: unknown) => {
+      throw failed(cause);
+    });
+    const { launched } = entry;
+    try {
+      await deps.assign(entry, spec.microvmId);
+      // The restored runtime listens again once told, after its sandbox runs.
+      return await deps.answering(entry, spec.microvmId, deadline, signal, async (probeSignal) => {
+        await launched.running!(deadline, probeSignal);
+        await launched.signalRuntime!();
+      });
+    } catch (cause) {
+      entry.stopping = true;
+      await deps.forceStop(entry);
+      await entry.exited;
+      throw failed(cause);
+    }
+  }
+
+  return { checkpoint, restore };
+}
