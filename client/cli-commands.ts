@@ -1,40 +1,12 @@
 // The commands of `taskctl`: arguments, options, the typed client call, and a friendly text
 // next to the raw JSON answer. `cli.ts` parses argv and runs them. Only types come from the
 // contracts here: help and usage errors answer without loading them.
-import type { AllowedPort, jobApi, microvmApi, taskApi } from "../schemas/index.ts";
-import type { Client } from "./typed-client.ts";
+import type { AllowedPort } from "../schemas/index.ts";
+import type { ApiName, CommandSpec, OptionSpec, OptionValues } from "./cli-spec.ts";
 import { imageCommands } from "./cli-images.ts";
 import { fields, idlePolicyText, microvmTable, microvmText, taskText } from "./cli-output.ts";
 
-export type Apis = { task: typeof taskApi; job: typeof jobApi; microvm: typeof microvmApi };
-export type ApiName = keyof Apis;
-
-export interface OptionSpec {
-  readonly type: "string" | "boolean";
-  /** Placeholder in the help (string options). */
-  readonly value?: string;
-  readonly description: string;
-  readonly multiple?: boolean;
-}
-
-/** What a command answered: the raw JSON (`--json`) and the friendly text. */
-export interface Outcome {
-  readonly json: unknown;
-  readonly text: string;
-}
-
-export type OptionValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
-
-export interface CommandSpec<A extends ApiName = ApiName> {
-  readonly group: "tasks" | "jobs" | "microvm" | "image";
-  readonly name: string;
-  /** Positional arguments, all required (placeholders for the help). */
-  readonly args: readonly string[];
-  readonly api: A;
-  readonly summary: string;
-  readonly options?: Readonly<Record<string, OptionSpec>>;
-  run(client: Client<Apis[A]>, args: readonly string[], options: OptionValues): Promise<Outcome>;
-}
+export type { ApiName, Apis, CommandSpec, OptionSpec, OptionValues, Outcome } from "./cli-spec.ts";
 
 const define = <A extends ApiName>(spec: CommandSpec<A>) => spec as unknown as CommandSpec;
 

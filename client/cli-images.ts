@@ -2,7 +2,7 @@
 // esbuild on this machine, then registers the one module), ls, get and rm.
 import type { Static } from "@sinclair/typebox";
 import type { ImageInfo } from "../schemas/index.ts";
-import type { CommandSpec, OptionValues } from "./cli-commands.ts";
+import type { CommandSpec, OptionValues } from "./cli-spec.ts";
 import { fields } from "./cli-output.ts";
 
 type Image = Static<typeof ImageInfo>;

@@ -4,7 +4,7 @@
 import type { AllowedPort, IdlePolicy, microvmApi } from "../schemas/index.ts";
 import { connectMicrovm, type MicrovmStub } from "../vm-runtime/index.ts";
 import { ClientError } from "./client-error.ts";
-import type { Client } from "./index.ts";
+import type { Client } from "./typed-client.ts";
 
 export type MicrovmApiClient = Client<typeof microvmApi>;
 
