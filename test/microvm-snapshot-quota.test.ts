@@ -105,4 +105,26 @@ describe("microvm snapshot quota", { skip: gvisor.ok ? false : gvisor.reason }, 
     await svc.overNats.terminateMicrovm({ microvmIdentifier: microvmId });
     await waitForState(svc.overNats, microvmId, ["TERMINATED"]);
   });
+
+  it("microvm snapshot quota - a request through the proxy during a refused suspend is answered by the instance running on", async () => {
+    const { microvmId, endpoint } = await svc.overNats.runMicrovm({
+      imageIdentifier: "counter",
+      idlePolicy: policy({ autoResumeEnabled: true }),
+    });
+    await waitForState(svc.overNats, microvmId, ["RUNNING"], 30_000);
+    const { authToken } = await svc.overNats.createAuthToken({
+      microvmIdentifier: microvmId,
+      expirationInMinutes: 5,
+      allowedPorts: [{ port: 8080 }],
+    });
+    const stub = connectMicrovm<CounterShape>({ endpoint, authToken });
+    assert.equal(await stub.increment(), 1);
+    // Its first refusal comes after a checkpoint and a restore: seconds in SUSPENDING.
+    const suspending = refusedSuspend(microvmId);
+    await waitForState(svc.overNats, microvmId, ["SUSPENDING"]);
+    assert.equal(await stub.increment(), 2, "answered by the instance once it runs on");
+    await suspending;
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: microvmId });
+    await waitForState(svc.overNats, microvmId, ["TERMINATED"]);
+  });
 });

@@ -185,7 +185,9 @@ async function resumeForRequest(
   waitForState: (states: readonly MicrovmState[], timeoutMs?: number) => Promise<MicrovmState>,
 ): Promise<void> {
   let state = microvmState(actor.getSnapshot());
-  if (state === "SUSPENDING") state = await waitForState(["SUSPENDED", "FAILED", "TERMINATING", "TERMINATED"]);
+  // A suspend refused (its snapshot over its owner's quota) ends RUNNING: nothing to resume.
+  if (state === "SUSPENDING")
+    state = await waitForState(["SUSPENDED", "RUNNING", "FAILED", "TERMINATING", "TERMINATED"]);
   if (state === "SUSPENDED" && canAccept(actor.getSnapshot(), { type: "RESUME" })) actor.send({ type: "RESUME" });
   const reached = await waitForState(["RUNNING", "FAILED", "TERMINATING", "TERMINATED"]);
   if (reached !== "RUNNING") throw new Error(`instance did not resume (${reached})`);
