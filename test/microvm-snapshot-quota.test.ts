@@ -74,10 +74,11 @@ describe("microvm snapshot quota", { skip: gvisor.ok ? false : gvisor.reason }, 
     assert.ok(!info || info.deleted, "nothing is stored");
   }
 
-  it("microvm snapshot quota - a suspend past the quota is a 409, and the instance runs on with its state", async () => {
+  /** A RUNNING counter instance and its stub. */
+  async function runCounter(autoResumeEnabled: boolean) {
     const { microvmId, endpoint } = await svc.overNats.runMicrovm({
       imageIdentifier: "counter",
-      idlePolicy: policy({ autoResumeEnabled: false }),
+      idlePolicy: policy({ autoResumeEnabled }),
     });
     await waitForState(svc.overNats, microvmId, ["RUNNING"], 30_000);
     const { authToken } = await svc.overNats.createAuthToken({
@@ -85,7 +86,11 @@ describe("microvm snapshot quota", { skip: gvisor.ok ? false : gvisor.reason }, 
       expirationInMinutes: 5,
       allowedPorts: [{ port: 8080 }],
     });
-    const stub = connectMicrovm<CounterShape>({ endpoint, authToken });
+    return { microvmId, stub: connectMicrovm<CounterShape>({ endpoint, authToken }) };
+  }
+
+  it("microvm snapshot quota - a suspend past the quota is a 409, and the instance runs on with its state", async () => {
+    const { microvmId, stub } = await runCounter(false);
     await stub.increment();
     await stub.increment();
     const counted = await stub.read();
@@ -107,17 +112,7 @@ describe("microvm snapshot quota", { skip: gvisor.ok ? false : gvisor.reason }, 
   });
 
   it("microvm snapshot quota - a request through the proxy during a refused suspend is answered by the instance running on", async () => {
-    const { microvmId, endpoint } = await svc.overNats.runMicrovm({
-      imageIdentifier: "counter",
-      idlePolicy: policy({ autoResumeEnabled: true }),
-    });
-    await waitForState(svc.overNats, microvmId, ["RUNNING"], 30_000);
-    const { authToken } = await svc.overNats.createAuthToken({
-      microvmIdentifier: microvmId,
-      expirationInMinutes: 5,
-      allowedPorts: [{ port: 8080 }],
-    });
-    const stub = connectMicrovm<CounterShape>({ endpoint, authToken });
+    const { microvmId, stub } = await runCounter(true);
     assert.equal(await stub.increment(), 1);
     // Its first refusal comes after a checkpoint and a restore: seconds in SUSPENDING.
     const suspending = refusedSuspend(microvmId);
