@@ -27,7 +27,11 @@ function limitsOf(provider: ProviderName, results: Partial<Record<ProviderName, 
   if (provider === "sandbox") return { firstRpcMs: sandboxTargets.firstRpcMs, proxyRpcMs: sandboxTargets.proxyRpcMs };
   if (provider === "gvisor") {
     const sandbox = results.sandbox?.launches.firstRpc.p50 ?? NaN;
-    return { firstRpcMs: gvisorTargets.firstRpcVsSandbox * sandbox, proxyRpcMs: gvisorTargets.proxyRpcMs };
+    return {
+      firstRpcMs: gvisorTargets.firstRpcVsSandbox * sandbox,
+      proxyRpcMs: gvisorTargets.proxyRpcMs,
+      suspendResumeMs: gvisorTargets.suspendResumeMs,
+    };
   }
   return { firstRpcMs: targets.firstRpcMs, proxyRpcMs: targets.proxyRpcMs };
 }
@@ -72,7 +76,7 @@ export function printProviderResults(
   console.log(`\nproviders side by side, same run (ratios of the values in this table):\n`);
   console.log(formatComparison(comparison, providers));
   console.log(
-    `\ntargets (issue 11: the sandbox's, its suspend/resume bound held to gvisor too; issue 13: images on the sandbox; issue 23: gvisor):\n`,
+    `\ntargets (issue 11: the sandbox's; issue 13: images on the sandbox; issue 23: gvisor; issue 26: gvisor's suspend and resume with snapshots):\n`,
   );
   console.log(formatVerdicts(verdicts(comparison)));
   const missed = verdicts(comparison).filter((v) => v.met !== true);
