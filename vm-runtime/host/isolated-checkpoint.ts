@@ -5,7 +5,7 @@
 import { lstatSync } from "node:fs";
 import { join } from "node:path";
 import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
-import type { Launcher, RestoreSource, Tracked } from "./isolated-provider.ts";
+import type { Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";

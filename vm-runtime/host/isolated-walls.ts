@@ -1,0 +1,93 @@
+// The walls of the isolated providers (bubblewrap, gVisor) as the provider and its
+// checkpoints see them: what a launcher starts, what it returns, and what the provider tracks.
+
+import type { ChildProcess } from "node:child_process";
+import type { InstanceCgroup } from "./cgroups.ts";
+import type { SavedInstance } from "./checkpoint-image.ts";
+import type { OutputWatch } from "./process-io.ts";
+import type { MicrovmHandle } from "./provider.ts";
+import type { RuntimeSocket } from "./runtime-socket.ts";
+
+/** One wall as a launcher starts it, before it knows its image (sent on stdin). */
+export interface InstanceLaunch {
+  /** Unique among this host's instances: its directory's (and first cgroup) name. */
+  readonly name: string;
+  /** The runtime bundle (the same for every image). */
+  readonly runtimeFile: string;
+  readonly cgroup: InstanceCgroup;
+  /** Host uid of the instance; undefined when the host is not root (its own uid then). */
+  readonly uid: number | undefined;
+  /** The instance's own directory on the host (root's, 0700), for whatever the launcher needs. */
+  readonly dir: string;
+  /** Host directory mounted at /run/microvm inside, owned by `uid`: the runtime's socket goes there. */
+  readonly socketDir: string;
+  readonly heapMiB: number;
+  readonly scratchBytes: number;
+  /** Processes and threads the instance's code may have (the wall's own come on top). */
+  readonly pids: number;
+  readonly permissions: boolean;
+}
+
+/** A started wall around one instance. */
+export interface Launched {
+  /** The process whose exit ends the instance; its stdin carries the secret, stdout/stderr the output. */
+  readonly child: ChildProcess;
+  /** Resolves once the wall is up (rejects if it failed first). */
+  ready(deadline: number, signal: AbortSignal | undefined, stderrTail: readonly string[]): Promise<void>;
+  /** The pid that names the instance in its record (never signalled from storage). */
+  pid(): number | undefined;
+  /** Asks the runtime alone to stop (SIGTERM). */
+  stop(): Promise<void>;
+  /** Ends the wall's init at once; the group kill follows if that is not enough. */
+  kill(): Promise<void>;
+  /** Sends the runtime `CHECKPOINT_SIGNAL` (walls that can checkpoint). */
+  signalRuntime?(): Promise<void>;
+  /** Saves the sandbox, memory and scratch, into `imageDir`; the wall ends. */
+  checkpoint?(imageDir: string): Promise<void>;
+  /** Resolves once a restored sandbox runs; rejects when the wall ends first, at `deadline` or on `signal`. */
+  running?(deadline: number, signal: AbortSignal): Promise<void>;
+}
+
+export interface Launcher {
+  readonly name: "sandbox" | "gvisor";
+  /** Memory the wall itself needs per instance beyond node's, in MiB. */
+  readonly overheadMiB: number;
+  /** Host threads the wall itself runs per instance (the cgroup's pids limit adds them). */
+  readonly overheadPids: number;
+  /** Host files the wall runs or binds (node, its libraries, the wall's binary): a failed boot names those gone. */
+  readonly needs: readonly string[];
+  launch(instance: InstanceLaunch): Promise<Launched>;
+  /** Starts a wall restoring the checkpoint in `imageDir` (walls that can checkpoint). */
+  restore?(instance: InstanceLaunch, imageDir: string): Promise<Launched>;
+}
+
+/** What a restore boots from: the image and what the checkpoint recorded of its instance. */
+export interface RestoreSource extends SavedInstance {
+  readonly imageDir: string;
+}
+
+/** One wall the provider started (warm, or serving its instance). */
+export interface Tracked {
+  readonly launched: Launched;
+  /** Renamed after its instance when a warm wall is assigned. */
+  cgroup: InstanceCgroup;
+  readonly exited: Promise<void>;
+  readonly uid: number | undefined;
+  /** The instance's directory on the host (its socket directory is `run/` in it). */
+  readonly dir: string;
+  readonly secret: string;
+  readonly heapMiB: number;
+  /** Its output: the last stderr lines, and whether the runtime printed its boot line. */
+  readonly output: OutputWatch;
+  /** The instance it serves; undefined while the wall is warm. */
+  microvmId?: string;
+  done: boolean;
+  /** Set when terminate or close ends it: its exit is then no news. */
+  stopping: boolean;
+  /** Why it ended, read from its cgroup before the group is removed. */
+  exitReason?: string;
+  /** Resolves once its cgroup, directory and uid are given back after it ended. */
+  released?: Promise<void>;
+  socket?: RuntimeSocket;
+  handle?: MicrovmHandle;
+}
