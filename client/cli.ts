@@ -62,7 +62,7 @@ const commonHelp = () => [
   "(what `npm start` listens on). With --nats the subject prefix is NATS_SUBJECT_PREFIX (none by default).",
   "API keys: TASKCTL_API_KEY is sent as the bearer key. NATS credentials: NATS_CREDS, NATS_USER/NATS_PASSWORD,",
   "NATS_NKEY (a seed file), NATS_AUTH_DIR, else for the NATS of a local `npm start` its `internal` user.",
-  "TASKCTL_TIMEOUT_MS: how long to wait for an answer over HTTP (default 15000), plus a run's --wait.",
+  "TASKCTL_TIMEOUT_MS: how long to wait for an answer over HTTP (default 15000), plus a run's --wait and a suspend's or resume's wait for its snapshot.",
 ];
 
 function generalHelp(): string {
