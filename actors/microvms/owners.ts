@@ -47,10 +47,7 @@ export function hostOwners(host: HostState): OwnerStrategy<HostedState> {
         await new Promise((resolve) => setTimeout(resolve, 300));
         if (await ownerAnswers(host.nc, host.prefix, record.hostId)) throw ServiceUnavailable.make({}, { cause: err });
         // Terminate answers TERMINATED; any other operation is refused (409) once the record says so.
-        const op_ = instanceOpOf(op);
-        return (await (op_ === "terminate"
-          ? ownerGone(host.store, record, op_)
-          : ownerGone(host.store, record, op_))) as Awaited<ReturnType<typeof work>>;
+        return (await ownerGone(host.store, record, instanceOpOf(op))) as Awaited<ReturnType<typeof work>>;
       }
     },
   };

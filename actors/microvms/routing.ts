@@ -34,15 +34,9 @@ export const hostGoneReason = (hostId: string) => `HostGone: host ${hostId} does
 
 /**
  * The owner is gone: its instances ended with it (a running instance exits with its host; a
- * suspended one is killed when the host id starts again). The record says so from now on.
+ * suspended one is killed when the host id starts again). The record says so from now on:
+ * terminate answers its state; any other operation is refused (409).
  */
-export async function ownerGone(store: MicrovmStore, record: MicrovmRecord, op: "terminate"): Promise<StateAnswer>;
-/** Any other operation on an instance whose owner is gone: refused (409) once the record says so. */
-export async function ownerGone(
-  store: MicrovmStore,
-  record: MicrovmRecord,
-  op: Exclude<InstanceOp, "terminate">,
-): Promise<never>;
 export async function ownerGone(store: MicrovmStore, record: MicrovmRecord, op: InstanceOp): Promise<StateAnswer> {
   const stored = await store.update(record.microvmId, (current) =>
     current.hostId === record.hostId && !isTerminal(current.state)
