@@ -38,7 +38,7 @@ export {
   type MicrovmHost,
   type MicrovmHostOptions,
   type ProviderName,
-} from "./microvms/index.ts";
+} from "../vm-runtime/service/index.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */

@@ -5,7 +5,7 @@
 // removed from the host's cache directory first, which sends the host down that same path.
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { hostWorkDir } from "../actors/microvms/config.ts";
+import { hostWorkDir } from "../vm-runtime/service/config.ts";
 import { connectMicrovm } from "../vm-runtime/index.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { percentiles, type Percentiles } from "./microvm-http.ts";

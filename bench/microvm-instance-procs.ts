@@ -114,7 +114,7 @@ export function cgroupMemoryKiB(dir: string): { usage: number; anon: number } {
   };
 }
 
-/** The key the service names its host cgroup by (actors/microvms/provider.ts; keep in step). */
+/** The key the service names its host cgroup by (vm-runtime/service/provider.ts; keep in step). */
 export const hostCgroupKey = (hostId: string) => createHash("sha256").update(hostId).digest("hex").slice(0, 16);
 
 /** The host's group in every hierarchy that has one (v1: one per controller; v2: one). */
@@ -135,7 +135,7 @@ export function pidsInHostCgroups(hostId: string): number[] {
 }
 
 /**
- * The same for the group the service names by `key` (actors/microvms' hostCgroupKey of its
+ * The same for the group the service names by `key` (vm-runtime/service's hostCgroupKey of its
  * work directory), walls booted ahead for the next instance (`warm-…` groups) apart.
  */
 export function pidsInHostGroup(key: string): { instances: number[]; warm: number[] } {

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { checkImageModule } from "../actors/microvms/image-check.ts";
+import { checkImageModule } from "../vm-runtime/registry/check.ts";
 import { ApiError } from "../schemas/index.ts";
 import {
   createGvisorProvider,

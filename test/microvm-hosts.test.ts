@@ -14,8 +14,9 @@ import {
   hostSubject,
   hostWorkDir,
   MicrovmStore,
+  type InstanceOp,
   type MicrovmRecord,
-} from "../actors/microvms/index.ts";
+} from "../vm-runtime/service/index.ts";
 import { connectMicrovm, readProcStat, type SandboxShape } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
@@ -55,10 +56,7 @@ async function runOn(hostId: string): Promise<{ microvmId: string; endpoint: str
 }
 
 /** Counts requests forwarded to `hostId`'s own subject for `op` (a plain subscriber sees each). */
-function watchForwards(
-  hostId: string,
-  op: "token" | "suspend" | "resume" | "terminate",
-): { count(): number; sub: Subscription } {
+function watchForwards(hostId: string, op: InstanceOp): { count(): number; sub: Subscription } {
   let seen = 0;
   const sub = svc.handle.nc.subscribe(hostSubject("", hostId, op), {
     callback: () => {
@@ -72,7 +70,7 @@ describe("microvm hosts", () => {
   it("microvm hosts - token, 409 and suspend reach the owner through another host", async () => {
     const vm = await runOn(hostB);
     await waitForState(svc.overNats, vm.microvmId, ["RUNNING"]);
-    const forwards = watchForwards(hostB, "token");
+    const forwards = watchForwards(hostB, "createAuthToken");
     // Each request lands on either host; keep asking until one was forwarded (and all work).
     let token = "";
     for (let i = 0; i < 30 && forwards.count() === 0; i++) {
@@ -92,7 +90,7 @@ describe("microvm hosts", () => {
       "hello, b!",
     );
 
-    const refused = watchForwards(hostB, "resume");
+    const refused = watchForwards(hostB, "resumeMicrovm");
     for (let i = 0; i < 30 && refused.count() === 0; i++) {
       const err = await svc.overNats.resumeMicrovm({ microvmIdentifier: vm.microvmId }).catch((e: unknown) => e);
       assert.ok(err instanceof ClientError && err._tag === "InvalidStateTransition" && err.status === 409, String(err));
@@ -111,7 +109,7 @@ describe("microvm hosts", () => {
 
   it("microvm hosts - terminate through either host ends the owner's instance", async () => {
     const vm = await runOn(hostB);
-    const forwards = watchForwards(hostB, "terminate");
+    const forwards = watchForwards(hostB, "terminateMicrovm");
     // Repeated terminates are idempotent; go on until one went through host-a.
     let state = "";
     for (let i = 0; i < 30 && forwards.count() === 0; i++) {

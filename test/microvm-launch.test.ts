@@ -4,7 +4,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { ClientError, launchMicrovm, MicrovmLaunchError, type MicrovmApiClient } from "../client/index.ts";
-import { keyedMicrovmId, MicrovmStore } from "../actors/microvms/index.ts";
+import { keyedMicrovmId, MicrovmStore } from "../vm-runtime/service/index.ts";
 import { connectMicrovm, type SandboxShape } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {

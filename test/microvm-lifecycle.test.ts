@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { natsClient } from "../client/index.ts";
-import { MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { connectNats, bucketNames } from "../platform/index.ts";
 import { microvmApi, SNAPSHOT_STEP_SECONDS, SUSPEND_WAIT_MS } from "../schemas/index.ts";
 import { connectMicrovm, isRpcError, type SandboxShape } from "../vm-runtime/index.ts";

@@ -16,7 +16,7 @@ import {
   MicrovmStore,
   REASON_PROCESS_GONE,
   REASON_PROCESS_KILLED,
-} from "../actors/microvms/index.ts";
+} from "../vm-runtime/service/index.ts";
 import { connectNats, openBuckets, type NatsHandle } from "../platform/index.ts";
 import { microvmApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";

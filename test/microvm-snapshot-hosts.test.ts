@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Objm } from "@nats-io/obj";
 import { natsClient } from "../client/index.ts";
-import { hostWorkDir, MicrovmStore, startMicrovmHost, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { hostWorkDir, MicrovmStore, startMicrovmHost, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { connectNats, openBuckets, snapshotObjectBucket } from "../platform/index.ts";
 import { microvmApi, nameToken } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";

@@ -6,7 +6,7 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { ClientError } from "../client/index.ts";
-import { hostWorkDir } from "../actors/microvms/index.ts";
+import { hostWorkDir } from "../vm-runtime/service/index.ts";
 import { snapshotObjectBucket } from "../platform/index.ts";
 import { nameToken } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";

@@ -17,8 +17,8 @@ import {
   SnapshotQuotaExceeded,
   SnapshotStore,
   type SnapshotStoreOptions,
-} from "../actors/microvms/snapshot-store.ts";
-import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "../actors/microvms/snapshot-archive.ts";
+} from "../vm-runtime/snapshots/store.ts";
+import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "../vm-runtime/snapshots/archive.ts";
 import { checkGvisor, createGvisorProvider } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";

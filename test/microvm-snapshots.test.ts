@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Kvm } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
-import { hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { bucketNames, snapshotObjectBucket } from "../platform/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { microvmApi, nameToken, SUSPEND_WAIT_MS } from "../schemas/index.ts";

@@ -14,8 +14,8 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { reconcileHost } from "../actors/microvms/reconcile.ts";
-import { loadTokenKey, MicrovmStore, REASON_PROCESS_GONE, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { reconcileHost } from "../vm-runtime/service/reconcile.ts";
+import { loadTokenKey, MicrovmStore, REASON_PROCESS_GONE, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { openBuckets, freePort } from "../platform/index.ts";
 import {
   createProcessProvider,

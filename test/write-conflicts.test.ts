@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { describe, it } from "node:test";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
-import { MicrovmStore, type MicrovmRecord } from "../actors/microvms/index.ts";
+import { MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { startNatsCluster, waitForJetStream } from "../cluster/index.ts";
 import { bucketNames, CONFLICT, recordStore, Requester, versionedStore } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";

@@ -6,7 +6,7 @@
 // survive their host): those the host adopts again.
 import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { INSTANCE_MARKER, type MicrovmProvider } from "../../vm-runtime/index.ts";
+import { INSTANCE_MARKER, type MicrovmProvider } from "../index.ts";
 import { log } from "../../platform/index.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore } from "./store.ts";
 

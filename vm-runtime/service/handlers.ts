@@ -6,32 +6,21 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import {
   IdempotencyKeyReused,
   ImageNotFound,
-  MicrovmLimitExceeded,
   MicrovmNotFound,
-  MicrovmQuotaExceeded,
-  ownedOperations,
-  ServiceUnavailable,
   DEFAULT_IDLE_POLICY,
   InvalidStateTransition,
   MicrovmStartTimeout,
   runWaitSeconds,
-  microvmApi,
+  type microvmApi,
 } from "../../schemas/index.ts";
-import type { ApiHandlers } from "../serve.ts";
-import { imageHandlers } from "./image-handlers.ts";
-import { parseImageIdentifier, type HeldModule, type ImageStore } from "./image-store.ts";
+import type { ApiHandlers } from "../../actors/serve.ts";
+import { imageHandlers } from "../registry/handlers.ts";
+import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
+import type { HostInstances } from "./host-instances.ts";
 import { launchHosted } from "./hosted.ts";
-import { ownerToken, ownerTransition, type OwnerDeps } from "./operations.ts";
-import {
-  isTerminal,
-  ownerOf,
-  viewOf,
-  type MicrovmRecord,
-  type MicrovmStore,
-  type Policy,
-  type StoredRecord,
-} from "./store.ts";
+import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
+import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
 
 /** What the owner of an instance holds while it runs a request (`hostOwners`). */
 export interface HostedState {
@@ -42,10 +31,9 @@ export interface HostedState {
 }
 export type HostStates = { readonly byHost: HostedState };
 export type MicrovmHandlers = ApiHandlers<typeof microvmApi, HostStates>;
-/** The operations that run on the instance's host: those placed `byHost`. */
-export const instanceApi = ownedOperations(microvmApi);
 export type InstanceHandlers = ApiHandlers<typeof instanceApi, HostStates>;
 
+/** What a host's handlers share: its connection and stores, and its instances (`HostInstances`). */
 export interface HostState extends OwnerDeps {
   readonly nc: NatsConnection;
   readonly prefix: string;
@@ -53,22 +41,14 @@ export interface HostState extends OwnerDeps {
   readonly store: MicrovmStore;
   /** Registered images (metadata, modules, this host's module cache). */
   readonly images: ImageStore;
-  readonly maxInstances: number;
-  /** Live instances per principal, over every host. */
-  readonly quotaPerPrincipal: number;
   readonly forwardTimeoutMs: number;
-  /** Live instances of this host by microvmId. */
-  readonly instances: Map<string, HostedInstance>;
+  /** This host's live instances and launches under way, and the limits they count against. */
+  readonly instances: HostInstances;
   /** Everything `launchHosted` needs besides the instance's own fields. */
   readonly launch: Omit<
     HostedOptions,
     "microvmId" | "owner" | "imageIdentifier" | "imageDigest" | "image" | "idlePolicy" | "onGone"
   >;
-  /** Launches under way (they count against the limit). */
-  launching: number;
-  /** Launches under way by principal (they count against the quota). */
-  readonly launchingBy: Map<string, number>;
-  closing: boolean;
 }
 
 /** Handlers for the queue-group subjects `microvms.<op>`. */
@@ -95,7 +75,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       images: host.images,
       store: host.store,
       provider: host.launch.provider,
-      reserveSlot: (principal) => reserveSlot(host, principal, "image check"),
+      reserveSlot: (principal) => host.instances.reserve(principal, "image check"),
     }),
   };
 }
@@ -105,11 +85,16 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
  * them only on the instance's host, with its record and live instance.
  */
 function instanceHandlers(host: HostState): InstanceHandlers {
+  const transitionHandlers = Object.fromEntries(
+    transitionOps.map((op) => [
+      op,
+      async (_input: unknown, { owner }: { owner: HostedState }) =>
+        ownerTransition(host, op, owner.record, owner.hosted),
+    ]),
+  ) as Omit<InstanceHandlers, "createAuthToken">;
   return {
     createAuthToken: async (input, { owner }) => ownerToken(host, owner.record, owner.hosted, input),
-    suspendMicrovm: async (_input, { owner }) => ownerTransition(host, "suspend", owner.record, owner.hosted),
-    resumeMicrovm: async (_input, { owner }) => ownerTransition(host, "resume", owner.record, owner.hosted),
-    terminateMicrovm: async (_input, { owner }) => ownerTransition(host, "terminate", owner.record, owner.hosted),
+    ...transitionHandlers,
   };
 }
 
@@ -126,7 +111,7 @@ async function run(
     const stored = await host.store.read(microvmId);
     if (stored) return replay(stored, imageIdentifier, idlePolicy, principal);
   }
-  const release = await reserveSlot(host, principal, "launch");
+  const release = await host.instances.reserve(principal, "launch");
   let held: HeldModule | undefined;
   try {
     const image = await resolveImage(host.images, imageIdentifier, principal);
@@ -140,7 +125,7 @@ async function run(
       image: image.module.path,
       idlePolicy,
       onGone: (gone) => {
-        if (host.instances.get(gone.microvmId) === gone) host.instances.delete(gone.microvmId);
+        host.instances.remove(gone);
         image.module.release();
       },
     });
@@ -149,7 +134,7 @@ async function run(
       const stored = await readOr404(host.store, microvmId);
       return replay(stored, imageIdentifier, idlePolicy, principal);
     }
-    if (hosted.state() !== "TERMINATED" && hosted.state() !== "FAILED") host.instances.set(microvmId, hosted);
+    host.instances.add(hosted);
     // The record exists now: a delete of the image from here on sees this instance (409);
     // one that started before it is seen here, and this launch gives way.
     if (!(await host.images.launchable(image.record))) {
@@ -228,54 +213,6 @@ async function resolveImage(images: ImageStore, imageIdentifier: string, princip
   const module = record && (await images.fetch(record));
   if (!record || !module) throw ImageNotFound.make({ imageIdentifier });
   return { record, module };
-}
-
-/** What a slot is for, as the 429's message says it. */
-export type SlotPurpose = "launch" | "image check";
-
-/**
- * Reserves one live-instance slot of this host for `principal` (a launch, or the sandboxed
- * instance that checks a pushed image) and resolves with its release. 503 while the host
- * closes (a retry lands on another host); 429 `MicrovmLimitExceeded` when the host runs its
- * maximum; 429 `MicrovmQuotaExceeded` when the principal runs its quota: records not
- * TERMINATED or FAILED on any host plus slots reserved here. Two hosts at once may both pass.
- */
-export async function reserveSlot(host: HostState, principal: string, purpose: SlotPurpose): Promise<() => void> {
-  if (host.closing) throw ServiceUnavailable.make({});
-  const why = purpose === "launch" ? "" : "checking an image runs it in an instance for a moment, and ";
-  // An instance that reached TERMINATED is no longer live while its host cleans up after it.
-  const live = [...host.instances.values()].filter((hosted) => !isTerminal(hosted.state())).length;
-  if (live + host.launching >= host.maxInstances) {
-    throw MicrovmLimitExceeded.make({
-      limit: host.maxInstances,
-      message: `${why}this host runs its maximum of ${host.maxInstances} live instances: try again later`,
-    });
-  }
-  // Reserved before the quota's read, so two requests here cannot both take the last slot.
-  host.launching += 1;
-  host.launchingBy.set(principal, (host.launchingBy.get(principal) ?? 0) + 1);
-  let released = false;
-  const release = () => {
-    if (released) return;
-    released = true;
-    host.launching -= 1;
-    const left = host.launchingBy.get(principal)! - 1;
-    if (left > 0) host.launchingBy.set(principal, left);
-    else host.launchingBy.delete(principal);
-  };
-  try {
-    const records = await host.store.list();
-    const owned = records.filter(({ record }) => ownerOf(record) === principal && !isTerminal(record.state)).length;
-    // This reservation is among `launchingBy`'s: the others are what it competes with.
-    if (owned + host.launchingBy.get(principal)! - 1 < host.quotaPerPrincipal) return release;
-    throw MicrovmQuotaExceeded.make({
-      quota: host.quotaPerPrincipal,
-      message: `${why}you run your quota of ${host.quotaPerPrincipal} live instances: terminate one first`,
-    });
-  } catch (err) {
-    release();
-    throw err;
-  }
 }
 
 /**

@@ -1,5 +1,5 @@
 // Hostile pushes against a real service process (its own nats-server, the wall MICROVM_PROVIDER
-// picks, gVisor where it runs; test/image-check-hostile-sandbox.test.ts runs the same on the
+// picks, gVisor where it runs; test/microvm-image-check-hostile-sandbox.test.ts runs the same on the
 // bubblewrap sandbox; real HTTP): modules importing host files (a planted secret, the service's NATS seeds,
 // /dev/zero, /proc/self/environ) are 400s naming the import and carrying no byte of the file,
 // at a bounded cost in the service's memory; images whose readiness answer never ends, stalls
@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { IMAGE_CHECK_TIMEOUT_MS } from "../actors/microvms/image-check.ts";
+import { IMAGE_CHECK_TIMEOUT_MS } from "../vm-runtime/registry/check.ts";
 import { childProcessesWith, SANDBOX_MARKER, GVISOR_MARKER, INSTANCE_MARKER } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { alive, startServiceProcess, type ServiceProcess } from "./helpers/process.ts";

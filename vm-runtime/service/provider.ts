@@ -16,7 +16,7 @@ import {
   type IsolatedProviderOptions,
   type OutputSink,
   type ProcessProvider,
-} from "../../vm-runtime/index.ts";
+} from "../index.ts";
 import { log } from "../../platform/index.ts";
 
 /** `auto` (the default): gvisor where it runs, else sandbox. */

@@ -6,17 +6,14 @@
 import type { Msg } from "@nats-io/transport-node";
 import { ownerKey, PRINCIPAL_HEADER, ServiceUnavailable, type Operation } from "../../schemas/index.ts";
 import { isNoResponders } from "../../platform/index.ts";
-import { forwardToOwner, natsRequests } from "../forward.ts";
-import type { OwnerStrategy } from "../serve.ts";
+import { forwardToOwner, natsRequests } from "../../actors/forward.ts";
+import type { OwnerStrategy } from "../../actors/serve.ts";
 import { readOwned, type HostedState, type HostState } from "./handlers.ts";
 import type { InstanceOp } from "./operations.ts";
 import { ownerAnswers, ownerGone } from "./routing.ts";
 
 /** The principal on a host's own subjects: only hosts may publish there, so its header is believed. */
 const fromHeader = (msg: Msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined;
-
-/** The instance operation of an owned microVM operation: its subject's last token (`microvms.suspend`). */
-const instanceOpOf = (op: Operation) => op.subject.slice(op.subject.lastIndexOf(".") + 1) as InstanceOp;
 
 export function hostOwners(host: HostState): OwnerStrategy<HostedState> {
   const requests = natsRequests(host.nc);
@@ -47,7 +44,7 @@ export function hostOwners(host: HostState): OwnerStrategy<HostedState> {
         await new Promise((resolve) => setTimeout(resolve, 300));
         if (await ownerAnswers(host.nc, host.prefix, record.hostId)) throw ServiceUnavailable.make({}, { cause: err });
         // Terminate answers TERMINATED; any other operation is refused (409) once the record says so.
-        return (await ownerGone(host.store, record, instanceOpOf(op))) as Awaited<ReturnType<typeof work>>;
+        return (await ownerGone(host.store, record, op.name as InstanceOp)) as Awaited<ReturnType<typeof work>>;
       }
     },
   };

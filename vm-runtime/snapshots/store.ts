@@ -1,6 +1,6 @@
 // Instance snapshots in the JetStream Object Store `snapshots`: one object per owner and
 // instance (`<owner token>/<id token>`), the packed and compressed checkpoint image. The record
-// keeps its digest; a load reads it back with no consumer (image-objects.ts), checks it against
+// keeps its digest; a load reads it back with no consumer (registry/objects.ts), checks it against
 // that digest and unpacks it with a bound. Every owner's snapshots count against a byte quota.
 import { createHash } from "node:crypto";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
@@ -8,8 +8,8 @@ import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { ensureStreamSettings, snapshotObjectBucket } from "../../platform/index.ts";
 import { nameToken } from "../../schemas/index.ts";
-import { CorruptObject, listObjects, readObject } from "./image-objects.ts";
-import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "./snapshot-archive.ts";
+import { CorruptObject, listObjects, readObject } from "../registry/objects.ts";
+import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "./archive.ts";
 
 const MiB = 1024 * 1024;
 export const DEFAULT_SNAPSHOT_STORE_MIB = 1024;

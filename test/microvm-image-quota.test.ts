@@ -7,7 +7,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { digestOf, ImageStore, type ImageRecord } from "../actors/microvms/image-store.ts";
+import { digestOf, ImageStore, type ImageRecord } from "../vm-runtime/registry/store.ts";
 import { connectNats, imageObjectBucket } from "../platform/index.ts";
 import { ApiError } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";

@@ -3,10 +3,10 @@
 // buckets. Every image belongs to its creator; the built-in ones are seen by everyone.
 import { pathToFileURL } from "node:url";
 import { ImageInUse, ImageNotFound, type imageApi } from "../../schemas/index.ts";
-import { describeMethods, isImage, bundleImageModule, type MicrovmProvider } from "../../vm-runtime/index.ts";
+import { describeMethods, isImage, bundleImageModule, type MicrovmProvider } from "../index.ts";
 import { log } from "../../platform/index.ts";
-import type { Handler } from "../serve.ts";
-import { checkImageModule, checkModuleSize } from "./image-check.ts";
+import type { Handler } from "../../actors/serve.ts";
+import { checkImageModule, checkModuleSize } from "./check.ts";
 import {
   BUILTIN_OWNER,
   imageView,
@@ -14,8 +14,8 @@ import {
   type HeldModule,
   type ImageRecord,
   type ImageStore,
-} from "./image-store.ts";
-import { isTerminal, ownerOf, type MicrovmStore } from "./store.ts";
+} from "./store.ts";
+import { isTerminal, ownerOf, type MicrovmStore } from "../service/store.ts";
 
 type Api = typeof imageApi;
 export type ImageHandlers = { [K in keyof Api]: Handler<Api[K]> };

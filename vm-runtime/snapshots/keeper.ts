@@ -11,8 +11,8 @@ import {
   type MicrovmHandle,
   type MicrovmProvider,
   type SavedSnapshot,
-} from "../../vm-runtime/index.ts";
-import { SnapshotQuotaExceeded, type SnapshotStore } from "./snapshot-store.ts";
+} from "../index.ts";
+import { SnapshotQuotaExceeded, type SnapshotStore } from "./store.ts";
 
 export interface SnapshotKeeperOptions {
   readonly store: SnapshotStore;

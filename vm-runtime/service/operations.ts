@@ -1,26 +1,61 @@
-// The owner's side of the operations that act on an instance (token, suspend, resume,
-// terminate): events into the instance's machine, refused ones answered 409, the answer sent
-// once the transition settled and its record is in KV. Without a live instance (gone, FAILED),
-// the record alone decides.
+// The owner's side of the operations that act on an instance (CreateAuthToken, SuspendMicrovm,
+// ResumeMicrovm, TerminateMicrovm): events into the instance's machine, refused ones answered
+// 409, the answer sent once the transition settled and its record is in KV. Without a live
+// instance (gone, FAILED), the record alone decides. Each operation is spelled one way, by its
+// contract's name; a transition's entry in `transitions` says what the machine does with it.
 import type { Static } from "@sinclair/typebox";
-import {
-  createAuthToken as signToken,
-  InvalidTokenRequest,
-  type LifecycleEvent,
-  type TokenKey,
-} from "../../vm-runtime/index.ts";
+import { createAuthToken as signToken, InvalidTokenRequest, type LifecycleEvent, type TokenKey } from "../index.ts";
 import {
   decodeFailure,
   InvalidStateTransition,
-  RESUME_WAIT_MS,
-  SUSPEND_WAIT_MS,
+  microvmApi,
+  ownedOperations,
   type createAuthToken,
 } from "../../schemas/index.ts";
 import type { HostedInstance } from "./hosted.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type State } from "./store.ts";
 
-/** The operations that must run on the instance's owner. */
-export type InstanceOp = "token" | "suspend" | "resume" | "terminate";
+/** The operations that run on the instance's host: those of the microVM API placed `byHost`. */
+export const instanceApi = ownedOperations(microvmApi);
+/** An operation that must run on the instance's owner, by its contract's name. */
+export type InstanceOp = keyof typeof instanceApi;
+/** The instance operations that are a transition of the instance's machine. */
+export type TransitionOp = Exclude<InstanceOp, "createAuthToken">;
+
+interface Transition {
+  /** "cannot <verb> an instance in state …" */
+  readonly verb: string;
+  /** The event sent into the instance's machine. */
+  readonly event: LifecycleEvent;
+  /** The states that settle it: the answer waits for one of them. */
+  readonly settled: readonly State[];
+  /** Which state takes it, said in a refusal from any other live state. */
+  readonly takenIn?: string;
+}
+
+/**
+ * Each transition's event and the states that settle it. A suspend settles RUNNING too when it
+ * was refused (its snapshot would pass its owner's quota: the instance runs on). A new instance
+ * operation is its contract, its entry here and its event in the machine.
+ */
+const transitions = {
+  suspendMicrovm: {
+    verb: "suspend",
+    event: { type: "SUSPEND" },
+    settled: ["SUSPENDED", "FAILED", "TERMINATING", "TERMINATED", "RUNNING"],
+    takenIn: "only RUNNING suspends",
+  },
+  resumeMicrovm: {
+    verb: "resume",
+    event: { type: "RESUME" },
+    settled: ["RUNNING", "FAILED", "TERMINATING", "TERMINATED"],
+    takenIn: "only SUSPENDED resumes",
+  },
+  terminateMicrovm: { verb: "terminate", event: { type: "TERMINATE" }, settled: ["TERMINATED", "FAILED"] },
+} as const satisfies Record<TransitionOp, Transition>;
+
+/** The transitions, in the table's order. */
+export const transitionOps = Object.keys(transitions) as TransitionOp[];
 
 export type TokenInput = { microvmIdentifier: string } & Pick<
   Static<typeof createAuthToken.payload>,
@@ -46,7 +81,7 @@ export function ownerToken(
   input: TokenInput,
 ): TokenAnswer {
   const state = hosted?.state() ?? record.state;
-  if (!hosted || NO_TOKEN_STATES.includes(state)) throw refused(record.microvmId, state, "token");
+  if (!hosted || NO_TOKEN_STATES.includes(state)) throw refused(record.microvmId, state, "createAuthToken");
   try {
     const { token } = signToken(
       { microvmId: record.microvmId, expirationInMinutes: input.expirationInMinutes, allowedPorts: input.allowedPorts },
@@ -61,23 +96,13 @@ export function ownerToken(
 }
 
 /**
- * Each operation's event and the states that settle it. A suspend settles RUNNING too when it
- * was refused (its snapshot would pass its owner's quota: the instance runs on).
- */
-const transitions = {
-  suspend: { event: { type: "SUSPEND" }, settled: ["SUSPENDED", "FAILED", "TERMINATING", "TERMINATED", "RUNNING"] },
-  resume: { event: { type: "RESUME" }, settled: ["RUNNING", "FAILED", "TERMINATING", "TERMINATED"] },
-  terminate: { event: { type: "TERMINATE" }, settled: ["TERMINATED", "FAILED"] },
-} as const satisfies Record<Exclude<InstanceOp, "token">, { event: LifecycleEvent; settled: readonly State[] }>;
-
-/**
  * SuspendMicrovm, ResumeMicrovm, TerminateMicrovm on the owner. Suspend and resume answer once
  * settled, within their contract's wait (the machine's checkpoint and restore deadlines end
  * them sooner); a suspend under way (the idle policy's) is waited out first.
  */
 export async function ownerTransition(
   deps: OwnerDeps,
-  op: Exclude<InstanceOp, "token">,
+  op: TransitionOp,
   record: MicrovmRecord,
   hosted: HostedInstance | undefined,
 ): Promise<StateAnswer> {
@@ -90,15 +115,15 @@ export async function ownerTransition(
   const lastRefusal = () => hosted.instance.actor.getSnapshot().context.suspendRefused;
   let refusal = lastRefusal();
   let before = hosted.state();
-  if (before === "SUSPENDING" && op !== "terminate") {
-    before = await hosted.settle(transitions.suspend.settled, left());
+  if (before === "SUSPENDING" && op !== "terminateMicrovm") {
+    before = await hosted.settle(transitions.suspendMicrovm.settled, left());
     // The suspend under way is the one asked for: its outcome is the answer.
-    if (op === "suspend") return answer(hosted, microvmId, before, refusal);
+    if (op === "suspendMicrovm") return answer(hosted, microvmId, before, refusal);
     refusal = lastRefusal();
   }
   const { event, settled } = transitions[op];
   // Terminating an instance that is already ending answers its state (idempotent).
-  const repeatTerminate = op === "terminate" && (before === "TERMINATING" || before === "TERMINATED");
+  const repeatTerminate = op === "terminateMicrovm" && (before === "TERMINATING" || before === "TERMINATED");
   if (!repeatTerminate && !hosted.instance.send(event)) throw refused(microvmId, hosted.state(), op);
   return answer(hosted, microvmId, await hosted.settle(settled, left()), refusal);
 }
@@ -109,9 +134,10 @@ export async function ownerTransition(
  */
 const DEADLINE_MARGIN_MS = 500;
 
-function waitMsOf(deps: OwnerDeps, op: Exclude<InstanceOp, "token">): number {
-  if (op === "terminate") return deps.settleMs;
-  return (op === "suspend" ? SUSPEND_WAIT_MS : RESUME_WAIT_MS) + DEADLINE_MARGIN_MS;
+function waitMsOf(deps: OwnerDeps, op: TransitionOp): number {
+  // A suspend and a resume answer once settled: their contract says how long that may take.
+  const contract: { waitMsOf?: () => number } = instanceApi[op];
+  return contract.waitMsOf ? contract.waitMsOf() + DEADLINE_MARGIN_MS : deps.settleMs;
 }
 
 /**
@@ -136,12 +162,8 @@ async function answer(
 }
 
 /** No live instance on this host: only terminate has something to do (FAILED → TERMINATED). */
-async function recordOnly(
-  deps: OwnerDeps,
-  op: Exclude<InstanceOp, "token">,
-  record: MicrovmRecord,
-): Promise<StateAnswer> {
-  if (op !== "terminate") throw refused(record.microvmId, record.state, op);
+async function recordOnly(deps: OwnerDeps, op: TransitionOp, record: MicrovmRecord): Promise<StateAnswer> {
+  if (op !== "terminateMicrovm") throw refused(record.microvmId, record.state, op);
   if (record.state === "TERMINATED" || record.state === "TERMINATING")
     return { microvmId: record.microvmId, state: record.state };
   const stored = await deps.store.update(record.microvmId, (current) =>
@@ -152,10 +174,12 @@ async function recordOnly(
 
 /** 409 InvalidStateTransition: the instance's state does not take the operation. */
 export function refused(microvmId: string, state: State, op: InstanceOp) {
-  const verb = { token: "create a token for", suspend: "suspend", resume: "resume", terminate: "terminate" }[op];
+  const transition: Transition | undefined = op === "createAuthToken" ? undefined : transitions[op];
+  const verb = transition?.verb ?? "create a token for";
+  const takenIn = !isTerminal(state) && transition?.takenIn ? ` (${transition.takenIn})` : "";
   return InvalidStateTransition.make({
     microvmId,
     state,
-    message: `cannot ${verb} an instance in state ${state}${isTerminal(state) ? "" : op === "resume" ? " (only SUSPENDED resumes)" : op === "suspend" ? " (only RUNNING suspends)" : ""}`,
+    message: `cannot ${verb} an instance in state ${state}${takenIn}`,
   });
 }

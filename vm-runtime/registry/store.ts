@@ -2,7 +2,7 @@
 // name and digest), metadata in the KV bucket `images`, keyed by owner. Writes to one name
 // (push, delete) take its lock, so a record never names a missing object and no object
 // outlives its name. A host fetches a module by digest on first use, checks its sha256 and
-// keeps it in its bounded module cache. Objects are read with no consumer (image-objects.ts).
+// keeps it in its bounded module cache. Objects are read with no consumer (objects.ts).
 import { createHash } from "node:crypto";
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { Kvm, type KV } from "@nats-io/kv";
@@ -11,9 +11,9 @@ import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { bucketNames, ensureStreamSettings, imageObjectBucket, log } from "../../platform/index.ts";
 import { ImageQuotaExceeded, MAX_IMAGE_MODULE_BYTES, nameToken } from "../../schemas/index.ts";
-import type { MethodDescription } from "../../vm-runtime/index.ts";
-import { afterDelete, withNameLock } from "./image-lock.ts";
-import { listObjects, readObject } from "./image-objects.ts";
+import type { MethodDescription } from "../index.ts";
+import { afterDelete, withNameLock } from "./lock.ts";
+import { listObjects, readObject } from "./objects.ts";
 import { DEFAULT_IMAGE_CACHE_MIB, ModuleCache } from "./module-cache.ts";
 
 /** The owner of the built-in images, which every principal sees (no principal has a `~`-prefixed name here). */

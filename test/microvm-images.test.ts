@@ -7,7 +7,7 @@ import { readdir } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { runCli } from "../client/cli.ts";
 import { httpClient, type ClientError } from "../client/index.ts";
-import { MicrovmStore } from "../actors/microvms/index.ts";
+import { MicrovmStore } from "../vm-runtime/service/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
 import { MAX_IMAGE_MODULE_BYTES, microvmApi } from "../schemas/index.ts";
 import { bundleImageModule, connectMicrovm } from "../vm-runtime/index.ts";

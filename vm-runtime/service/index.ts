@@ -6,20 +6,21 @@ import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
-import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../../vm-runtime/index.ts";
+import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../index.ts";
 import { log, microvmInstances, onScrape } from "../../platform/index.ts";
-import { MicroService, processMetadata } from "../discovery.ts";
-import { serveApi } from "../serve.ts";
+import { MicroService, processMetadata } from "../../actors/discovery.ts";
+import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
 import { queueHandlers, type HostState } from "./handlers.ts";
+import { HostInstances } from "./host-instances.ts";
 import { hostOwners } from "./owners.ts";
 import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.ts";
-import { registerBuiltinImages } from "./image-handlers.ts";
-import { ImageStore, type ImageQuota, type ImageStoreOptions } from "./image-store.ts";
+import { registerBuiltinImages } from "../registry/handlers.ts";
+import { ImageStore, type ImageQuota, type ImageStoreOptions } from "../registry/store.ts";
 import { hostSubject } from "./routing.ts";
-import { SnapshotStore } from "./snapshot-store.ts";
+import { SnapshotStore } from "../snapshots/store.ts";
 import { isTerminal, MicrovmStore, ownerOf, type StoredRecord } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 
@@ -28,6 +29,7 @@ export { hostCgroupKey, ProviderUnavailable, type InstanceLimits, type ProviderN
 export { REASON_PROCESS_GONE, REASON_PROCESS_KILLED, type ReconcileReport } from "./reconcile.ts";
 export { keyedMicrovmId } from "./handlers.ts";
 export { hostSubject, hostGoneReason } from "./routing.ts";
+export type { InstanceOp } from "./operations.ts";
 export { MicrovmStore, type MicrovmRecord, type StoredHandle } from "./store.ts";
 export type { SweepReport } from "./sweeper.ts";
 
@@ -166,11 +168,13 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     store,
     tokenKey,
     images,
-    maxInstances: options.maxInstances ?? 50,
-    quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
-    instances: new Map(),
+    instances: new HostInstances({
+      store,
+      maxInstances: options.maxInstances ?? 50,
+      quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
+    }),
     launch: {
       hostId,
       store,
@@ -181,9 +185,6 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
       ...(snapshots ? { snapshots: { store: snapshots, workDir } } : {}),
     },
-    launching: 0,
-    launchingBy: new Map(),
-    closing: false,
   };
 
   // What an earlier run of this host suspended into snapshots is this run's again.
@@ -233,7 +234,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     prefix,
     hostId,
     retentionMs: (options.retentionSeconds ?? 600) * 1000,
-    liveInstances: () => [...host.instances.keys()],
+    liveInstances: () => host.instances.ids(),
     disowned: (microvmId, reason) => {
       const hosted = host.instances.get(microvmId);
       if (!hosted || isTerminal(hosted.state())) return;
@@ -260,19 +261,19 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     hostId,
     workDir,
     reconciled,
-    liveInstances: () => [...host.instances.keys()],
+    liveInstances: () => host.instances.ids(),
     sweep: () => sweeper.sweep(),
     close: () => (closed ??= shutdown()),
   };
 
   async function shutdown(): Promise<void> {
-    host.closing = true;
+    const launched = host.instances.close();
     stopCounting();
     await Promise.all([...queued.map((sub) => sub.drain().catch(() => undefined)), service.close()]);
     await sweeper.stop();
-    while (host.launching > 0) await new Promise((r) => setTimeout(r, 10));
+    await launched;
     await Promise.all(
-      [...host.instances.values()].map(async (hosted) => {
+      host.instances.values().map(async (hosted) => {
         // SUSPENDED into a snapshot, it outlives this host: the next (or another) adopts it.
         if (await hosted.leave()) return;
         hosted.instance.send({ type: "TERMINATE", reason: "HostShutdown" });
@@ -293,7 +294,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
  */
 async function adopt(host: HostState, stored: StoredRecord): Promise<boolean> {
   const { record } = stored;
-  if (host.closing || host.instances.has(record.microvmId)) return false;
+  if (host.instances.closing || host.instances.has(record.microvmId)) return false;
   const hosted = await launchHosted({
     ...host.launch,
     microvmId: record.microvmId,
@@ -304,15 +305,13 @@ async function adopt(host: HostState, stored: StoredRecord): Promise<boolean> {
     image: "",
     idlePolicy: record.idlePolicy,
     adopt: stored,
-    onGone: (gone) => {
-      if (host.instances.get(gone.microvmId) === gone) host.instances.delete(gone.microvmId);
-    },
+    onGone: (gone) => host.instances.remove(gone),
   }).catch((err: unknown) => {
     log.warn({ err, microvmId: record.microvmId }, "adopting a suspended instance failed");
     return undefined;
   });
   if (!hosted) return false;
-  host.instances.set(record.microvmId, hosted);
+  host.instances.add(hosted);
   log.info({ microvmId: record.microvmId, from: record.hostId }, "adopted a suspended instance");
   return true;
 }

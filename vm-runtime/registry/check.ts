@@ -14,7 +14,7 @@ import {
   type MethodDescription,
   type MicrovmHandle,
   type MicrovmProvider,
-} from "../../vm-runtime/index.ts";
+} from "../index.ts";
 
 /** Fails with a 400 `InvalidImage` when the module is larger than the limit. */
 export function checkModuleSize(module: Uint8Array): void {

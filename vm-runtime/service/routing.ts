@@ -6,12 +6,16 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { ownerSubjectRoot, withPrefix } from "../../schemas/index.ts";
 import { isNoResponders } from "../../platform/index.ts";
 import type { InstanceOp, StateAnswer } from "./operations.ts";
-import { refused } from "./operations.ts";
+import { instanceApi, refused } from "./operations.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore } from "./store.ts";
 
-/** The full subject of `op` (or `ping`) on host `hostId`: `microvms.host.<host-token>.<op>`. */
+/**
+ * The full subject of `op` (or `ping`) on host `hostId`: `microvms.host.<host-token>.<tail>`,
+ * the tail of the operation's own subject (`microvms.suspend` → `suspend`).
+ */
 export function hostSubject(prefix: string, hostId: string, op: InstanceOp | "ping"): string {
-  return withPrefix(prefix, `${ownerSubjectRoot("microvms", "byHost", hostId)}.${op}`);
+  const tail = op === "ping" ? op : instanceApi[op].subject.slice(instanceApi[op].subject.indexOf(".") + 1);
+  return withPrefix(prefix, `${ownerSubjectRoot("microvms", "byHost", hostId)}.${tail}`);
 }
 
 /** True when an owner answers its ping (false: nobody subscribes to its subjects). */
@@ -44,6 +48,6 @@ export async function ownerGone(store: MicrovmStore, record: MicrovmRecord, op: 
       : undefined,
   );
   const state = stored?.record.state ?? "TERMINATED";
-  if (op === "terminate") return { microvmId: record.microvmId, state };
+  if (op === "terminateMicrovm") return { microvmId: record.microvmId, state };
   throw refused(record.microvmId, state, op);
 }

@@ -9,7 +9,7 @@ import {
   type MicrovmInstance,
   type MicrovmProvider,
   type TokenKey,
-} from "../../vm-runtime/index.ts";
+} from "../index.ts";
 import { log } from "../../platform/index.ts";
 import {
   isTerminal,
@@ -20,8 +20,8 @@ import {
   type StoredHandle,
   type StoredRecord,
 } from "./store.ts";
-import { snapshotKeeper } from "./snapshots.ts";
-import type { SnapshotStore } from "./snapshot-store.ts";
+import { snapshotKeeper } from "../snapshots/keeper.ts";
+import type { SnapshotStore } from "../snapshots/store.ts";
 import { RecordWriter, recordSignature } from "./writer.ts";
 
 export interface HostedOptions {
