@@ -3,7 +3,7 @@
 // and what it got (`ConfigError`); `configVariables` lists every variable read, for the docs.
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
-import type { ProviderName } from "./actors/index.ts";
+import type { ProviderName } from "./vm-runtime/service/index.ts";
 import { parseNatsSync } from "./platform/index.ts";
 
 /** A value of the configuration that cannot be used; its message is the one-line fix. */

@@ -3,7 +3,8 @@
 import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
-import { gatewayDispatch, ProviderUnavailable, startActors, startMicrovmHost } from "./actors/index.ts";
+import { gatewayDispatch, startActors } from "./actors/index.ts";
+import { ProviderUnavailable, startMicrovmHost } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
 import { once } from "node:events";

@@ -1,5 +1,5 @@
-// Public entry of the actors: start the task, task-object and job actors on a connection,
-// and the microVM host (`startMicrovmHost`, in `microvms/`).
+// Public entry of the actors: start the task, task-object and job actors on a connection.
+// The microVM host is vm-runtime/service/ (`startMicrovmHost`).
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
@@ -30,15 +30,6 @@ export {
   type ActivationEvent,
   type PlacementOptions,
 } from "./placement.ts";
-export {
-  hostCgroupKey,
-  hostWorkDir,
-  startMicrovmHost,
-  ProviderUnavailable,
-  type MicrovmHost,
-  type MicrovmHostOptions,
-  type ProviderName,
-} from "../vm-runtime/service/index.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */

@@ -10,7 +10,7 @@ import { WARM_PREFIX } from "../vm-runtime/index.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { percentiles, type Percentiles } from "./microvm-http.ts";
 import { expectHello, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
-import { hostCgroupKey, hostWorkDir } from "../actors/index.ts";
+import { hostCgroupKey, hostWorkDir } from "../vm-runtime/service/index.ts";
 import { cgroupMemoryKiB, pidsInHostGroup } from "./microvm-instance-procs.ts";
 import { memoryKiB, memoryOf } from "./microvm-proc.ts";
 

@@ -6,7 +6,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Svcm, type ServiceClient, type ServiceIdentity, type ServiceInfo, type ServiceStats } from "@nats-io/services";
-import { startActors, startMicrovmHost, type ActorsHandle } from "../actors/index.ts";
+import { startActors, type ActorsHandle } from "../actors/index.ts";
+import { startMicrovmHost } from "../vm-runtime/service/index.ts";
 import { connectNats, openBuckets, recordStores, type NatsHandle } from "../platform/index.ts";
 import {
   inputSchema,

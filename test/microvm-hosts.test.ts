@@ -8,12 +8,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Subscription } from "@nats-io/transport-node";
 import { ClientError } from "../client/index.ts";
-import { startMicrovmHost } from "../actors/index.ts";
 import {
   hostGoneReason,
   hostSubject,
   hostWorkDir,
   MicrovmStore,
+  startMicrovmHost,
   type InstanceOp,
   type MicrovmRecord,
 } from "../vm-runtime/service/index.ts";

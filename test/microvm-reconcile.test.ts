@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { natsClient } from "../client/index.ts";
 import { instanceProcessesUnder } from "../vm-runtime/index.ts";
-import { startMicrovmHost } from "../actors/index.ts";
+import { startMicrovmHost } from "../vm-runtime/service/index.ts";
 import {
   hostGoneReason,
   hostWorkDir,

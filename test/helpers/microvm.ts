@@ -7,7 +7,12 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
-import { hostCgroupKey, startMicrovmHost, type MicrovmHost, type MicrovmHostOptions } from "../../actors/index.ts";
+import {
+  hostCgroupKey,
+  startMicrovmHost,
+  type MicrovmHost,
+  type MicrovmHostOptions,
+} from "../../vm-runtime/service/index.ts";
 import { httpClient, natsClient, type Client } from "../../client/index.ts";
 import { createGateways, type GatewayOptions } from "../../gateway/index.ts";
 import { connectNats, openBuckets, type NatsHandle } from "../../platform/index.ts";
