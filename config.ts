@@ -140,6 +140,12 @@ export function readConfig(env: NodeJS.ProcessEnv) {
     snapshots: !v.off("MICROVM_SNAPSHOTS"),
     snapshotQuotaMiB: v.positive("MICROVM_SNAPSHOT_QUOTA_MIB", 256),
     snapshotStoreMiB: v.positive("MICROVM_SNAPSHOT_STORE_MIB", 1024),
+    /** Instance logs: lines kept per instance, their age, the stream's size. */
+    logLimits: {
+      linesPerInstance: v.positive("MICROVM_LOG_LINES", 1000),
+      maxAgeSeconds: v.positive("MICROVM_LOG_MAX_AGE_SECONDS", 86_400),
+      storeMiB: v.positive("MICROVM_LOG_STORE_MIB", 256),
+    },
     /** The principal of callers on the public `microvms.<op>` subjects (the NATS user allowed there). */
     natsPrincipal: v.text("MICROVM_NATS_PRINCIPAL"),
     retentionSeconds: v.int("MICROVM_RETENTION_SECONDS", 600),

@@ -211,6 +211,31 @@ export const commands: readonly CommandSpec[] = [
       return { json: answer, text: `X-aws-proxy-auth: ${answer.authToken["X-aws-proxy-auth"]}` };
     },
   }),
+  define({
+    group: "microvm",
+    name: "logs",
+    args: ["ID"],
+    api: "microvm",
+    summary: "Print what an instance wrote (stdout and stderr), oldest first; -f follows new lines",
+    options: {
+      follow: { type: "boolean", short: "f", description: "go on printing each new line until Ctrl-C" },
+      limit: { type: "string", value: "N", description: "the latest N lines first, 1-1000 (default 100)" },
+    },
+    async run(client, [id], options, out) {
+      const first = await client.getMicrovmLogs({ microvmIdentifier: id, limit: integer(options, "limit", 100) });
+      const print = (lines: typeof first.lines) => {
+        for (const line of lines) out(options.json ? JSON.stringify(line) : line.line);
+      };
+      if (!options.follow) return { json: first, text: first.lines.map((l) => l.line).join("\n") };
+      print(first.lines);
+      // A long poll at a time: each answer starts after the last line printed.
+      for (let cursor = first.cursor; ; ) {
+        const page = await client.getMicrovmLogs({ microvmIdentifier: id, since: cursor, waitSeconds: 20 });
+        print(page.lines);
+        cursor = page.cursor;
+      }
+    },
+  }),
   transition("suspend", "suspendMicrovm", "Suspend a RUNNING instance"),
   transition("resume", "resumeMicrovm", "Resume a SUSPENDED instance"),
   transition("terminate", "terminateMicrovm", "Terminate an instance"),

@@ -12,6 +12,8 @@ export interface OptionSpec {
   readonly value?: string;
   readonly description: string;
   readonly multiple?: boolean;
+  /** One letter that works as `-<letter>` too. */
+  readonly short?: string;
 }
 
 /** What a command answered: the raw JSON (`--json`) and the friendly text. */
@@ -30,5 +32,11 @@ export interface CommandSpec<A extends ApiName = ApiName> {
   readonly api: A;
   readonly summary: string;
   readonly options?: Readonly<Record<string, OptionSpec>>;
-  run(client: Client<Apis[A]>, args: readonly string[], options: OptionValues): Promise<Outcome>;
+  /** `out` prints a line at once: what a command that follows (`microvm logs -f`) writes as it comes. */
+  run(
+    client: Client<Apis[A]>,
+    args: readonly string[],
+    options: OptionValues,
+    out: (text: string) => void,
+  ): Promise<Outcome>;
 }

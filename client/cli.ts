@@ -199,7 +199,7 @@ async function execute(command: CommandSpec, args: string[], values: OptionValue
           apiKey: io.env.TASKCTL_API_KEY || undefined,
           validate: false,
         });
-    const outcome = await command.run(client as never, args, values);
+    const outcome = await command.run(client as never, args, values, (text) => io.out(text));
     io.out(values.json ? JSON.stringify(outcome.json) : outcome.text);
     return 0;
   } catch (err) {

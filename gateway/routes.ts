@@ -26,6 +26,7 @@ import { principalOfRequest } from "./api-keys.ts";
 import { readJsonBody } from "./body.ts";
 import { requestId } from "./request-id.ts";
 import { sendError, sendJson } from "./respond.ts";
+import { follow } from "./follow.ts";
 import { forward } from "./transport.ts";
 
 export interface RouteOptions {
@@ -43,6 +44,8 @@ export interface RouteOptions {
   ownerRouting?: OwnerRouting;
   /** Every POST must say `content-type: application/json`, even without a body (else 415). */
   jsonOnly?: boolean;
+  /** Aborted when the server stops: followed reads end then. */
+  stopping?: AbortSignal;
 }
 
 /** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
@@ -79,7 +82,16 @@ function operationRoute(op: Operation, options: RouteOptions) {
         throw notAnObject(payload);
       }
       const input = decode({ ...req.params, ...req.query, ...payload });
-      if (localRead) {
+      if (op.follow && (input as { follow?: unknown }).follow !== undefined) {
+        const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
+        if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+        await follow(op.follow, res, options.stopping, (next) =>
+          forward(options.nats, requestSubject(target, next, options.prefix), requestBody(op, next), {
+            timeoutMs: options.requestTimeoutMs + (op.waitMsOf?.(next) ?? 0),
+            headers,
+          }),
+        )(input as Record<string, unknown>);
+      } else if (localRead) {
         // polka's `originalUrl`: the request's path and query (a `#fragment` dropped).
         sendJson(
           res,

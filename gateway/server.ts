@@ -47,7 +47,9 @@ const MISDIRECTED =
   "this API answers only the Host names localhost, 127.0.0.1, [::1] and those configured (API_HOSTNAMES): another name may be a DNS-rebinding page";
 
 export function createApiServer(options: ApiServerOptions): ApiServer {
-  const router = buildRouter(options.operations, options);
+  // Ends the answers that go on until the client closes (followed reads) when the server stops.
+  const stopping = new AbortController();
+  const router = buildRouter(options.operations, { ...options, stopping: stopping.signal });
   const api = options.operations[0]?.api ?? "";
   const servesHost = hostCheck(options.hostNames);
   const answerDocs = docsResponder(options.operations, options.info, { apiKeys: options.apiKeys !== undefined });
@@ -97,6 +99,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
     },
     async close() {
       closing = true;
+      stopping.abort();
       if (!server.listening) return;
       const closed = new Promise((resolve) => server.close(resolve));
       // Sockets of requests in flight turn idle when answered: close them as they do.

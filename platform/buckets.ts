@@ -43,6 +43,10 @@ export const imageObjectBucket = "images";
 /** The JetStream Object Store bucket of suspended instances' snapshots, one object per owner and instance. */
 export const snapshotObjectBucket = "snapshots";
 
+/** The stream of instances' output lines, one subject per owner and instance below `instanceLogSubjects`. */
+export const instanceLogStream = "MICROVM_LOGS";
+export const instanceLogSubjects = "microvmlogs.>";
+
 /** The buckets the task, task-object and job actors own (the microVM host owns `microvms` and `images`). */
 export const actorBuckets = [
   "tasks",

@@ -16,7 +16,15 @@ import {
   subscriptionSubject,
   viaGateway,
 } from "../schemas/index.ts";
-import { actorBuckets, bucketNames, imageObjectBucket, jobsCreatedSubject, snapshotObjectBucket } from "./buckets.ts";
+import {
+  actorBuckets,
+  bucketNames,
+  imageObjectBucket,
+  instanceLogStream,
+  instanceLogSubjects,
+  jobsCreatedSubject,
+  snapshotObjectBucket,
+} from "./buckets.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
 export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
@@ -113,6 +121,19 @@ function objOwn(bucket: string): string[] {
   ];
 }
 
+/**
+ * Owning the instance log stream: write lines (core publishes it captures), create it or bring
+ * it to this host's limits, read by direct gets (no consumer), purge an instance's lines.
+ */
+function logStreamOwn(): string[] {
+  return [
+    instanceLogSubjects,
+    ...[`INFO`, `CREATE`, `UPDATE`, `PURGE`].map((api) => `$JS.API.STREAM.${api}.${instanceLogStream}`),
+    `$JS.API.DIRECT.GET.${instanceLogStream}`,
+    `$JS.API.DIRECT.GET.${instanceLogStream}.>`,
+  ];
+}
+
 /** The operation subjects a role publishes (requests) and subscribes to (serves). */
 export interface OperationGrants {
   readonly publish: readonly string[];
@@ -187,11 +208,18 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
           ...HOST_BUCKETS.map((b) => `$JS.API.STREAM.PURGE.KV_${b}`),
           ...objOwn(imageObjectBucket),
           ...objOwn(snapshotObjectBucket),
+          ...logStreamOwn(),
           "$JS.API.INFO",
         ],
       },
       subscribe: {
-        allow: [...ops.microvms.subscribe, ...serviceControlSubjects(serviceNames.microvms), inbox("microvms")],
+        allow: [
+          ...ops.microvms.subscribe,
+          ...serviceControlSubjects(serviceNames.microvms),
+          inbox("microvms"),
+          // A read that waits for an instance's next line listens on its subject.
+          instanceLogSubjects,
+        ],
       },
       allow_responses: true,
     },

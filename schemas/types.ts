@@ -62,6 +62,12 @@ export interface Operation {
    * second attempt would lose the first's answer).
    */
   readonly waitMsOf?: (input: Record<string, unknown>) => number | undefined;
+  /**
+   * A read that can be followed over HTTP (`?follow=1`): the gateway answers NDJSON, one object
+   * a line (each item of the answer's `items` field), then asks again with `since` set to the
+   * answer's `cursor` and `waitSeconds` to this, until the client closes.
+   */
+  readonly follow?: { readonly items: string; readonly waitSeconds: number };
 }
 
 type PartOf<S> = S extends TObject ? Static<S> : {};

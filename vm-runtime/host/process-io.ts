@@ -32,7 +32,8 @@ export function watchOutput(child: ChildProcess, microvmId: string, sink?: Outpu
     boundedLines(child.stdout, (line) => {
       if (!watch.booted && line === BOOTED_LINE) watch.booted = true;
       watch.stdout.emit("line", line);
-      sink?.(microvmId, "stdout", line);
+      // The runtime's start-up lines are for its host, not the instance's output.
+      if (line !== BOOTED_LINE && parseReadyLine(line) === undefined) sink?.(microvmId, "stdout", line);
     });
   }
   if (child.stderr) {

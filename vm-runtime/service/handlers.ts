@@ -18,6 +18,7 @@ import { imageHandlers } from "../registry/handlers.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
 import type { HostInstances } from "./host-instances.ts";
+import type { InstanceLogs } from "./logs.ts";
 import { launchHosted } from "./hosted.ts";
 import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
 import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
@@ -41,6 +42,8 @@ export interface HostState extends OwnerDeps {
   readonly store: MicrovmStore;
   /** Registered images (metadata, modules, this host's module cache). */
   readonly images: ImageStore;
+  /** Instances' output lines, stored per owner and instance. */
+  readonly logs: InstanceLogs;
   readonly forwardTimeoutMs: number;
   /** This host's live instances and launches under way, and the limits they count against. */
   readonly instances: HostInstances;
@@ -69,6 +72,27 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       return {
         items: items.sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.microvmId.localeCompare(b.microvmId)),
       };
+    },
+    async getMicrovmLogs(input, context) {
+      const principal = context.principal!;
+      const { microvmIdentifier } = input;
+      const since = input.since === undefined ? undefined : Number(input.since);
+      const read = {
+        ...(input.limit === undefined ? {} : { limit: Number(input.limit) }),
+        ...(since === undefined ? {} : { since }),
+      };
+      // The caller's lines or nothing: a line on its subject proves the instance is the caller's
+      // (it outlives the record); else the record must say so, or it is 404.
+      const owned = async () =>
+        (await host.logs.has(principal, microvmIdentifier)) ||
+        (await readOwned(host.store, microvmIdentifier, principal), true);
+      if (since !== undefined && input.waitSeconds !== undefined) {
+        await owned();
+        return host.logs.read(principal, microvmIdentifier, { ...read, waitMs: Number(input.waitSeconds) * 1000 });
+      }
+      const page = await host.logs.read(principal, microvmIdentifier, read);
+      if (page.lines.length === 0) await owned();
+      return page;
     },
     ...instanceHandlers(host),
     ...imageHandlers({
@@ -112,6 +136,8 @@ async function run(
     if (stored) return replay(stored, imageIdentifier, idlePolicy, principal);
   }
   const release = await host.instances.reserve(principal, "launch");
+  // Its output is stored from its first line on, a crash at start included.
+  const unkeep = host.logs.keep(microvmId, principal);
   let held: HeldModule | undefined;
   try {
     const image = await resolveImage(host.images, imageIdentifier, principal);
@@ -126,11 +152,13 @@ async function run(
       idlePolicy,
       onGone: (gone) => {
         host.instances.remove(gone);
+        unkeep();
         image.module.release();
       },
     });
     if (!hosted) {
       // Another request with the same Idempotency-Key created the record first.
+      unkeep();
       const stored = await readOr404(host.store, microvmId);
       return replay(stored, imageIdentifier, idlePolicy, principal);
     }
@@ -147,6 +175,8 @@ async function run(
     return { microvmId, endpoint: hosted.endpoint, state: "PENDING" as const };
   } catch (err) {
     held?.release();
+    // A launch that failed before its instance existed has no onGone to stop storing its output.
+    if (!host.instances.has(microvmId)) unkeep();
     throw err;
   } finally {
     release();

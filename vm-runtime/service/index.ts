@@ -13,6 +13,7 @@ import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
 import { queueHandlers, type HostState } from "./handlers.ts";
 import { HostInstances } from "./host-instances.ts";
+import { InstanceLogs, type InstanceLogOptions } from "./logs.ts";
 import { hostOwners } from "./owners.ts";
 import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
@@ -100,6 +101,8 @@ export interface MicrovmHostOptions {
   readonly timeouts?: Partial<LifecycleTimeouts>;
   /** Time between retention sweeps (default: half the retention, 1 s to 30 s). */
   readonly sweepIntervalMs?: number;
+  /** Limits of the instance log stream (`MICROVM_LOG_LINES`, `MICROVM_LOG_MAX_AGE_SECONDS`, `MICROVM_LOG_STORE_MIB`). */
+  readonly logLimits?: Omit<InstanceLogOptions, "replicas">;
 }
 
 export interface MicrovmHost {
@@ -124,7 +127,14 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const tokenKey =
     options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
   const store = new MicrovmStore(options.kv, nc);
-  const provider = await createHostProvider(options.provider ?? "auto", workDir, options.limits).catch(
+  const logs = await InstanceLogs.open(nc, {
+    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+    ...options.logLimits,
+  }).catch(async (err: unknown) => {
+    await unlock();
+    throw err;
+  });
+  const provider = await createHostProvider(options.provider ?? "auto", workDir, options.limits, logs.sink).catch(
     async (err: unknown) => {
       await unlock();
       throw err;
@@ -168,6 +178,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     store,
     tokenKey,
     images,
+    logs,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new HostInstances({
@@ -295,6 +306,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
 async function adopt(host: HostState, stored: StoredRecord): Promise<boolean> {
   const { record } = stored;
   if (host.instances.closing || host.instances.has(record.microvmId)) return false;
+  const unkeep = host.logs.keep(record.microvmId, ownerOf(record));
   const hosted = await launchHosted({
     ...host.launch,
     microvmId: record.microvmId,
@@ -305,12 +317,18 @@ async function adopt(host: HostState, stored: StoredRecord): Promise<boolean> {
     image: "",
     idlePolicy: record.idlePolicy,
     adopt: stored,
-    onGone: (gone) => host.instances.remove(gone),
+    onGone: (gone) => {
+      host.instances.remove(gone);
+      unkeep();
+    },
   }).catch((err: unknown) => {
     log.warn({ err, microvmId: record.microvmId }, "adopting a suspended instance failed");
     return undefined;
   });
-  if (!hosted) return false;
+  if (!hosted) {
+    unkeep();
+    return false;
+  }
   host.instances.add(hosted);
   log.info({ microvmId: record.microvmId, from: record.hostId }, "adopted a suspended instance");
   return true;

@@ -50,8 +50,8 @@ export async function createHostProvider(
   name: ProviderName,
   workDir: string,
   limits: InstanceLimits = {},
+  onOutput: OutputSink = (microvmId, stream, line) => log.debug({ microvmId, stream, line }, "instance output"),
 ): Promise<IsolatedProvider | ProcessProvider> {
-  const onOutput: OutputSink = (microvmId, stream, line) => log.debug({ microvmId, stream, line }, "instance output");
   if (name === "process") {
     log.warn(
       "MICROVM_PROVIDER=process: instances run as plain processes of this host's user, NOT isolated " +
