@@ -22,6 +22,7 @@ import {
   openBuckets,
   recordStores,
   startNatsServer,
+  startTracing,
   stopStaleServer,
   acquireInstanceLock,
   AlreadyRunning,
@@ -42,6 +43,8 @@ const lifecycle = {
   server: undefined as Promise<NatsServer> | undefined,
   connections: [] as NatsHandle[],
   closers: [] as (() => Promise<void>)[],
+  /** Flushes and stops the span exporter (set when tracing is on): last, after every span of the shutdown. */
+  stopTracing: undefined as (() => Promise<void>) | undefined,
   /** Set once API keys are loaded: what SIGHUP does then (else it stops the process). */
   reloadKeys: undefined as (() => Promise<void>) | undefined,
 };
@@ -74,6 +77,7 @@ async function shutdown(reason: string, code = 0): Promise<void> {
   lifecycle.stopping = true;
   if (code === 0) log.info({ signal: reason }, "shutting down");
   for (const close of lifecycle.closers) await close().catch((err) => log.warn({ err }, "close failed"));
+  await lifecycle.stopTracing?.().catch((err) => log.warn({ err }, "flushing the last spans failed"));
   for (const handle of lifecycle.connections) await handle.close().catch(() => undefined);
   const server = await lifecycle.server?.catch(() => undefined);
   await server?.stop();
@@ -207,6 +211,8 @@ async function main() {
       throw new ConfigError(problem);
     });
   const keys = await apiKeys(active);
+  // Before any store or route is made: with an OTLP endpoint set, they record spans.
+  lifecycle.stopTracing = await startTracing("typed-service");
   const server = config.natsUrl ? undefined : await privateNatsServer();
   const servers = config.natsUrl ?? server!.url;
   // One connection per role, each as its own NATS user: least privilege holds in one process too.

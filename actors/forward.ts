@@ -2,6 +2,7 @@
 // answer relayed: task objects (lease holders) and microVM hosts alike.
 import { headers, type Msg, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import { ownerSubject, replyValue, requestBody, type Operation } from "../schemas/index.ts";
+import { injectTrace, SpanKind, traced } from "../platform/index.ts";
 
 /** Request/reply as `Requester` does it (an adapter makes one of a connection: `natsRequests`). */
 export interface Requests {
@@ -34,13 +35,12 @@ export async function forwardToOwner<T>(
   input: Record<string, unknown>,
   options: ForwardOptions,
 ): Promise<T> {
-  const h = headers();
-  for (const [name, value] of Object.entries(options.headers ?? {})) if (value) h.set(name, value);
-  const reply = await requests.request(
-    ownerSubject(op, ownerId, input, options.prefix),
-    requestBody(op, input),
-    options.timeoutMs,
-    h,
-  );
-  return replyValue<T>(reply);
+  const subject = ownerSubject(op, ownerId, input, options.prefix);
+  return traced(`forward ${op.name}`, SpanKind.CLIENT, undefined, async () => {
+    const h = headers();
+    for (const [name, value] of Object.entries(options.headers ?? {})) if (value) h.set(name, value);
+    injectTrace(h);
+    const reply = await requests.request(subject, requestBody(op, input), options.timeoutMs, h);
+    return replyValue<T>(reply);
+  });
 }

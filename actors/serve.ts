@@ -21,7 +21,15 @@ import {
   type SuccessOf,
   Unauthorized,
 } from "../schemas/index.ts";
-import { errorHeaders, log, recordActor, toApiError, type BatchPublisher } from "../platform/index.ts";
+import {
+  errorHeaders,
+  log,
+  recordActor,
+  SpanKind,
+  toApiError,
+  traced,
+  type BatchPublisher,
+} from "../platform/index.ts";
 import type { MicroService } from "./discovery.ts";
 
 /** What a handler knows besides its input. */
@@ -223,7 +231,9 @@ export function serveOperation<Op extends Operation>(
         context.principal = options.principal(msg);
         if (context.principal === undefined) throw Unauthorized.make({});
       }
-      respond(msg, JSON.stringify(await handler(input, context)));
+      // A child of the caller's span (the trace context in the request's headers).
+      const answer = await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context));
+      respond(msg, JSON.stringify(answer));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
       status = failure.status;

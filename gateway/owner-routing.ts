@@ -10,7 +10,7 @@
 import { performance } from "node:perf_hooks";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
-import type { NatsHandle } from "../platform/index.ts";
+import { injectTrace, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
 import {
   BUDGET_HEADER,
   ownerKey,
@@ -84,14 +84,17 @@ export function ownerRouting(
   };
 
   /** One attempt at `subject`; undefined when nobody answered (gone, or silent for `timeoutMs`). */
-  async function send(subject: string, body: string, headers: Record<string, string>, timeoutMs: number) {
-    const h = natsHeaders();
-    for (const [k, v] of Object.entries(headers)) h.set(k, v);
-    try {
-      return replyOf(await nats.requester.request(subject, body, timeoutMs, h));
-    } catch {
-      return undefined; // no responders (the process is gone), a timeout (paused) or a lost connection
-    }
+  function send(subject: string, body: string, headers: Record<string, string>, timeoutMs: number) {
+    return traced(`request ${subject}`, SpanKind.CLIENT, undefined, async () => {
+      const h = natsHeaders();
+      for (const [k, v] of Object.entries(headers)) h.set(k, v);
+      injectTrace(h);
+      try {
+        return replyOf(await nats.requester.request(subject, body, timeoutMs, h));
+      } catch {
+        return undefined; // no responders (the process is gone), a timeout (paused) or a lost connection
+      }
+    });
   }
 
   /** One attempt at `owner`'s own subject; undefined when it did not answer. */

@@ -19,7 +19,7 @@ import {
   viaGateway,
   type Operation,
 } from "../schemas/index.ts";
-import { log, recordHttp, toApiError, type NatsHandle } from "../platform/index.ts";
+import { log, recordHttp, SpanKind, toApiError, traceAttribute, traced, type NatsHandle } from "../platform/index.ts";
 import type { LocalReads } from "./local-reads.ts";
 import type { OwnerRouting } from "./owner-routing.ts";
 import { principalOfRequest } from "./api-keys.ts";
@@ -72,9 +72,14 @@ function operationRoute(op: Operation, options: RouteOptions) {
   // that only the gateway may publish.
   const principal = sendsPrincipal(op);
   const target = principal ? viaGateway(op) : op;
-  return async (req: Request, res: ServerResponse) => {
+  const spanName = `${op.http.method} ${op.http.path}`;
+  return (req: Request, res: ServerResponse) =>
+    traced(spanName, SpanKind.SERVER, req.headers, () => answer(req, res), { "operation.name": op.name });
+
+  async function answer(req: Request, res: ServerResponse) {
     const started = performance.now();
     const id = requestId(req);
+    traceAttribute("request.id", id);
     try {
       if (options.jsonOnly && req.method === "POST") requireJsonType(req);
       const payload = op.payload ? await readJsonBody(req, bodyLimit(options, op)) : {};
@@ -130,9 +135,10 @@ function operationRoute(op: Operation, options: RouteOptions) {
     }
     const seconds = (performance.now() - started) / 1000;
     recordHttp(op.api, op.name, res.statusCode, seconds);
+    traceAttribute("http.response.status_code", res.statusCode);
     if (log.isLevelEnabled("debug"))
       log.debug({ requestId: id, op: op.name, status: res.statusCode, ms: seconds * 1000 }, "request");
-  };
+  }
 }
 
 /**

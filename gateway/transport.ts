@@ -1,6 +1,6 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
 import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
-import { isNoResponders, isTimeout, type NatsHandle } from "../platform/index.ts";
+import { injectTrace, isNoResponders, isTimeout, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
 import { GatewayTimeout, replyOf, ServiceUnavailable, type OperationReply } from "../schemas/index.ts";
 
 export interface ForwardOptions {
@@ -25,17 +25,23 @@ const NO_RESPONDERS_WAIT_MS = 1_000;
  * second, then 503. A repeatable request whose attempt times out is sent again with the
  * same headers; the last timeout → 504 (the outcome is unknown).
  */
-export async function forward(
+export function forward(
   nats: NatsHandle,
   subject: string,
   body: string,
   options: ForwardOptions,
 ): Promise<OperationReply> {
+  return traced(`request ${subject}`, SpanKind.CLIENT, undefined, () => send(nats, subject, body, options));
+}
+
+async function send(nats: NatsHandle, subject: string, body: string, options: ForwardOptions): Promise<OperationReply> {
   const start = Date.now();
   const deadline = start + options.timeoutMs;
   const noRespondersUntil = Math.min(deadline, start + NO_RESPONDERS_WAIT_MS);
-  const h = options.headers ? natsHeaders() : undefined;
-  for (const [k, v] of Object.entries(options.headers ?? {})) h!.set(k, v);
+  const h = natsHeaders();
+  for (const [k, v] of Object.entries(options.headers ?? {})) h.set(k, v);
+  // The handler's span is a child of this request's.
+  injectTrace(h);
   for (;;) {
     if (!nats.connected()) throw ServiceUnavailable.make({});
     const remaining = deadline - Date.now();

@@ -4,6 +4,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
 import type { Requester } from "./requester.ts";
+import { tracedMethods } from "./tracing.ts";
 import { versionedStore, type VersionedStore } from "./lease-store.ts";
 
 /** Bucket names; records never change after creation, so one revision of history is enough. */
@@ -106,11 +107,12 @@ export type RecordStores = {
 
 /** Lean stores over the record buckets (create them first with `openBuckets`). */
 export function recordStores(requester: Requester, options: BucketOptions = {}): RecordStores {
-  const open = (name: string) => recordStore(requester, name, { replicas: options.replicas });
+  const open = (name: string) =>
+    tracedMethods(recordStore(requester, name, { replicas: options.replicas }), `kv ${name}`);
   return {
     tasks: open(bucketNames.tasks),
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
-    taskObjectLeases: versionedStore(requester, bucketNames.taskObjectLeases),
+    taskObjectLeases: tracedMethods(versionedStore(requester, bucketNames.taskObjectLeases), "lease"),
   };
 }

@@ -15,3 +15,4 @@ export * from "./batch.ts";
 export * from "./metrics.ts";
 export * from "./instance-lock.ts";
 export * from "./version.ts";
+export * from "./tracing.ts";

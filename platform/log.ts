@@ -2,6 +2,7 @@
 // `LOG_FORMAT=json`. Never log tokens, secrets or request bodies.
 import { pino, type Logger } from "pino";
 import { PinoPretty } from "pino-pretty";
+import { activeTraceId } from "./tracing.ts";
 
 export type { Logger };
 
@@ -28,6 +29,11 @@ export const log: Logger = pino(
   {
     level: logLevelProblem ? "info" : (process.env.LOG_LEVEL ?? (process.env.NODE_TEST_CONTEXT ? "warn" : "info")),
     base: { pid: process.pid },
+    // With tracing on, a line written inside a span names its trace (beside the request id).
+    mixin: () => {
+      const traceId = activeTraceId();
+      return traceId ? { traceId } : {};
+    },
   },
   prettyLogs
     ? PinoPretty({ sync: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", singleLine: true })

@@ -12,6 +12,7 @@ import type { MicrovmState } from "../../schemas/index.ts";
 import { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "../wire/proxy-headers.ts";
 import type { TokenKey } from "../wire/token.ts";
 import { createTokenVerifier } from "./token-cache.ts";
+import { SpanKind, traced } from "../../platform/index.ts";
 
 /** Called as requests start and end (after auth), with the count in flight after the change. */
 export interface ProxyHooks {
@@ -121,7 +122,11 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
   }
 
   const server = createServer((req, res) => {
-    handle(req, res).catch(() => answer(res, proxyAnswers.badGateway("connection-failed")));
+    // A span per request when tracing is on: a child of the caller's `traceparent`, which goes
+    // on to the instance as it came.
+    traced(`proxy ${req.method}`, SpanKind.SERVER, req.headers, () => handle(req, res)).catch(() =>
+      answer(res, proxyAnswers.badGateway("connection-failed")),
+    );
   });
 
   return {
