@@ -92,6 +92,13 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
       return `the microVM host runs its limit of ${body.limit} instances; terminate one first`;
     case "HttpApiDecodeError":
       return `invalid request: ${decodeIssues(body)}`;
+    case "InvalidImage": {
+      // What the module's instance wrote to stderr before it died, as it wrote it, indented.
+      const output = Array.isArray(body.output) ? body.output.map((line) => `  | ${String(line)}`) : [];
+      return [`invalid image: ${String(body.message)}`, ...(output.length ? ["its output:", ...output] : [])].join(
+        "\n",
+      );
+    }
     case "Unauthorized":
       return (
         `${target.what} refused the call (401 Unauthorized): set TASKCTL_API_KEY to an API key it knows ` +

@@ -86,7 +86,16 @@ export const ImageNotFound = defineError(
   ({ imageIdentifier }) => `no image "${imageIdentifier}"`,
 );
 /** A module that cannot be registered as an image: does not build, load or define an image, or is too large. */
-export const InvalidImage = defineError("InvalidImage", 400, { message: Type.String() });
+export const InvalidImage = defineError("InvalidImage", 400, {
+  message: Type.String(),
+  output: Type.Optional(
+    Type.Array(Type.String(), {
+      maxItems: 20,
+      description:
+        "a module that did not load: the last lines its instance wrote to stderr, oldest first (file paths replaced by <module>)",
+    }),
+  ),
+});
 /** The image cannot be deleted: a live instance runs it, or it is built in. */
 export const ImageInUse = defineError("ImageInUse", 409, { name: Type.String(), message: Type.String() });
 export const InvalidStateTransition = defineError("InvalidStateTransition", 409, {

@@ -116,6 +116,14 @@ for (const wall of walls) {
         assert.ok(err instanceof ApiError, String(err));
         assert.equal(err.status, 400);
         assert.match(String(err.body.message), /does not load as an image: RangeError: the config is missing/);
+        // Its own words: the last lines it wrote to stderr, with no path of the host's.
+        const output = (err.body as { output?: string[] }).output ?? [];
+        assert.ok(
+          output.some((line) => /RangeError: the config is missing/.test(line)),
+          `the output quotes the error: ${JSON.stringify(output)}`,
+        );
+        assert.ok(output.length <= 20, `at most 20 lines: ${output.length}`);
+        for (const line of output) assert.doesNotMatch(line, /\/(work|tmp|usr|root|home|proc|sys)\b/, line);
         assert.equal(hostFailureOf(err), undefined);
         return true;
       });

@@ -3,7 +3,9 @@
 // 400s; delete while running is a 409; `name@digest` pins a version; owners see only theirs.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readdir } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { runCli } from "../client/cli.ts";
 import { httpClient, type ClientError } from "../client/index.ts";
@@ -235,6 +237,16 @@ describe("images", () => {
     assert.equal(pushed.status, 0, pushed.err);
     assert.match(pushed.out, /pushed cli-image@sha256:[0-9a-f]{64}/);
     assert.match(pushed.out, /newId, isId/);
+    // A module that throws while loading: the push fails with what its instance wrote, in its words.
+    const broken = join(await mkdtemp(join(tmpdir(), "broken-image-")), "broken.mjs");
+    await writeFile(broken, 'console.error("reading the config");\nthrow new RangeError("the config is missing");\n');
+    const failed = await taskctl("image", "push", broken, "--name", "cli-broken");
+    assert.equal(failed.status, 1);
+    assert.match(failed.err, /invalid image: the module does not load as an image: RangeError: the config is missing/);
+    assert.match(failed.err, /its output:\n(  \| .*\n)*  \| reading the config\n/);
+    assert.match(failed.err, /  \| RangeError: the config is missing/);
+    assert.doesNotMatch(failed.err, /\/tmp\/|\/work\//, "no path of the host's");
+    await rm(dirname(broken), { recursive: true, force: true });
     const listed = await taskctl("image", "ls");
     assert.match(listed.out, /^cli-image\s/m);
     assert.match(listed.out, /^sandbox\s/m);

@@ -51,7 +51,11 @@ export async function checkImageModule(
     const host = hostFailureOf(err);
     if (host) throw (host.timedOut ? ServiceUnavailable : InternalServerError).make({}, { cause: err });
     const why = deadline.aborted ? late() : loadFailure(err);
-    throw InvalidImage.make({ message: `the module does not load as an image: ${why}` }, { cause: err });
+    const output = instanceOutput(err);
+    throw InvalidImage.make(
+      { message: `the module does not load as an image: ${why}`, ...(output.length > 0 ? { output } : {}) },
+      { cause: err },
+    );
   }
   try {
     return await methodsOf(handle, deadline);
@@ -82,6 +86,25 @@ function loadFailure(err: unknown): string {
   const line = thrown ?? lines.find((l) => l.length > 0) ?? "the instance did not start";
   const where = thrown?.startsWith("SyntaxError") ? sourcePosition(raw) : "";
   return withoutPaths(line) + where;
+}
+
+/** What the provider's start failure quotes of the instance's stderr (its last lines), paths replaced. */
+const EXITED = /^instance exited (\([^)]*\) )?before it was ready:\n/;
+
+/**
+ * The instance's own last stderr lines, as the provider's start failure quotes them (at most 20,
+ * each at most 500 characters, file paths replaced by `<module>`): empty when it quotes none.
+ */
+function instanceOutput(err: unknown): string[] {
+  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
+    if (!EXITED.test(cause.message)) continue;
+    const lines = cause.message.replace(EXITED, "").split("\n");
+    return lines
+      .filter((line) => line.trim().length > 0)
+      .slice(-20)
+      .map(withoutPaths);
+  }
+  return [];
 }
 
 /**
