@@ -4,7 +4,7 @@
 import type { AllowedPort } from "../schemas/index.ts";
 import type { ApiName, CommandSpec, OptionSpec, OptionValues } from "./cli-spec.ts";
 import { imageCommands } from "./cli-images.ts";
-import { fields, idlePolicyText, microvmTable, microvmText, taskText } from "./cli-output.ts";
+import { fields, idlePolicyText, microvmTable, microvmText, taskText, visible } from "./cli-output.ts";
 
 export type { ApiName, Apis, CommandSpec, OptionSpec, OptionValues, Outcome } from "./cli-spec.ts";
 
@@ -224,9 +224,9 @@ export const commands: readonly CommandSpec[] = [
     async run(client, [id], options, out) {
       const first = await client.getMicrovmLogs({ microvmIdentifier: id, limit: integer(options, "limit", 100) });
       const print = (lines: typeof first.lines) => {
-        for (const line of lines) out(options.json ? JSON.stringify(line) : line.line);
+        for (const line of lines) out(options.json ? JSON.stringify(line) : visible(line.line));
       };
-      if (!options.follow) return { json: first, text: first.lines.map((l) => l.line).join("\n") };
+      if (!options.follow) return { json: first, text: first.lines.map((l) => visible(l.line)).join("\n") };
       print(first.lines);
       // A long poll at a time: each answer starts after the last line printed.
       for (let cursor = first.cursor; ; ) {

@@ -64,6 +64,17 @@ export interface Target {
   readonly urlEnv?: string;
 }
 
+/**
+ * `text` with control characters shown, not obeyed (`\x1b` as `^[`, other C0 and C1 codes as
+ * `\xNN`; tabs stay): what an instance wrote cannot move the cursor or retitle the terminal.
+ */
+export function visible(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+  return text.replace(/[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g, (c) =>
+    c === "\u001b" ? "^[" : `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`,
+  );
+}
+
 /** One line (maybe two) saying why the call failed and what to try. */
 export function describeFailure(err: unknown, target: Target, context: { name?: string } = {}): string {
   if (!(err instanceof Error)) return String(err);
@@ -94,7 +105,7 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
       return `invalid request: ${decodeIssues(body)}`;
     case "InvalidImage": {
       // What the module's instance wrote to stderr before it died, as it wrote it, indented.
-      const output = Array.isArray(body.output) ? body.output.map((line) => `  | ${String(line)}`) : [];
+      const output = Array.isArray(body.output) ? body.output.map((line) => `  | ${visible(String(line))}`) : [];
       return [`invalid image: ${String(body.message)}`, ...(output.length ? ["its output:", ...output] : [])].join(
         "\n",
       );

@@ -41,6 +41,7 @@ console.log("talker loaded");
 export default defineImage({ methods: {
   say: { handler: (tag, n) => { for (let i = 1; i <= n; i++) console.log(tag + " " + i); return n; } },
   warn: { handler: (tag) => { console.error(tag + " warned"); return tag; } },
+  raw: { handler: (text) => { console.log(text); return text.length; } },
   flood: { handler: (mib) => { const line = "x".repeat(1023); for (let i = 0; i < mib * 1024; i++) console.log(line); return mib; } },
   crash: { handler: () => { setTimeout(() => { throw new Error("talker gave up"); }, 10); return "bye"; } },
 } });
@@ -49,6 +50,7 @@ export default defineImage({ methods: {
 type Talker = {
   say(tag: string, n: number): Promise<number>;
   warn(tag: string): Promise<string>;
+  raw(text: string): Promise<number>;
   flood(mib: number): Promise<number>;
   crash(): Promise<string>;
 };
@@ -187,11 +189,22 @@ describe("microvm logs", () => {
       });
       assert.equal(code, 0);
       assert.equal(printed, "cli 1\ncli 2\n");
+      // A line that would retitle the terminal is shown, not obeyed; the API keeps it as written.
+      const hostile = "\u001b]0;pwned\u0007 title";
+      await talker.raw(hostile);
+      await readUntil(microvmId, (lines) => lines.includes(hostile));
+      let shown = "";
+      await runCli(["microvm", "logs", microvmId, "--limit", "1"], {
+        out: (text) => void (shown += text),
+        err: (text) => assert.fail(text),
+        env,
+      });
+      assert.equal(shown, "^[]0;pwned\\x07 title");
       // -f: the latest line, then the ones written later, each printed as it comes.
       const followed: string[] = [];
       const waiters = new Map<string, () => void>();
       const printedLine = (line: string) => new Promise<void>((resolve) => waiters.set(line, resolve));
-      const firstLine = printedLine("cli 2");
+      const firstLine = printedLine("^[]0;pwned\\x07 title");
       const lateLines = printedLine("late 2");
       const following = runCli(["microvm", "logs", microvmId, "-f", "--limit", "1"], {
         out: (text) => {
@@ -206,7 +219,7 @@ describe("microvm logs", () => {
       // Written once the follow printed what was there: they can only come from its long poll.
       await talker.say("late", 2);
       await Promise.race([lateLines, ended]);
-      assert.deepEqual(followed, ["cli 2", "late 1", "late 2"]);
+      assert.deepEqual(followed, ["^[]0;pwned\\x07 title", "late 1", "late 2"]);
     } finally {
       // Ends the follow too: its next read finds the instance TERMINATED and goes on waiting, until
       // the service stops at the end of the file.
