@@ -120,6 +120,7 @@ export function readConfig(env: NodeJS.ProcessEnv) {
     ttlMs: v.positive("TASK_OBJECT_LEASE_MS", 2_000),
     idleMs: v.int("TASK_OBJECT_IDLE_MS", 30_000),
     logWrites: v.on("TASK_OBJECT_LOG_WRITES"),
+    maxPending: v.positive("TASK_OBJECT_MAX_PENDING", 256),
   };
   /** The microVM host (role `microvms`). The token secret is never logged. */
   const microvmHost = {

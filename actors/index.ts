@@ -48,6 +48,8 @@ export interface ActorOptions {
     onActivation?: (event: ActivationEvent) => void;
     /** Report each write too (TASK_OBJECT_LOG_WRITES=1: an audit trail, one line per write). */
     logWrites?: boolean;
+    /** Requests one name may have waiting here before more get 429 TaskObjectBusy (TASK_OBJECT_MAX_PENDING). */
+    maxPending?: number;
   };
 }
 
@@ -111,6 +113,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     ttlMs: settings.ttlMs,
     idleMs: settings.idleMs,
     logWrites: settings.logWrites,
+    maxPending: settings.maxPending,
     onActivation:
       settings.onActivation ?? ((event) => log.debug({ activation: event }, `task-object activation ${event.event}`)),
   });

@@ -4,8 +4,8 @@
 // every write (the fence), releases it when the name goes idle or the process stops, and
 // stops serving the name the moment its lease could have lapsed.
 import { performance } from "node:perf_hooks";
-import { nameToken } from "../schemas/index.ts";
-import { CONFLICT, log, setActivations, type VersionedStore } from "../platform/index.ts";
+import { nameToken, TaskObjectBusy } from "../schemas/index.ts";
+import { CONFLICT, log, recordBusy, recordQueueDepth, setActivations, type VersionedStore } from "../platform/index.ts";
 import { Mailboxes } from "./mailbox.ts";
 
 /** The lease key's value: who holds the name, and for how long after each renewal. */
@@ -43,6 +43,11 @@ export interface PlacementOptions {
   onActivation?: (event: ActivationEvent) => void;
   /** Also report every write as an event (an audit trail; off by default: one line per write). */
   logWrites?: boolean;
+  /**
+   * Requests one name may have waiting or running here; one more is refused at once with 429
+   * TaskObjectBusy (default 256), instead of queueing until it times out.
+   */
+  maxPending?: number;
 }
 
 /** A name held by another process, as last read here. */
@@ -114,6 +119,11 @@ export class Activation {
   }
 }
 
+/** Requests one name may have waiting or running in its activation (`TASK_OBJECT_MAX_PENDING`). */
+export const DEFAULT_MAX_PENDING = 256;
+/** The wait a TaskObjectBusy names: a full queue of fast requests drains well within it. */
+const BUSY_RETRY_SECONDS = 1;
+
 // Time kept between the last serving moment and the lease's end, for a write to leave.
 const GUARD_MS = 100;
 const MAX_REMEMBERED = 100_000;
@@ -129,6 +139,7 @@ export class Placement {
   readonly #marginMs: number;
   readonly #onActivation?: (event: ActivationEvent) => void;
   readonly #logWrites: boolean;
+  readonly #maxPending: number;
   readonly #value: string;
   readonly #mailboxes = new Mailboxes();
   readonly #active = new Map<string, Activation>();
@@ -148,6 +159,7 @@ export class Placement {
     this.#marginMs = options.marginMs ?? 500;
     this.#onActivation = options.onActivation;
     this.#logWrites = options.logWrites ?? false;
+    this.#maxPending = options.maxPending ?? DEFAULT_MAX_PENDING;
     this.#value = JSON.stringify({ owner: this.ownerId, ttlMs: this.#ttlMs } satisfies LeaseValue);
     this.#timer = setInterval(() => this.#tick(), Math.min(250, Math.floor(this.#renewMs / 2))).unref();
   }
@@ -190,6 +202,15 @@ export class Placement {
     work: (activation: Activation) => Promise<T>,
     { exclusive = true } = {},
   ): Promise<T> {
+    recordQueueDepth(activation.pending);
+    if (activation.pending >= this.#maxPending) {
+      recordBusy();
+      throw TaskObjectBusy.make({
+        name: activation.name,
+        retryAfterSeconds: BUSY_RETRY_SECONDS,
+        message: `task object "${activation.name}" has ${activation.pending} requests waiting, its most: try again in ${BUSY_RETRY_SECONDS} s`,
+      });
+    }
     activation.pending++;
     const guarded = async () => {
       if (!activation.live) throw new LeaseLost(activation.name);

@@ -21,6 +21,11 @@ export interface ClientOptions {
    * (Ajv) is then never loaded: taskctl starts faster so.
    */
   validate?: boolean;
+  /**
+   * How many times a call refused for now (429 with `retryAfterSeconds`, e.g. TaskObjectBusy:
+   * nothing was done) is sent again after the wait it names (default 3; 0 never).
+   */
+  busyRetries?: number;
 }
 
 export type Call = (op: Operation, input: Record<string, unknown>, options?: CallOptions) => Promise<unknown>;
@@ -30,11 +35,30 @@ export function asClientError(err: unknown): unknown {
   return err instanceof ApiError ? new ClientError(err.status, err.body as never) : err;
 }
 
+/** The wait a refusal asks for before the same call (429 with `retryAfterSeconds`), else undefined. */
+function retryAfterMs(err: unknown): number | undefined {
+  if (!(err instanceof ClientError) || err.status !== 429) return undefined;
+  const seconds = (err.error as { retryAfterSeconds?: unknown }).retryAfterSeconds;
+  return typeof seconds === "number" && seconds >= 0 ? Math.min(seconds, 60) * 1000 : undefined;
+}
+
 export function makeClient<Api extends Record<string, Operation>>(
   api: Api,
-  call: Call,
-  { validate = true }: ClientOptions = {},
+  send: Call,
+  { validate = true, busyRetries = 3 }: ClientOptions = {},
 ): Client<Api> {
+  // A refusal that names a wait did nothing: the same call after that wait is safe, and taken.
+  const call: Call = async (op, input, options) => {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await send(op, input, options);
+      } catch (err) {
+        const wait = retryAfterMs(err);
+        if (wait === undefined || attempt >= busyRetries) throw err;
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
+  };
   const client: Record<string, unknown> = {};
   for (const [key, op] of Object.entries(api)) {
     let decode: ((value: unknown) => Record<string, unknown>) | undefined;

@@ -25,7 +25,7 @@ import type { OwnerRouting } from "./owner-routing.ts";
 import { principalOfRequest } from "./api-keys.ts";
 import { readJsonBody } from "./body.ts";
 import { requestId } from "./request-id.ts";
-import { sendError, sendJson } from "./respond.ts";
+import { sendError, sendJson, setRetryAfter } from "./respond.ts";
 import { follow } from "./follow.ts";
 import { forward } from "./transport.ts";
 
@@ -128,6 +128,8 @@ function operationRoute(op: Operation, options: RouteOptions) {
             attemptMs: waitMs === undefined ? attemptMs : undefined,
             headers,
           }));
+        // A refusal that names its wait (TaskObjectBusy) says it as HTTP does too.
+        if (reply.status === 429) setRetryAfter(res, reply.data);
         sendJson(res, reply.status, reply.data);
       }
     } catch (err) {

@@ -58,6 +58,33 @@ const taskObjectForwards = new Counter({
   registers: [registry],
 });
 
+/**
+ * Requests already waiting or running for a task object's name as one more arrives at its
+ * owner: a histogram, so its labels stay bounded however many names there are.
+ */
+const queueDepth = new Histogram({
+  name: "task_object_queue_depth",
+  help: "Requests already waiting or running for the same task object when one arrives at its owner",
+  buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+  registers: [registry],
+});
+
+/** Records the depth a request found its name's queue at; one refused as busy counts as well. */
+export function recordQueueDepth(depth: number): void {
+  queueDepth.observe(depth);
+}
+
+const busyRefusals = new Counter({
+  name: "task_object_busy_total",
+  help: "Task-object requests refused at once (429 TaskObjectBusy): their name had its most requests waiting",
+  registers: [registry],
+});
+
+/** Counts one TaskObjectBusy refusal. */
+export function recordBusy(): void {
+  busyRefusals.inc();
+}
+
 /** Sets the number of task-object activations held here. */
 export function setActivations(count: number): void {
   taskObjectActivations.set(count);

@@ -150,6 +150,12 @@ export const RequestTimeout = defineError("RequestTimeout", 408, { message: Type
  * Between actor processes only, never answered to a client: the process asked on its own
  * subject does not hold the task object's lease (any more), so the sender reads it again.
  */
+/** One task object has more requests waiting than its owner takes: try again after `retryAfterSeconds`. */
+export const TaskObjectBusy = defineError("TaskObjectBusy", 429, {
+  name: Type.String(),
+  retryAfterSeconds: Type.Integer({ minimum: 1 }),
+  message: Type.String(),
+});
 export const NotOwner = defineError("NotOwner", 503, {}, () => "this process does not own the task object");
 /**
  * Between a gateway and an actor process only: the name's owner is silent and `process` will

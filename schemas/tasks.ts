@@ -1,6 +1,6 @@
 // Task API contracts: the object-store operations and the task-object (`/do`) operations.
 import { Type } from "@sinclair/typebox";
-import { TaskNotFound } from "./errors.ts";
+import { TaskNotFound, TaskObjectBusy } from "./errors.ts";
 import { ownedByName, stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
@@ -57,7 +57,7 @@ export const getTaskDO = {
   params: TaskIdParams,
   query: TaskObjectQuery,
   success: Task,
-  errors: [TaskNotFound],
+  errors: [TaskNotFound, TaskObjectBusy],
   summary: "Read a task from the task object named by ?name= (default `default`)",
 } as const satisfies Operation;
 
@@ -70,7 +70,7 @@ export const createTaskDO = {
   query: TaskObjectQuery,
   payload: CreateTaskPayload,
   success: Task,
-  errors: [],
+  errors: [TaskObjectBusy],
   idempotent: true,
   summary: "Create a task in the task object named by ?name= (default `default`)",
 } as const satisfies Operation;
