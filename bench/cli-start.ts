@@ -7,6 +7,7 @@ import { once } from "node:events";
 import { createServer } from "node:net";
 import { root } from "./children.ts";
 import { writeResults } from "./results.ts";
+import { median } from "./stats.ts";
 
 interface CliRow {
   command: string;
@@ -34,12 +35,6 @@ async function timed(command: string[]): Promise<number> {
   await once(child, "exit");
   return Number(process.hrtime.bigint() - started) / 1e6;
 }
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
 
 export async function runCliBench(runs: number, header: Record<string, unknown>, startedAt: Date): Promise<void> {
   const url = `http://127.0.0.1:${await closedPort()}`;

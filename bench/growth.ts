@@ -6,13 +6,14 @@ import { join } from "node:path";
 import { createTask, requestSubject } from "../schemas/index.ts";
 import type { Environment } from "./environment.ts";
 import { runHttpLoad } from "./http-load.ts";
-import { measure, pause } from "./measure.ts";
 import { inPool, replyStatus } from "./nats-load.ts";
 import type { BenchOptions } from "./options.ts";
-import { currentRssMiB } from "./proc-stats.ts";
+import { currentRssMiB } from "./proc.ts";
 import { markdownTable, summarize, type Outcome, type SummaryRow } from "./report.ts";
 import { writeResults } from "./results.ts";
+import { measure } from "./rounds.ts";
 import { waitForService } from "./seed.ts";
+import { pause } from "./stats.ts";
 import type { LoadSettings } from "./types.ts";
 
 interface GrowthPoint {

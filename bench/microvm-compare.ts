@@ -3,7 +3,7 @@
 // 11, 13 and 23 hold a provider to (a bound, or a factor of another provider's value), each
 // with its verdict; a target of a provider not measured says so.
 import type { DensityPoint } from "./microvm-density.ts";
-import type { Percentiles } from "./microvm-http.ts";
+import type { Percentiles } from "./stats.ts";
 import { imageTargets, type ImageResults } from "./microvm-images.ts";
 import type { ProviderName } from "./microvm-instance-procs.ts";
 import type { LaunchResults, SuspendResults } from "./microvm-lifecycle.ts";

@@ -3,10 +3,11 @@
 // node, and bwrap's two for the sandbox; plus what its cgroup is charged) and of the service,
 // RPC latency through the proxy, and RunMicrovm → RUNNING of a few more launches at that level.
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
-import { keepAliveAgent, percentiles, rawRpc, sequential, targetOf, type Percentiles } from "./microvm-http.ts";
+import { keepAliveAgent, rawRpc, sequential, targetOf } from "./microvm-http.ts";
+import { percentiles, type Percentiles, pause } from "./stats.ts";
 import { launch, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
 import { cgroupMemoryKiB } from "./microvm-instance-procs.ts";
-import { memoryKiB, memoryOf, type MemoryMiB } from "./microvm-proc.ts";
+import { memoryKiB, memoryOf, type MemoryMiB } from "./proc.ts";
 
 export interface DensityPoint {
   live: number;
@@ -32,7 +33,6 @@ export interface DensitySettings {
   fillConcurrency: number;
 }
 
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const kibToMiB = (m: MemoryMiB): MemoryMiB => ({ rss: mib(m.rss), pss: mib(m.pss), anon: mib(m.anon) });
 const mib = (kib: number, n = 1) => Math.round((kib / 1024 / Math.max(1, n)) * 10) / 10;
 

@@ -4,7 +4,7 @@
 // DATA_DIR (token key, host lock, bundles), a raised MICROVM_MAX_INSTANCES and quota, one provider
 // (MICROVM_PROVIDER) and a host id of its own (so its sandbox cgroups can be found).
 import { mkdtemp, rm } from "node:fs/promises";
-import { readFileSync, rmSync } from "node:fs";
+import { rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
@@ -21,7 +21,7 @@ import {
   type ProviderName,
 } from "./microvm-instance-procs.ts";
 import { callerEnv } from "./environment.ts";
-import { processesMentioning } from "./microvm-proc.ts";
+import { cmdlineOf, processesMentioning } from "./proc.ts";
 
 export type MicrovmClient = Client<typeof microvmApi>;
 
@@ -163,7 +163,7 @@ export async function leftoverInstances(
     const found = processesMentioning(markers);
     const seen = new Set(found.map((p) => p.pid));
     for (const pid of hostIds.flatMap(pidsInHostCgroups)) {
-      if (!seen.has(pid) && pid !== process.pid) found.push({ pid, cmdline: cmdlineOf(pid) });
+      if (!seen.has(pid) && pid !== process.pid) found.push({ pid, cmdline: cmdlineOf(pid) || "(gone)" });
     }
     if (found.length === 0 || Date.now() > deadline) return found;
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -179,14 +179,6 @@ export const thawCgroupsOf = async (hostIds: string[]) => {
 export const removeCgroupsOf = async (hostIds: string[]) => {
   for (const hostId of hostIds) await removeHostCgroups(hostId);
 };
-
-function cmdlineOf(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
-  } catch {
-    return "(gone)";
-  }
-}
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;

@@ -7,9 +7,10 @@ import { installShutdownHandlers } from "./environment.ts";
 import { directRuntimes, type DirectOptions } from "./microvm-direct.ts";
 import { leftoverInstances } from "./microvm-environment.ts";
 import { concurrent, keepAliveAgent, rawRpc, sequential, type RawTarget } from "./microvm-http.ts";
-import { cpuSeconds, memoryKiB, type MemoryKiB } from "./microvm-proc.ts";
+import { cpuSeconds, memoryKiB, type MemoryKiB } from "./proc.ts";
 import type { BenchOptions } from "./options.ts";
-import { median, markdownTable } from "./report.ts";
+import { markdownTable } from "./report.ts";
+import { median, pause } from "./stats.ts";
 import { writeResults } from "./results.ts";
 
 interface Candidate {
@@ -63,8 +64,6 @@ interface FlagSettings {
   callers: number;
   seconds: number;
 }
-
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function measureOne(
   start: () => Promise<{ pid: number; target: RawTarget; readyMs: number; stop(): Promise<void> }>,

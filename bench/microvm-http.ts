@@ -2,6 +2,7 @@
 // keep-alive Agent (what an RPC costs without fetch's own 1-2 ms), sequential latency
 // percentiles, and req/s with N concurrent callers.
 import { Agent, request } from "node:http";
+import { percentiles, roundMs, type Percentiles } from "./stats.ts";
 
 /** One RPC; resolves with the HTTP status (the body is read and dropped). */
 export type RpcCall = () => Promise<number>;
@@ -42,24 +43,6 @@ export function rawRpc(target: RawTarget, agent: Agent, method: string, args: un
 
 export const keepAliveAgent = (maxSockets: number) => new Agent({ keepAlive: true, maxSockets });
 
-/** p50/p99 and mean of samples in ms. */
-export interface Percentiles {
-  n: number;
-  p50: number;
-  p99: number;
-  mean: number;
-}
-
-export function percentiles(samples: number[]): Percentiles {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const at = (p: number) =>
-    sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]! : NaN;
-  const mean = sorted.reduce((sum, v) => sum + v, 0) / Math.max(1, sorted.length);
-  return { n: sorted.length, p50: round(at(50)), p99: round(at(99)), mean: round(mean) };
-}
-
-const round = (ms: number) => Math.round(ms * 1000) / 1000;
-
 /** Times `n` calls one after another; a non-2xx answer fails the measurement. */
 export async function sequential(call: RpcCall, n: number, warmup = Math.min(100, n)): Promise<Percentiles> {
   for (let i = 0; i < warmup; i++) expectOk(await call());
@@ -99,7 +82,7 @@ export async function concurrent(call: RpcCall, callers: number, seconds: number
   const { p50, p99 } = percentiles(samples);
   return {
     callers,
-    seconds: round(elapsed),
+    seconds: roundMs(elapsed),
     requests: samples.length,
     rps: Math.round(samples.length / elapsed),
     p50,

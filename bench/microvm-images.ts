@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { hostWorkDir } from "../vm-runtime/service/config.ts";
 import { connectMicrovm } from "../vm-runtime/index.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
-import { percentiles, type Percentiles } from "./microvm-http.ts";
+import { percentiles, type Percentiles } from "./stats.ts";
 import { launch, mintToken, terminate } from "./microvm-instances.ts";
 
 /** The targets (#13). */

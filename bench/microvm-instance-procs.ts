@@ -2,11 +2,12 @@
 // instance (node for `process`, the outer bwrap for `sandbox`, `runsc run` for `gvisor`) and its
 // processes, the isolated providers' cgroups (memory charged, and every pid of the host's tree,
 // for leftover checks).
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { rmdir, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { GVISOR_MARKER, INSTANCE_MARKER, SANDBOX_MARKER, WARM_PREFIX } from "../vm-runtime/index.ts";
+import { readText as read, statFields } from "./proc.ts";
 
 export type ProviderName = "process" | "sandbox" | "gvisor";
 
@@ -32,22 +33,13 @@ const CGROUP_ROOT = "/sys/fs/cgroup";
 /** The sandbox provider's default parent of host groups (vm-runtime/host/cgroups.ts). */
 const CGROUP_PARENT = "typed-service-microvms";
 
-function read(path: string): string {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return "";
-  }
-}
-
 /** Live (non-zombie) pids and their parents, from one /proc scan. */
 function processTable(): Map<number, number> {
   const table = new Map<number, number>();
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
-    const stat = read(`/proc/${entry}/stat`);
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (!stat || fields[0] === "Z" || fields[0] === "X") continue;
+    const fields = statFields(entry);
+    if (!fields.length || fields[0] === "Z" || fields[0] === "X") continue;
     table.set(Number(entry), Number(fields[1]));
   }
   return table;

@@ -3,6 +3,7 @@
 // Every instance launched here is remembered, so the bench can terminate it whatever happens.
 import { connectMicrovm, type MicrovmState, type MicrovmStub, type SandboxShape } from "../vm-runtime/index.ts";
 import type { MicrovmClient } from "./microvm-environment.ts";
+import { pause as sleep } from "./stats.ts";
 
 /** Long enough that nothing suspends or ends on its own while the bench measures. */
 export const benchPolicy = { maxIdleDurationSeconds: 3_600, suspendedDurationSeconds: 3_600, autoResumeEnabled: true };
@@ -31,8 +32,6 @@ export interface Connected extends Launched {
 
 /** Ids of every instance this run launched (terminated ones too). */
 export const launchedIds = new Set<string>();
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls GetMicrovm every ~POLL_MS until one of `states`; throws if the instance ends first. */
 export async function waitForState(

@@ -4,7 +4,7 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
-import { percentiles, type Percentiles } from "./microvm-http.ts";
+import { percentiles, type Percentiles } from "./stats.ts";
 import type { ProviderName } from "./microvm-instance-procs.ts";
 
 /** `node -e 0` start to exit, ms, under each wall measured. */

@@ -5,7 +5,8 @@
 import type { KV } from "@nats-io/kv";
 import { idKey } from "../schemas/index.ts";
 import type { MicrovmClient } from "./microvm-environment.ts";
-import { keepAliveAgent, percentiles, rawRpc, targetOf, type Percentiles } from "./microvm-http.ts";
+import { keepAliveAgent, rawRpc, targetOf } from "./microvm-http.ts";
+import { percentiles, type Percentiles } from "./stats.ts";
 import { launchAndCall, launchEager, terminate, waitForState, type Connected } from "./microvm-instances.ts";
 
 export interface LaunchResults {

@@ -2,7 +2,7 @@
 // p50), RPC paths side by side (sequential, concurrent, CPU per call), and density (memory and
 // latency by live instances). The providers side by side: microvm-compare.ts.
 import type { DensityPoint } from "./microvm-density.ts";
-import type { Percentiles } from "./microvm-http.ts";
+import type { Percentiles } from "./stats.ts";
 import type { LaunchResults, SuspendResults } from "./microvm-lifecycle.ts";
 import type { RpcPath } from "./microvm-rpc.ts";
 import { markdownTable } from "./report.ts";

@@ -13,13 +13,13 @@ import {
   sequential,
   stubCall,
   targetOf,
-  type Percentiles,
   type RawTarget,
   type RpcCall,
   type Throughput,
 } from "./microvm-http.ts";
+import type { Percentiles } from "./stats.ts";
 import type { DirectRuntime } from "./microvm-direct.ts";
-import { cpuSeconds } from "./microvm-proc.ts";
+import { cpuSeconds } from "./proc.ts";
 
 export interface RpcSettings {
   /** Sequential calls per path (after 100 unmeasured). */

@@ -8,11 +8,11 @@ import { openBuckets } from "../platform/index.ts";
 import { idKey } from "../schemas/index.ts";
 import { WARM_PREFIX } from "../vm-runtime/index.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
-import { percentiles, type Percentiles } from "./microvm-http.ts";
+import { percentiles, type Percentiles, pause } from "./stats.ts";
 import { expectHello, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
 import { hostCgroupKey, hostWorkDir } from "../vm-runtime/service/index.ts";
 import { cgroupMemoryKiB, pidsInHostGroup } from "./microvm-instance-procs.ts";
-import { memoryKiB, memoryOf } from "./microvm-proc.ts";
+import { memoryKiB, memoryOf } from "./proc.ts";
 
 export interface SnapshotSettings {
   /** Cold launches, and as many suspend/resume cycles, taking turns. */
@@ -55,7 +55,6 @@ export interface SnapshotResults {
   held: { count: number; running: Held; suspended: Held; storedMiB: number };
 }
 
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const mib = (kib: number) => Math.round((kib / 1024) * 10) / 10;
 
 export async function measureSnapshots(env: MicrovmEnvironment, settings: SnapshotSettings): Promise<SnapshotResults> {

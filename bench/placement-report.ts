@@ -1,7 +1,8 @@
 // Tables of the placement bench: one row per measured round (throughput and where the CPU went)
 // and one per configuration (medians over rounds, errors summed, the 2-actor/1-actor ratio).
 import type { LoadOutcome } from "./placement-load.ts";
-import { markdownTable, median } from "./report.ts";
+import { markdownTable } from "./report.ts";
+import { median } from "./stats.ts";
 
 /** A configuration: a label and the actor processes it runs. */
 export interface PlacementConfig {

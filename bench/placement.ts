@@ -5,11 +5,9 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
 import { installShutdownHandlers } from "./environment.ts";
-import { pause } from "./measure.ts";
 import type { BenchOptions } from "./options.ts";
 import { startBenchCluster, type BenchCluster } from "./placement-cluster.ts";
 import { objectNames, runTaskObjectLoad, seedObjects } from "./placement-load.ts";
-import { machineCpu } from "./placement-cpu.ts";
 import {
   formatRounds,
   formatSummary,
@@ -19,7 +17,8 @@ import {
   type PlacementConfig,
   type RoundRecord,
 } from "./placement-report.ts";
-import { sampleUsage } from "./proc-stats.ts";
+import { machineCpu, sampleUsage } from "./proc.ts";
+import { pause } from "./stats.ts";
 import { resultsDir } from "./results.ts";
 
 export interface PlacementSettings {

@@ -1,5 +1,6 @@
 // Turns rounds of measurements into one row per workload (medians over rounds; error counts
 // summed) and prints them as a Markdown table that reads in a terminal too.
+import { median } from "./stats.ts";
 import type { Measurement } from "./types.ts";
 
 export type Outcome = Measurement | { error: string };
@@ -39,13 +40,6 @@ export interface SummaryRow {
   /** nats-server CPU per completed request, in microseconds. */
   natsCpuUsPerReq: number;
   failures: string[];
-}
-
-export function median(values: number[]): number {
-  if (values.length === 0) return NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 const measured = (o: Outcome | undefined): o is Measurement => o !== undefined && !("error" in o);

@@ -1,18 +1,31 @@
 // The comparison run: seed, warm up, then rounds that each run the baseline and every
 // selected workload in turn (each followed by its `--nats-compare` twin), so drift on the
-// machine hits all of them alike.
+// machine hits all of them alike. `measure`: one load with the processes' RSS and CPU meanwhile.
 import type { Environment } from "./environment.ts";
-import { measure, pause } from "./measure.ts";
 import { withCompared, type ComparedServer } from "./nats-compare.ts";
 import { UsageError, type BenchOptions } from "./options.ts";
 import { progressLine, summarize, type Outcome, type RoundRecord, type SummaryRow } from "./report.ts";
+import { sampleUsage } from "./proc.ts";
 import { createSeeds, waitForService } from "./seed.ts";
-import type { LoadSettings } from "./types.ts";
+import { pause } from "./stats.ts";
+import type { LoadSettings, ProcessGroups } from "./types.ts";
 import { baseline, workloads, type Runner, type Workload, type WorkloadContext } from "./workloads.ts";
 
 export interface RoundsOutcome {
   rounds: RoundRecord[];
   rows: SummaryRow[];
+}
+
+/** One measured load: the runner's result plus the peak RSS and CPU of `groups` meanwhile; a failure becomes `{ error }`. */
+export async function measure(run: Runner, groups: ProcessGroups, settings: LoadSettings): Promise<Outcome> {
+  const sampler = sampleUsage(groups);
+  try {
+    const result = await run(settings);
+    return { ...result, ...sampler.stop() };
+  } catch (err) {
+    sampler.stop();
+    return { error: (err as Error)?.message ?? String(err) };
+  }
 }
 
 const objectNames = Array.from({ length: 20 }, (_, k) => `bench-${k}`);

@@ -12,10 +12,9 @@ import { startCluster } from "../cluster/index.ts";
 import { activationIntervals } from "../test/helpers/activations.ts";
 import { activationLog, activationLogEnv, faultTopology } from "../test/helpers/fault-cluster.ts";
 import { longestOutage, startObjectLoad } from "../test/helpers/object-load.ts";
+import { median, pause as sleep } from "./stats.ts";
 
 const PAUSES = Number(process.env.PAUSES ?? 5);
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const baseDir = await mkdtemp(join(tmpdir(), "takeover-bench-"));
 const log = activationLog();
