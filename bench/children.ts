@@ -1,21 +1,12 @@
 // Every process the benchmark starts, tracked by pid so each one is stopped at the end, on
-// error and on Ctrl-C: the private nats-servers and R3 clusters, the service, the bare servers.
-// Starting one and waiting until it is ready is cluster/'s and platform/'s; this file bundles
-// the bench's entries and keeps the list.
+// error and on Ctrl-C (stacks.ts starts them); the run's temporary directories, removed on exit
+// too; and the clean-up a bench registers once, run once however often it is asked.
 import type { ChildProcess } from "node:child_process";
-import { basename, join } from "node:path";
+import { rmSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
-import {
-  startNatsCluster,
-  startNodeProcess,
-  startRole,
-  waitForJetStream,
-  type GatewayPorts,
-  type NatsNode,
-  type RoleProcessOptions,
-} from "../cluster/index.ts";
-import { startNatsServer, type NatsCredentials, type NatsRole, type NatsServer } from "../platform/index.ts";
 
 export const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -35,14 +26,14 @@ function exited(child: ChildProcess): boolean {
   return child.exitCode !== null || child.signalCode !== null;
 }
 
-function track(child: Child): Child {
+export function track(child: Child): Child {
   running.set(child.pid, child);
   child.process.once("exit", () => running.delete(child.pid));
   return child;
 }
 
 /** Runs `start` with `starting` holding the pid it spawns until `start` settles. */
-async function whileStarting<T>(start: (onSpawn: (pid: number) => void) => Promise<T>): Promise<T> {
+export async function whileStarting<T>(start: (onSpawn: (pid: number) => void) => Promise<T>): Promise<T> {
   let spawned: number | undefined;
   try {
     return await start((pid) => starting.add((spawned = pid)));
@@ -86,114 +77,39 @@ export function killAllSync(): void {
   }
 }
 
-/**
- * A private nats-server. `sync`: JetStream's NATS_SYNC (`1s` or `always`); `authorization`:
- * the generated per-role users (`authorizationConfig`; none: anonymous); `binary`: another
- * nats-server than the one `natsServerPath()` finds (no version check: `--nats-compare`).
- */
-export async function startNats(
-  storeDir: string,
-  options: { sync?: string; authorization?: string; binary?: string } = {},
-): Promise<{ server: NatsServer; child: Child }> {
-  const server = await startNatsServer({
-    storeDir,
-    sync: options.sync ?? "1s",
-    authorization: options.authorization,
-    binary: options.binary,
-  });
-  return { server, child: track({ name: "nats-server", pid: server.pid, process: server.process, stop: server.stop }) };
+/** Stops every child on Ctrl-C or SIGTERM (twice: at once), and SIGKILLs leftovers on exit. */
+export function installShutdownHandlers(onInterrupt: () => Promise<void>): void {
+  let interrupted = false;
+  const handler = (signal: NodeJS.Signals) => {
+    if (interrupted) {
+      killAllSync();
+      process.exit(130);
+    }
+    interrupted = true;
+    console.error(`\n${signal}: stopping the benchmark's processes…`);
+    void onInterrupt().finally(() => process.exit(130));
+  };
+  process.on("SIGINT", handler);
+  process.on("SIGTERM", handler);
+  process.on("exit", killAllSync);
 }
 
-/**
- * A 3-node loopback JetStream cluster (R3 buckets created) with JetStream's `sync` on every
- * node; its nodes are tracked like the other children (stopped by `stopAll`, killed on exit).
- */
-export async function startNatsR3(
-  baseDir: string,
-  options: {
-    sync: string;
-    authorization: string;
-    credentials: Record<NatsRole, NatsCredentials>;
-    binary?: string;
-  },
-): Promise<{ url: string; children: Child[] }> {
-  const cluster = await startNatsCluster({
-    baseDir,
-    names: ["r3-1", "r3-2", "r3-3"],
-    clusterName: "bench-r3",
-    sync: options.sync,
-    authorization: options.authorization,
-    binary: options.binary,
-  });
-  const trackNode = (node: NatsNode) =>
-    track({
-      name: `nats-server ${node.name} (R3, ${options.sync})`,
-      pid: node.server!.pid,
-      process: node.server!.process,
-      stop: node.server!.stop,
-    });
-  const children = cluster.nodes.map(trackNode);
-  await waitForJetStream(cluster.url, { replicas: 3, credentials: options.credentials });
-  return { url: cluster.url, children };
+/** `fn` run once however often it is asked: the run's own clean-up and a Ctrl-C may both ask. */
+export function once(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => (running ??= fn());
 }
 
-/**
- * Bundles `entry` with esbuild (dependencies stay in node_modules) so that it runs on plain
- * `node`, as `npm start` runs the service: no TypeScript loader in the measured process.
- */
-async function bundle(entry: string): Promise<string> {
-  const outfile = join(root, "dist", `${basename(entry, ".ts")}.mjs`);
-  await build({
-    entryPoints: [join(root, entry)],
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    packages: "external",
-    outfile,
-    logLevel: "warning",
-  });
-  return outfile;
+/** `cleanUp` once, on Ctrl-C or SIGTERM too; returns it for the run's own `finally`. */
+export function cleanUpOnInterrupt(cleanUp: () => Promise<void>): () => Promise<void> {
+  const cleanUpOnce = once(cleanUp);
+  installShutdownHandlers(cleanUpOnce);
+  return cleanUpOnce;
 }
 
-export type ServiceOptions = Omit<RoleProcessOptions, "entry" | "onSpawn"> & { readonly nodeFlags?: readonly string[] };
-
-/**
- * The service (`main.ts --role …`) from its bundle, ready once it logs "ready"; `ports`: its
- * gateway's, if it has one. In the bench's own session, as every process measured: a session
- * apart would get a CPU share of its own from the scheduler (autogroup) and skew the figures.
- */
-export async function startBuiltService(options: ServiceOptions): Promise<{ child: Child; ports?: GatewayPorts }> {
-  const entry = [...(options.nodeFlags ?? []), await bundle("main.ts")];
-  const proc = await whileStarting((onSpawn) =>
-    startRole({ ...options, entry, detached: false, onSpawn, onLine: echoProblems }),
-  );
-  return { child: track({ name: proc.name, pid: proc.pid, process: proc.child, stop: proc.stop }), ports: proc.ports };
-}
-
-/**
- * The service's warnings and errors (pino levels 40 and up) and anything it writes that is not
- * a log entry, on the bench's stderr: a run that fails says why (e.g. a provider that cannot
- * start here), where only the service's log had it.
- */
-function echoProblems(name: string, line: string): void {
-  let level: unknown;
-  try {
-    level = (JSON.parse(line) as { level?: unknown }).level;
-  } catch {
-    level = undefined;
-  }
-  if (typeof level !== "number" || level >= 40) console.error(`${name}: ${line}`);
-}
-
-/** One of the bench's own servers (`bench/<name>.ts`) from its bundle, on the port it reports when ready. */
-export async function startBuiltServer(
-  name: string,
-  entry: string,
-  env: NodeJS.ProcessEnv,
-): Promise<{ child: Child; port: number }> {
-  const args = [await bundle(entry)];
-  const proc = await whileStarting((onSpawn) => startNodeProcess({ name, args, env, cwd: root, onSpawn }));
-  const port = Number(proc.startup.at(-1)?.port);
-  return { child: track({ name, pid: proc.pid, process: proc.child, stop: proc.stop }), port };
+/** A fresh directory under the system's temp dir, removed on process exit if `remove()` was not reached. */
+export async function tempDir(prefix: string): Promise<{ path: string; remove(): Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), prefix));
+  process.once("exit", () => rmSync(path, { recursive: true, force: true }));
+  return { path, remove: () => rm(path, { recursive: true, force: true }) };
 }

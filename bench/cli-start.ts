@@ -6,7 +6,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { createServer } from "node:net";
 import { root } from "./children.ts";
-import { writeResults } from "./results.ts";
+import { saveResults } from "./results.ts";
 import { median } from "./stats.ts";
 
 interface CliRow {
@@ -65,6 +65,5 @@ export async function runCliBench(runs: number, header: Record<string, unknown>,
     console.log(
       `${r.command.padEnd(width)}  ${r.medianMs.toFixed(0).padStart(9)}  ${r.overNodeMs.toFixed(0).padStart(14)}`,
     );
-  const file = await writeResults({ ...header, runs, rows }, startedAt, "cli");
-  console.log(`\nresults: ${file}`);
+  await saveResults({ ...header, runs, rows }, startedAt, "cli");
 }

@@ -7,10 +7,7 @@
 // clusters (R3 buckets), one per NATS_SYNC (`1s`, `always`), each with its own one-process
 // service. With `natsBinary`, every nats-server of it runs that binary (`--nats-compare`).
 // `close()` stops them all and removes the stores.
-import { mkdtemp, rm } from "node:fs/promises";
-import { rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   authDirOf,
@@ -18,22 +15,11 @@ import {
   connectNats,
   ensureNatsCredentials,
   parseNatsSync,
-  type NatsCredentials,
   type NatsHandle,
-  type NatsRole,
 } from "../platform/index.ts";
-import type { GatewayPorts, RoleSet } from "../cluster/index.ts";
-import {
-  exitedChildren,
-  killAllSync,
-  startBuiltServer,
-  startBuiltService,
-  startNats,
-  startNatsR3,
-  runningPids,
-  stopAll,
-  type Child,
-} from "./children.ts";
+import type { RoleSet } from "../cluster/index.ts";
+import { exitedChildren, runningPids, stopAll, tempDir, type Child } from "./children.ts";
+import { callerEnv, profileFlags, startBuiltServer, startNats, startNatsR3, startService } from "./stacks.ts";
 import type { ProcessGroups } from "./types.ts";
 
 /** Whose RSS and CPU count as "service" (and "nats") for a row. */
@@ -101,157 +87,112 @@ export interface Environment {
  */
 const ONE_PROCESS: RoleSet = ["gateway", "actors"];
 
-/** Service settings a caller's shell might carry; the benchmarks set their own. */
-const serviceEnvKeys = [
-  "NATS_URL",
-  "DATA_DIR",
-  "NATS_PORT",
-  "HOST",
-  "TASK_API_PORT",
-  "JOB_API_PORT",
-  "MICROVM_API_PORT",
-  "METRICS_PORT",
-  "NATS_SUBJECT_PREFIX",
-  "BODY_LIMIT_BYTES",
-  "REQUEST_TIMEOUT_MS",
-  "KV_REPLICAS",
-  "LOG_LEVEL",
-  "NODE_OPTIONS",
-  "GATEWAY_LOCAL_READS",
-  "READ_CACHE_ENTRIES",
-  // NATS credentials: the benchmark hands the service its own generated users (or none).
-  "NATS_AUTH_DIR",
-  "NATS_CREDS",
-  "NATS_USER",
-  "NATS_PASSWORD",
-  "NATS_NKEY",
-  "NATS_INBOX_PREFIX",
-  // The microVM host's settings (the microVM bench sets those it measures).
-  "MICROVM_HOST_ID",
-  "MICROVM_TOKEN_SECRET",
-  "MICROVM_MAX_INSTANCES",
-  "MICROVM_QUOTA_PER_PRINCIPAL",
-  "MICROVM_RETENTION_SECONDS",
-  "MICROVM_PROXY_HOST",
-  "MICROVM_PROXY_BIND",
-  "MICROVM_PROVIDER",
-  "MICROVM_MEMORY_MIB",
-  "MICROVM_CPUS",
-  "MICROVM_TOTAL_CPUS",
-  "MICROVM_PIDS",
-  "MICROVM_SCRATCH_MIB",
-];
-
-/** The caller's environment without the service settings in it. */
-export function callerEnv(): NodeJS.ProcessEnv {
-  const env = { ...process.env };
-  for (const key of serviceEnvKeys) delete env[key];
-  return env;
+/** One nats-server (or 3-node cluster) and the service on it. */
+interface Stack {
+  nats: Child[];
+  service: Child[];
+  taskUrl: string;
+  jobUrl: string;
 }
 
+const pidsOf = (children: Child[] | undefined) => children?.map((c) => c.pid) ?? [];
+
 export async function startEnvironment(options: EnvironmentOptions): Promise<Environment> {
-  const storeDir = await mkdtemp(join(tmpdir(), "bench-nats-"));
-  const binary = options.natsBinary;
+  const store = await tempDir("bench-nats-");
+  const storeDir = store.path;
   // An environment started before this one (the `--nats-compare` one after the main) keeps its processes.
   const earlier = runningPids();
-  const removeStore = () => rm(storeDir, { recursive: true, force: true });
-  process.once("exit", () => rmSync(storeDir, { recursive: true, force: true }));
   let handle: NatsHandle | undefined;
   const close = async () => {
     await handle?.close().catch(() => {});
     await stopAll(5_000, earlier);
-    await removeStore();
+    await store.remove();
   };
   try {
     const authDir = authDirOf(storeDir);
     const credentials = await ensureNatsCredentials(authDir);
     const authorization = authorizationConfig(credentials);
-    const nats = await startNats(join(storeDir, "sync-main"), { sync: mainSync(), authorization, binary });
-    const nodeFlags = [
-      ...(options.nodeFlags ?? []),
-      ...(options.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfDir}`] : []),
-    ];
-    const roleSets: RoleSet[] = options.splitRoles ? ["actors", "gateway"] : [ONE_PROCESS];
-    const main = await startService(
-      "service",
-      nats.server.url,
-      join(storeDir, "service-data"),
-      roleSets,
-      nodeFlags,
-      authDir,
-    );
-    // Same generated users as the main stack (both servers name the same public keys).
-    const alwaysNats = options.syncAlways
-      ? await startNats(join(storeDir, "sync-always"), { sync: "always", authorization, binary })
-      : undefined;
-    const always =
-      alwaysNats &&
-      (await startService(
-        "service (sync always)",
-        alwaysNats.server.url,
-        join(storeDir, "always-data"),
-        [ONE_PROCESS],
+    const binary = options.natsBinary;
+    const nodeFlags = [...(options.nodeFlags ?? []), ...profileFlags(options.cpuProfDir)];
+    // Every authenticated server names the same generated users (the same public keys).
+    const stack = async (
+      name: string,
+      dir: string,
+      nats: { sync: string; auth: boolean; r3?: boolean },
+      roleSets: RoleSet[] = [ONE_PROCESS],
+    ): Promise<Stack & { natsUrl: string }> => {
+      const natsDir = join(storeDir, `${dir}-nats`);
+      const server = nats.r3
+        ? await startNatsR3(natsDir, { sync: nats.sync, authorization, credentials, binary })
+        : await startNats(natsDir, { sync: nats.sync, authorization: nats.auth ? authorization : undefined, binary });
+      const natsUrl = "server" in server ? server.server.url : server.url;
+      const service = await startService({
+        name,
+        natsUrl,
+        dataDir: join(storeDir, `${dir}-data`),
+        roleSets,
         nodeFlags,
-        authDir,
-      ));
-    const r3 = options.r3
-      ? await startR3Stacks(storeDir, { authorization, credentials, authDir, nodeFlags, binary })
+        authDir: nats.auth ? authDir : undefined,
+        env: nats.r3 ? { KV_REPLICAS: "3" } : {},
+      });
+      const natsChildren = "child" in server ? [server.child] : server.children;
+      return {
+        nats: natsChildren,
+        service: service.children,
+        taskUrl: service.taskUrl,
+        jobUrl: service.jobUrl,
+        natsUrl,
+      };
+    };
+    const main = await stack(
+      "service",
+      "main",
+      { sync: mainSync(), auth: true },
+      options.splitRoles ? ["actors", "gateway"] : [ONE_PROCESS],
+    );
+    const always = options.syncAlways
+      ? await stack("service (sync always)", "always", { sync: "always", auth: true })
+      : undefined;
+    const r3 = options.r3 ? await stack("service (R3, 1s)", "r3-1s", { sync: "1s", auth: true, r3: true }) : undefined;
+    const r3Always = options.r3
+      ? await stack("service (R3, always)", "r3-always", { sync: "always", auth: true, r3: true })
       : undefined;
     const { child: bare, port: barePort } = await startBuiltServer("bare", "bench/bare-server.ts", callerEnv());
-    const bareUrl = `http://127.0.0.1:${barePort}`;
     // The same service with NATS auth off, for the auth cost in the same run.
-    const openNats = await startNats(join(storeDir, "nats-noauth"), { sync: mainSync(), binary });
-    const open = await startService(
-      "service noauth",
-      openNats.server.url,
-      join(storeDir, "service-noauth-data"),
-      [ONE_PROCESS],
-      nodeFlags,
-    );
+    const noAuth = await stack("service noauth", "noauth", { sync: mainSync(), auth: false });
     // Direct NATS load runs as another service would: the `internal` user.
-    handle = await connectNats({ servers: nats.server.url, name: "bench", credentials: credentials.internal });
+    handle = await connectNats({ servers: main.natsUrl, name: "bench", credentials: credentials.internal });
+    const stacks: Partial<Record<ServiceGroup, Stack>> = { service: main, always, noAuth, r3, r3Always };
     const pids = {
-      service: main.children.map((s) => s.pid),
-      nats: [nats.child.pid],
+      service: pidsOf(main.service),
+      nats: pidsOf(main.nats),
       bare: [bare.pid],
-      alwaysService: always?.children.map((s) => s.pid) ?? [],
-      alwaysNats: alwaysNats ? [alwaysNats.child.pid] : [],
-      noAuth: open.children.map((s) => s.pid),
-      noAuthNats: [openNats.child.pid],
-      r3: r3?.["1s"].service.map((c) => c.pid) ?? [],
-      r3Nats: r3?.["1s"].nats.map((c) => c.pid) ?? [],
-      r3Always: r3?.always.service.map((c) => c.pid) ?? [],
-      r3AlwaysNats: r3?.always.nats.map((c) => c.pid) ?? [],
+      alwaysService: pidsOf(always?.service),
+      alwaysNats: pidsOf(always?.nats),
+      noAuth: pidsOf(noAuth.service),
+      noAuthNats: pidsOf(noAuth.nats),
+      r3: pidsOf(r3?.service),
+      r3Nats: pidsOf(r3?.nats),
+      r3Always: pidsOf(r3Always?.service),
+      r3AlwaysNats: pidsOf(r3Always?.nats),
     };
-    const children = [
-      nats.child,
-      ...main.children,
-      bare,
-      ...(alwaysNats ? [alwaysNats.child] : []),
-      ...(always?.children ?? []),
-      openNats.child,
-      ...open.children,
-      ...(r3 ? [...r3["1s"].nats, ...r3["1s"].service, ...r3.always.nats, ...r3.always.service] : []),
-    ];
+    const children = [bare, ...Object.values(stacks).flatMap((s) => [...s.nats, ...s.service])];
+    const urls = (s: Stack) => ({ taskUrl: s.taskUrl, jobUrl: s.jobUrl });
     return {
-      natsUrl: nats.server.url,
+      natsUrl: main.natsUrl,
       storeDir,
       taskUrl: main.taskUrl,
       jobUrl: main.jobUrl,
-      bareUrl,
-      always: always && { taskUrl: always.taskUrl, jobUrl: always.jobUrl },
-      r3: r3 && { "1s": r3["1s"].urls, always: r3.always.urls },
-      noAuthTaskUrl: open.taskUrl,
+      bareUrl: `http://127.0.0.1:${barePort}`,
+      always: always && urls(always),
+      r3: r3 && r3Always && { "1s": urls(r3), always: urls(r3Always) },
+      noAuthTaskUrl: noAuth.taskUrl,
       nc: handle.nc,
       pids,
-      groups: (serviceGroup) =>
-        serviceGroup === "always"
-          ? { service: pids.alwaysService, nats: pids.alwaysNats }
-          : serviceGroup === "noAuth"
-            ? { service: pids.noAuth, nats: pids.noAuthNats }
-            : serviceGroup === "r3" || serviceGroup === "r3Always"
-              ? { service: pids[serviceGroup], nats: pids[`${serviceGroup}Nats`] }
-              : { service: pids[serviceGroup], nats: pids.nats },
+      groups: (group) => {
+        const of = stacks[group] ?? main; // the bare row: its server, and the main stack's nats-server
+        return { service: group === "bare" ? [bare.pid] : pidsOf(of.service), nats: pidsOf(of.nats) };
+      },
       deaths: () => exitedChildren(children),
       close,
     };
@@ -261,104 +202,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
   }
 }
 
-/** Two R3 stacks: a 3-node cluster with NATS_SYNC `1s`, one with `always`, each with its service. */
-async function startR3Stacks(
-  storeDir: string,
-  options: {
-    authorization: string;
-    credentials: Record<NatsRole, NatsCredentials>;
-    authDir: string;
-    nodeFlags: string[];
-    binary?: string;
-  },
-) {
-  const stack = async (sync: "1s" | "always") => {
-    const nats = await startNatsR3(join(storeDir, `r3-${sync}`), {
-      sync,
-      authorization: options.authorization,
-      credentials: options.credentials,
-      binary: options.binary,
-    });
-    const service = await startService(
-      `service (R3, ${sync})`,
-      nats.url,
-      join(storeDir, `r3-${sync}-data`),
-      [ONE_PROCESS],
-      options.nodeFlags,
-      options.authDir,
-      { KV_REPLICAS: "3" },
-    );
-    return {
-      nats: nats.children,
-      service: service.children,
-      urls: { taskUrl: service.taskUrl, jobUrl: service.jobUrl },
-    };
-  };
-  return { "1s": await stack("1s"), always: await stack("always") };
-}
-
 /** NATS_SYNC of the main stack: the caller's NATS_SYNC (to compare another interval), else 1s. */
 export function mainSync(): string {
   return parseNatsSync(process.env.NATS_SYNC);
-}
-
-/**
- * The service (`main.ts`) on NATS `natsUrl`, one process per role set (the gateway last), each
- * ready once it logs "ready"; `authDir`: the generated role seeds (NATS_AUTH_DIR), none for an
- * anonymous server.
- */
-async function startService(
-  name: string,
-  natsUrl: string,
-  dataDir: string,
-  roleSets: RoleSet[],
-  nodeFlags: string[],
-  authDir?: string,
-  extraEnv: Record<string, string> = {},
-) {
-  // Its own data dir and free ports: never collides with an `npm start` or another bench.
-  const env = {
-    ...(authDir ? { NATS_AUTH_DIR: authDir } : {}),
-    TASK_API_PORT: "0",
-    JOB_API_PORT: "0",
-    MICROVM_API_PORT: "0",
-    ...extraEnv,
-  };
-  const children: Child[] = [];
-  let ports: GatewayPorts | undefined;
-  for (const role of roleSets) {
-    const processName = `${name}${roleSets.length > 1 ? ` ${role}` : ""}`;
-    const started = await startBuiltService({
-      name: processName,
-      role,
-      natsUrl,
-      dataDir,
-      runDir: dirname(dataDir),
-      env,
-      baseEnv: callerEnv(),
-      nodeFlags,
-    });
-    children.push(started.child);
-    ports ??= started.ports;
-  }
-  if (!ports) throw new Error(`${name}: no process of ${roleSets.join(" ")} runs the gateway`);
-  const [taskUrl, jobUrl] = [ports.task, ports.job].map((port) => `http://127.0.0.1:${port}`);
-  return { children, taskUrl, jobUrl };
-}
-
-/** Stops every child on Ctrl-C or SIGTERM (twice: at once), and SIGKILLs leftovers on exit. */
-export function installShutdownHandlers(onInterrupt: () => Promise<void>): void {
-  let interrupted = false;
-  const handler = (signal: NodeJS.Signals) => {
-    if (interrupted) {
-      killAllSync();
-      process.exit(130);
-    }
-    interrupted = true;
-    console.error(`\n${signal}: stopping the benchmark's processes…`);
-    void onInterrupt().finally(() => process.exit(130));
-  };
-  process.on("SIGINT", handler);
-  process.on("SIGTERM", handler);
-  process.on("exit", killAllSync);
 }

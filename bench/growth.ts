@@ -10,7 +10,7 @@ import { inPool, replyStatus } from "./nats-load.ts";
 import type { BenchOptions } from "./options.ts";
 import { currentRssMiB } from "./proc.ts";
 import { markdownTable, summarize, type Outcome, type SummaryRow } from "./report.ts";
-import { writeResults } from "./results.ts";
+import { saveResults } from "./results.ts";
 import { measure } from "./rounds.ts";
 import { waitForService } from "./seed.ts";
 import { pause } from "./stats.ts";
@@ -152,6 +152,5 @@ export async function runGrowth(
     `\ngrowth: service RSS and getTask (median of ${options.rounds} × ${options.duration} s, ${options.connections} connections) by record count\n`,
   );
   console.log(formatGrowth(points));
-  const file = await writeResults({ ...header, points }, startedAt, "growth");
-  console.log(`\nresults: ${file}`);
+  await saveResults({ ...header, points }, startedAt, "growth");
 }

@@ -4,10 +4,8 @@
 // cannot (their secret stays in the host) and the node-flag experiment.
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { rmSync } from "node:fs";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import { once } from "node:events";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import {
@@ -18,6 +16,7 @@ import {
   parseReadyLine,
   permissionFlag,
 } from "../vm-runtime/index.ts";
+import { tempDir } from "./children.ts";
 
 /** In the work directory's name, so leftover checks find these processes. */
 export const DIRECT_MARKER = "bench-microvm-direct";
@@ -65,8 +64,8 @@ process.on("exit", () => {
 
 /** A directory with the sandbox bundle; `close()` stops every runtime and removes it. */
 export async function directRuntimes() {
-  const workDir = await mkdtemp(join(tmpdir(), `${DIRECT_MARKER}-`));
-  process.once("exit", () => rmSync(workDir, { recursive: true, force: true }));
+  const work = await tempDir(`${DIRECT_MARKER}-`);
+  const workDir = work.path;
   const bundle = await bundleImage(builtinImages.sandbox, join(workDir, "images"));
   const floor = join(workDir, "images", "floor.mjs");
   await writeFile(floor, FLOOR_SOURCE);
@@ -81,7 +80,7 @@ export async function directRuntimes() {
     },
     async close() {
       await Promise.all([...started].map((r) => r.stop()));
-      await rm(workDir, { recursive: true, force: true });
+      await work.remove();
     },
   };
 }

@@ -1,17 +1,14 @@
 // The system under test for `--microvm`: a private `nats-server -js` and the service
-// (`dist/main.mjs`, all roles, so the microVM host runs) as child processes, built and started
-// as bench/environment.ts does, on free ports it reports (MICROVM_API_PORT too), a temporary
+// (`dist/main.mjs`, all roles, so the microVM host runs) as child processes started by stacks.ts
+// as the task bench's are, on free ports it reports (MICROVM_API_PORT too), a temporary
 // DATA_DIR (token key, host lock, bundles), a raised MICROVM_MAX_INSTANCES and quota, one provider
 // (MICROVM_PROVIDER) and a host id of its own (so its sandbox cgroups can be found).
-import { mkdtemp, rm } from "node:fs/promises";
-import { rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { basename, join } from "node:path";
+import { basename } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { natsClient, type Client } from "../client/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
 import { microvmApi } from "../schemas/index.ts";
-import { exitedChildren, startBuiltService, startNats, type Child } from "./children.ts";
+import { exitedChildren, once, tempDir, type Child } from "./children.ts";
 import {
   instancesOf,
   pidsInHostCgroups,
@@ -20,7 +17,7 @@ import {
   type InstanceProcs,
   type ProviderName,
 } from "./microvm-instance-procs.ts";
-import { callerEnv } from "./environment.ts";
+import { profileFlags, startNats, startService } from "./stacks.ts";
 import { cmdlineOf, processesMentioning } from "./proc.ts";
 
 export type MicrovmClient = Client<typeof microvmApi>;
@@ -59,13 +56,10 @@ export interface MicrovmEnvironmentOptions {
 }
 
 export async function startMicrovmEnvironment(options: MicrovmEnvironmentOptions): Promise<MicrovmEnvironment> {
-  const storeDir = await mkdtemp(join(tmpdir(), "bench-nats-"));
-  const dataDir = await mkdtemp(join(tmpdir(), "bench-microvm-data-"));
+  const store = await tempDir("bench-nats-");
+  const data = await tempDir("bench-microvm-data-");
+  const dataDir = data.path;
   const hostId = `bench-${options.provider}-${basename(dataDir).slice(-6)}`;
-  const removeDirs = () => Promise.all([storeDir, dataDir].map((dir) => rm(dir, { recursive: true, force: true })));
-  process.once("exit", () => {
-    for (const dir of [storeDir, dataDir]) rmSync(dir, { recursive: true, force: true });
-  });
   let handle: NatsHandle | undefined;
   let api: MicrovmClient | undefined;
   let nats: Awaited<ReturnType<typeof startNats>> | undefined;
@@ -73,63 +67,52 @@ export async function startMicrovmEnvironment(options: MicrovmEnvironmentOptions
   const serviceUp = () =>
     service !== undefined && service.process.exitCode === null && service.process.signalCode === null;
   const terminateAll = async () => (api && serviceUp() ? terminateListed(api) : 0);
-  let closing: Promise<void> | undefined;
-  // Once only (Ctrl-C and the run's own `finally` may both ask). A service already stopping
-  // (Ctrl-C reaches it too) terminates its instances itself.
-  const close = () =>
-    (closing ??= (async () => {
-      await withTimeout(terminateAll(), 20_000).catch((err: unknown) =>
-        console.error(`terminating instances: ${(err as Error).message}`),
-      );
-      await handle?.close().catch(() => {});
-      // This environment's children only: the other provider's may still be measured.
-      if (service) await service.stop();
-      if (nats) await nats.child.stop();
-      await removeDirs();
-    })());
+  // A service already stopping (Ctrl-C reaches it too) terminates its instances itself.
+  const close = once(async () => {
+    await withTimeout(terminateAll(), 20_000).catch((err: unknown) =>
+      console.error(`terminating instances: ${(err as Error).message}`),
+    );
+    await handle?.close().catch(() => {});
+    // This environment's children only: the other provider's may still be measured.
+    if (service) await service.stop();
+    if (nats) await nats.child.stop();
+    await Promise.all([store.remove(), data.remove()]);
+  });
   try {
-    nats = await startNats(storeDir);
-    const baseEnv = callerEnv();
-    const env = {
-      TASK_API_PORT: "0",
-      JOB_API_PORT: "0",
-      MICROVM_API_PORT: "0",
-      MICROVM_MAX_INSTANCES: String(options.maxInstances),
-      // One principal launches every instance: its quota must not stop the density step first.
-      MICROVM_QUOTA_PER_PRINCIPAL: String(options.maxInstances),
-      MICROVM_PROVIDER: options.provider,
-      MICROVM_HOST_ID: hostId,
-      ...options.serviceEnv,
-    };
-    const nodeFlags = options.cpuProfDir ? ["--cpu-prof", `--cpu-prof-dir=${options.cpuProfDir}`] : [];
-    const { child: started, ports } = await startBuiltService({
+    nats = await startNats(store.path);
+    const started = await startService({
       name: "service",
-      role: "all",
+      roleSets: ["all"],
       natsUrl: nats.server.url,
       dataDir,
-      runDir: storeDir,
-      env,
-      baseEnv,
-      nodeFlags,
+      runDir: store.path,
+      nodeFlags: profileFlags(options.cpuProfDir),
+      env: {
+        MICROVM_MAX_INSTANCES: String(options.maxInstances),
+        // One principal launches every instance: its quota must not stop the density step first.
+        MICROVM_QUOTA_PER_PRINCIPAL: String(options.maxInstances),
+        MICROVM_PROVIDER: options.provider,
+        MICROVM_HOST_ID: hostId,
+        ...options.serviceEnv,
+      },
     });
-    service = started;
-    const microvmUrl = `http://127.0.0.1:${ports!.microvm}`;
+    const servicePid = (service = started.children[0]!).pid;
     handle = await connectNats({ servers: nats.server.url, name: "bench-microvm" });
     api = natsClient(microvmApi, handle.nc, { timeoutMs: 10_000 });
-    const natsChild = nats.child;
+    const children = [nats.child, service];
     return {
       provider: options.provider,
       hostId,
       natsUrl: nats.server.url,
-      microvmUrl,
+      microvmUrl: `http://127.0.0.1:${started.ports.microvm}`,
       dataDir,
-      servicePid: started.pid,
-      natsPid: natsChild.pid,
+      servicePid,
+      natsPid: nats.child.pid,
       maxInstances: options.maxInstances,
       nc: handle.nc,
       api,
-      instances: () => instancesOf(started.pid, options.provider),
-      deaths: () => exitedChildren([natsChild, started]),
+      instances: () => instancesOf(servicePid, options.provider),
+      deaths: () => exitedChildren(children),
       terminateAll,
       close,
     };

@@ -3,7 +3,7 @@
 // flags; per set: start time, memory after one RPC and after load, RPC latency and req/s
 // (raw keep-alive http, direct to the runtime) and CPU per call. Sets are interleaved within
 // each round and the table shows medians over rounds, so machine drift hits all alike.
-import { installShutdownHandlers } from "./environment.ts";
+import { installShutdownHandlers } from "./children.ts";
 import { directRuntimes, type DirectOptions } from "./microvm-direct.ts";
 import { leftoverInstances } from "./microvm-environment.ts";
 import { concurrent, keepAliveAgent, rawRpc, sequential, type RawTarget } from "./microvm-http.ts";
@@ -11,7 +11,7 @@ import { cpuSeconds, memoryKiB, type MemoryKiB } from "./proc.ts";
 import type { BenchOptions } from "./options.ts";
 import { markdownTable } from "./report.ts";
 import { median, pause } from "./stats.ts";
-import { writeResults } from "./results.ts";
+import { saveResults } from "./results.ts";
 
 interface Candidate {
   name: string;
@@ -142,12 +142,11 @@ export async function runMicrovmFlags(
     `\nnode flags for an instance (sandbox runtime by hand, raw keep-alive RPC direct; median of ${settings.rounds} round(s)):\n`,
   );
   console.log(formatFlags(names, samples));
-  const file = await writeResults(
+  await saveResults(
     { ...header, settings, candidates, samples: Object.fromEntries(samples) },
     startedAt,
     "microvm-flags",
   );
-  console.log(`\nresults: ${file}`);
 }
 
 function formatFlags(names: string[], samples: Map<string, Sample[]>): string {

@@ -4,7 +4,7 @@
 // req/s with N concurrent callers, and the CPU each process spends per call.
 import { randomBytes } from "node:crypto";
 import { createAuthToken as signToken, RUNTIME_PORT } from "../vm-runtime/index.ts";
-import { startBuiltServer } from "./children.ts";
+import { startBuiltServer } from "./stacks.ts";
 import type { Connected } from "./microvm-instances.ts";
 import {
   concurrent,

@@ -6,7 +6,7 @@
 // Every instance is terminated and every child stopped, also on error and Ctrl-C.
 import { rm } from "node:fs/promises";
 import { openBuckets } from "../platform/index.ts";
-import { installShutdownHandlers } from "./environment.ts";
+import { cleanUpOnInterrupt } from "./children.ts";
 import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
@@ -29,7 +29,7 @@ import { formatImages, imageTargets, measureImages, type ImageResults } from "./
 import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
 import type { BenchOptions } from "./options.ts";
-import { writeResults } from "./results.ts";
+import { saveResults } from "./results.ts";
 
 export interface MicrovmSettings {
   /** Sequential launches per launch path. */
@@ -93,26 +93,8 @@ export async function runMicrovmBench(
   const providers = await providersHere();
   const envs: Envs = {};
   let direct: Awaited<ReturnType<typeof directRuntimes>> | undefined;
-  let cleaning: Promise<void> | undefined;
   // Once, whether the run ends, fails or is interrupted (Ctrl-C may land mid-cleanup).
-  const cleanUp = () =>
-    (cleaning ??= (async () => {
-      await direct?.close();
-      const started = Object.values(envs);
-      await Promise.all(started.map((env) => env.close()));
-      // This run's directories and cgroups only: another bench running beside this one keeps its instances.
-      // A gVisor instance's runsc processes name the host's run directory (their --root), not DATA_DIR.
-      const runDirs = started.map((env) => `typed-service-microvms/${hostCgroupKey(env.hostId)}/`);
-      const markers = [...started.map((env) => env.dataDir), ...runDirs, ...(direct ? [direct.workDir] : [])];
-      const hostIds = started.map((env) => env.hostId);
-      await assertNoInstanceLeft(markers, hostIds).finally(async () => {
-        await removeCgroupsOf(hostIds);
-        // The isolated hosts' run directories (instance sockets, runsc state) when a stop left them.
-        for (const id of hostIds)
-          await rm(`/run/typed-service-microvms/${hostCgroupKey(id)}`, { recursive: true, force: true });
-      });
-    })());
-  installShutdownHandlers(cleanUp);
+  const cleanUp = cleanUpOnInterrupt(() => cleanUpRun(Object.values(envs), direct));
   // Room for the densest level plus the launches measured at that level.
   const maxInstances = Math.max(...settings.density.levels) + 10;
   let results: Record<string, unknown> | undefined;
@@ -142,16 +124,52 @@ export async function runMicrovmBench(
     throw err;
   }
   await cleanUp();
-  const file = await writeResults(
+  await saveResults(
     { ...header, settings, targets, sandboxTargets, gvisorTargets, imageTargets, ...results },
     startedAt,
     "microvm",
+    "",
   );
-  console.log(`results: ${file}`);
 }
 
 /** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
 const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
+
+/**
+ * Stops the services and the runtimes by hand, then checks that no instance process of this run
+ * is left (killing any), and removes its cgroups and the isolated hosts' run directories. This
+ * run's only: another bench running beside this one keeps its instances.
+ */
+async function cleanUpRun(envs: MicrovmEnvironment[], direct?: { workDir: string; close(): Promise<void> }) {
+  await direct?.close();
+  await Promise.all(envs.map((env) => env.close()));
+  // A gVisor instance's runsc processes name the host's run directory (their --root), not DATA_DIR.
+  const runDirs = envs.map((env) => `typed-service-microvms/${hostCgroupKey(env.hostId)}/`);
+  const markers = [...envs.map((env) => env.dataDir), ...runDirs, ...(direct ? [direct.workDir] : [])];
+  const hostIds = envs.map((env) => env.hostId);
+  await assertNoInstanceLeft(markers, hostIds).finally(async () => {
+    await removeCgroupsOf(hostIds);
+    // The isolated hosts' run directories (instance sockets, runsc state) when a stop left them.
+    for (const id of hostIds)
+      await rm(`/run/typed-service-microvms/${hostCgroupKey(id)}`, { recursive: true, force: true });
+  });
+}
+
+/** One provider's service, `measure` on it, then the run's clean-up (also on error and Ctrl-C). */
+async function onOneProvider<T>(
+  options: Parameters<typeof startMicrovmEnvironment>[0],
+  intro: string,
+  measure: (env: MicrovmEnvironment) => Promise<T>,
+): Promise<T> {
+  const env = await startMicrovmEnvironment(options);
+  const cleanUp = cleanUpOnInterrupt(() => cleanUpRun([env]));
+  console.log(`${options.provider}: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${intro}…`);
+  try {
+    return await measure(env);
+  } finally {
+    await cleanUp();
+  }
+}
 
 /** `--microvm-snapshots`: the snapshot rows only, on one gvisor-provider service. */
 export async function runSnapshotBench(
@@ -162,33 +180,13 @@ export async function runSnapshotBench(
   const gvisor = await checkGvisor();
   if (!gvisor.ok) throw new Error(`gvisor cannot run here: ${gvisor.reason}`);
   const settings = microvmSettings(options).snapshots;
-  const env = await startMicrovmEnvironment({
-    provider: "gvisor",
-    maxInstances: settings.suspended + 10,
-    serviceEnv: snapshotServiceEnv,
-  });
-  const cleanUp = async () => {
-    await env.close();
-    await assertNoInstanceLeft(
-      [env.dataDir, `typed-service-microvms/${hostCgroupKey(env.hostId)}/`],
-      [env.hostId],
-    ).finally(() => removeCgroupsOf([env.hostId]));
-  };
-  installShutdownHandlers(cleanUp);
-  console.log(
-    `gvisor: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together…`,
+  const snapshots = await onOneProvider(
+    { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
+    `${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together`,
+    (env) => measureSnapshots(env, settings),
   );
-  let snapshots;
-  try {
-    snapshots = await measureSnapshots(env, settings);
-  } finally {
-    await cleanUp();
-  }
-  console.log(`
-snapshots on the gvisor provider (sandbox image):
-
-${formatSnapshots(snapshots)}`);
-  console.log(`results: ${await writeResults({ ...header, settings, snapshots }, startedAt, "microvm-snapshots")}`);
+  console.log(`\nsnapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots)}`);
+  await saveResults({ ...header, settings, snapshots }, startedAt, "microvm-snapshots", "");
 }
 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */
@@ -198,25 +196,13 @@ export async function runImageBench(
   startedAt: Date,
 ): Promise<void> {
   const samples = microvmSettings(options).images;
-  const env = await startMicrovmEnvironment({ provider: "sandbox", maxInstances: 10 });
-  const cleanUp = async () => {
-    await env.close();
-    await assertNoInstanceLeft([env.dataDir], [env.hostId]).finally(() => removeCgroupsOf([env.hostId]));
-  };
-  installShutdownHandlers(cleanUp);
-  console.log(
-    `sandbox: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${samples} images, each pushed, launched uncached, then cached…`,
+  const images = await onOneProvider(
+    { provider: "sandbox", maxInstances: 10 },
+    `${samples} images, each pushed, launched uncached, then cached`,
+    (env) => measureImages(env, samples),
   );
-  let images;
-  try {
-    images = await measureImages(env, samples);
-  } finally {
-    await cleanUp();
-  }
   console.log(`\nimages on the sandbox provider (targets from issue 13):\n\n${formatImages(images)}`);
-  console.log(
-    `results: ${await writeResults({ ...header, samples, imageTargets, images }, startedAt, "microvm-images")}`,
-  );
+  await saveResults({ ...header, samples, imageTargets, images }, startedAt, "microvm-images", "");
 }
 
 /** Every instance process of this run (host-started or by hand) must be gone; any left is killed. */

@@ -12,6 +12,7 @@ import {
   type Topology,
 } from "../cluster/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
+import { once } from "./children.ts";
 import type { ProcessGroups } from "./types.ts";
 import { benchTaskClient, type Routing, type TaskClient } from "./placement-client.ts";
 
@@ -58,14 +59,12 @@ export async function startBenchCluster(
   };
   let cluster: RunningCluster | undefined;
   let nats: NatsHandle | undefined;
-  let stopping: Promise<void> | undefined;
   // Once: the round's own clean-up and a Ctrl-C may both ask.
-  const stop = () =>
-    (stopping ??= (async () => {
-      await nats?.close().catch(() => {});
-      await cluster?.stop();
-      await rm(baseDir, { recursive: true, force: true });
-    })());
+  const stop = once(async () => {
+    await nats?.close().catch(() => {});
+    await cluster?.stop();
+    await rm(baseDir, { recursive: true, force: true });
+  });
   try {
     cluster = await startCluster(benchTopology(actors), {
       baseDir,

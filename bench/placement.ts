@@ -1,10 +1,9 @@
 // `npm run bench -- --placement`: task-object throughput on the 3-node R3 cluster with one vs
 // two actor processes, loaded straight over NATS. Each round starts a fresh cluster per
 // configuration, one at a time, in alternating order; every process is stopped, also on error.
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
-import { installShutdownHandlers } from "./environment.ts";
+import { cleanUpOnInterrupt, tempDir } from "./children.ts";
 import type { BenchOptions } from "./options.ts";
 import { startBenchCluster, type BenchCluster } from "./placement-cluster.ts";
 import { objectNames, runTaskObjectLoad, seedObjects } from "./placement-load.ts";
@@ -19,7 +18,7 @@ import {
 } from "./placement-report.ts";
 import { machineCpu, sampleUsage } from "./proc.ts";
 import { pause } from "./stats.ts";
-import { resultsDir } from "./results.ts";
+import { saveResults } from "./results.ts";
 
 export interface PlacementSettings {
   rounds: number;
@@ -60,15 +59,13 @@ export async function runPlacementBench(
   startedAt: Date,
 ): Promise<void> {
   const settings = placementSettings(options);
-  const runDir = await mkdtemp(join(os.tmpdir(), "bench-placement-"));
+  const run = await tempDir("bench-placement-");
+  const runDir = run.path;
   let current: BenchCluster | undefined;
-  let cleaning: Promise<void> | undefined;
-  const cleanUp = () =>
-    (cleaning ??= (async () => {
-      await current?.stop();
-      await rm(runDir, { recursive: true, force: true });
-    })());
-  installShutdownHandlers(cleanUp);
+  const cleanUp = cleanUpOnInterrupt(async () => {
+    await current?.stop();
+    await run.remove();
+  });
   console.log(
     `\nplacement: ${settings.rounds} round(s) × ${placementConfigs.map((c) => c.label).join(" / ")}, ${settings.seconds} s measured ` +
       `(${settings.warmupSeconds} s warm-up) each, ${settings.inFlight} in flight over ${settings.names} task objects, routed to ${settings.routing === "owner" ? "each name's owner" : "the shared subjects"}; ` +
@@ -116,11 +113,11 @@ export async function runPlacementBench(
     console.log(
       `\nwarning: other processes on the machine used over 10% of the CPU during ${noisy.join(", ")}; run again on a quiet machine`,
     );
-  const file = await writePlacementResults(
+  await saveResults(
     { ...header, settings, configs: placementConfigs, rounds: records, summary },
     startedAt,
+    "placement",
   );
-  console.log(`\nresults: ${file}`);
 }
 
 /** One configuration in one round: start, seed, warm up, measure, stop. A failure becomes `{ error }`. */
@@ -172,14 +169,4 @@ async function measureRound(
   } finally {
     await cluster?.stop();
   }
-}
-
-/** bench/results/placement-<ISO timestamp>.json and placement-latest.json; returns the first. */
-async function writePlacementResults(data: unknown, startedAt: Date): Promise<string> {
-  await mkdir(resultsDir, { recursive: true });
-  const file = join(resultsDir, `placement-${startedAt.toISOString().replace(/:/g, "-")}.json`);
-  const text = `${JSON.stringify(data, null, 2)}\n`;
-  await writeFile(file, text);
-  await writeFile(join(resultsDir, "placement-latest.json"), text);
-  return file;
 }

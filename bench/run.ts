@@ -2,7 +2,8 @@
 // --growth the RSS and read latency as records pile up, with --microvm the microVM
 // facility, or with --placement task objects on the cluster with 1 vs 2 actor processes.
 // See docs/performance.md.
-import { startEnvironment, installShutdownHandlers, mainSync, type Environment } from "./environment.ts";
+import { installShutdownHandlers } from "./children.ts";
+import { startEnvironment, mainSync, type Environment } from "./environment.ts";
 import { runCliBench } from "./cli-start.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
@@ -13,7 +14,7 @@ import { natsServerLabel, type ComparedServer } from "./nats-compare.ts";
 import { runPlacementBench } from "./placement.ts";
 import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
 import { formatTable } from "./report.ts";
-import { writeResults } from "./results.ts";
+import { saveResults } from "./results.ts";
 import { runRounds, selectWorkloads } from "./rounds.ts";
 
 async function compare(
@@ -30,8 +31,7 @@ async function compare(
   console.log(formatTable(rows));
   for (const row of rows.filter((r) => r.failures.length))
     console.log(`\n${row.workload} failed: ${row.failures.join("; ")}`);
-  const file = await writeResults({ ...header, rounds, summary: rows }, startedAt);
-  console.log(`\nresults: ${file}`);
+  await saveResults({ ...header, rounds, summary: rows }, startedAt);
 }
 
 async function main() {
@@ -47,22 +47,17 @@ async function main() {
   const machine = describeMachine();
   const command = `${process.env.NATS_SYNC ? `NATS_SYNC=${process.env.NATS_SYNC} ` : ""}${benchCommand(args)}`;
   console.log(`command: ${command}\n${formatMachine(machine)}`);
+  const header = { startedAt: startedAt.toISOString(), command, machine, options };
   if (options.microvm || options.microvmFlags || options.microvmImages || options.microvmSnapshots) {
-    const header = { startedAt: startedAt.toISOString(), command, machine, options };
     if (options.microvmImages) return runImageBench(options, header, startedAt);
     if (options.microvmSnapshots) return runSnapshotBench(options, header, startedAt);
     return options.microvmFlags
       ? runMicrovmFlags(options, header, startedAt)
       : runMicrovmBench(options, header, startedAt);
   }
-  if (options.cli) {
-    const header = { startedAt: startedAt.toISOString(), command, machine, options };
+  if (options.cli)
     return runCliBench(options.quick ? 5 : args.includes("--rounds") ? options.rounds : 15, header, startedAt);
-  }
-  if (options.placement) {
-    const header = { startedAt: startedAt.toISOString(), command, machine, options };
-    return runPlacementBench(options, header, startedAt);
-  }
+  if (options.placement) return runPlacementBench(options, header, startedAt);
 
   let env: Environment | undefined;
   let compared: ComparedServer | undefined;
@@ -104,10 +99,9 @@ async function main() {
     );
   const driver = chooseHttpDriver(options.driver);
   console.log(`HTTP load generator: ${driver.name} (${driver.version})`);
-  const header = { startedAt: startedAt.toISOString(), command, machine, options, driver };
   try {
-    if (options.growth) await runGrowth(env, options, header, startedAt);
-    else await compare(env, options, header, startedAt, compared);
+    if (options.growth) await runGrowth(env, options, { ...header, driver }, startedAt);
+    else await compare(env, options, { ...header, driver }, startedAt, compared);
   } finally {
     await compared?.env.close(); // its own processes only: started second
     await env.close();
