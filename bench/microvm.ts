@@ -95,8 +95,10 @@ export async function runMicrovmBench(
   let direct: Awaited<ReturnType<typeof directRuntimes>> | undefined;
   // Once, whether the run ends, fails or is interrupted (Ctrl-C may land mid-cleanup).
   const cleanUp = cleanUpOnInterrupt(() => cleanUpRun(Object.values(envs), direct));
-  // Room for the densest level plus the launches measured at that level.
-  const maxInstances = Math.max(...settings.density.levels) + 10;
+  // Room for the densest level plus the launches measured at that level, and for the
+  // instances gVisor's snapshot rows suspend together (50 also in a --quick run).
+  const snapshotted = providers.includes("gvisor") ? settings.snapshots.suspended : 0;
+  const maxInstances = Math.max(...settings.density.levels, snapshotted) + 10;
   let results: Record<string, unknown> | undefined;
   try {
     for (const provider of providers) {
