@@ -9,7 +9,7 @@ import { runHttpLoad } from "./http-load.ts";
 import { inPool, replyStatus } from "./nats-load.ts";
 import type { BenchOptions } from "./options.ts";
 import { currentRssMiB } from "./proc.ts";
-import { markdownTable, summarize, type Outcome, type SummaryRow } from "./report.ts";
+import { fixed, markdownTable, summarize, type Outcome, type SummaryRow } from "./report.ts";
 import { saveResults } from "./results.ts";
 import { measure } from "./rounds.ts";
 import { waitForService } from "./seed.ts";
@@ -86,8 +86,6 @@ async function samplePoint(env: Environment, options: BenchOptions, records: num
 }
 
 function formatGrowth(points: GrowthPoint[]): string {
-  const cell = (n: number | undefined, digits = 0) =>
-    n === undefined || !Number.isFinite(n) ? "-" : n.toFixed(digits);
   return markdownTable(
     [
       "records",
@@ -103,15 +101,15 @@ function formatGrowth(points: GrowthPoint[]): string {
     ],
     points.map(({ records, idleRssMiB, storeMiB, read, fillRate }) => [
       records.toLocaleString("en-US"),
-      cell(idleRssMiB.service),
-      cell(read.serviceRssMiB),
-      cell(read.natsRssMiB),
-      cell(storeMiB, 1),
-      read.rounds ? cell(read.rps) : `failed: ${read.failures[0]}`,
-      cell(read.p50, 2),
-      cell(read.p99, 2),
+      fixed(0)(idleRssMiB.service),
+      fixed(0)(read.serviceRssMiB),
+      fixed(0)(read.natsRssMiB),
+      fixed(1)(storeMiB),
+      read.rounds ? fixed(0)(read.rps) : `failed: ${read.failures[0]}`,
+      fixed(2)(read.p50),
+      fixed(2)(read.p99),
       String(read.errors + read.unexpected),
-      cell(fillRate),
+      fixed(0)(fillRate),
     ]),
   );
 }

@@ -12,14 +12,18 @@ export interface Tally {
   result(seconds: number): LoadResult;
 }
 
-/** `expectedStatus`: a non-2xx status that is the right answer for this workload (404). */
-export function createTally(expectedStatus?: number): Tally {
-  const histogram = build({
+/** An HDR histogram of latencies in µs (1 µs to 120 s, 3 significant digits). */
+export const latencyHistogram = () =>
+  build({
     useWebAssembly: false,
     lowestDiscernibleValue: 1,
     highestTrackableValue: 120_000_000,
     numberOfSignificantValueDigits: 3,
   });
+
+/** `expectedStatus`: a non-2xx status that is the right answer for this workload (404). */
+export function createTally(expectedStatus?: number): Tally {
+  const histogram = latencyHistogram();
   const statusCodes: Record<string, number> = {};
   const errorSamples = new Set<string>();
   let requests = 0;

@@ -8,7 +8,7 @@ import { directRuntimes, type DirectOptions } from "./microvm-direct.ts";
 import { leftoverInstances } from "./microvm-environment.ts";
 import { concurrent, keepAliveAgent, rawRpc, sequential, type RawTarget } from "./microvm-http.ts";
 import { cpuSeconds, memoryKiB, type MemoryKiB } from "./proc.ts";
-import type { BenchOptions } from "./options.ts";
+import type { BenchRun } from "./options.ts";
 import { markdownTable } from "./report.ts";
 import { median, pause } from "./stats.ts";
 import { saveResults } from "./results.ts";
@@ -103,11 +103,7 @@ async function measureOne(
   }
 }
 
-export async function runMicrovmFlags(
-  options: BenchOptions,
-  header: Record<string, unknown>,
-  startedAt: Date,
-): Promise<void> {
+export const runMicrovmFlags: BenchRun = async (options, header, startedAt) => {
   const settings: FlagSettings = options.quick
     ? { rounds: 1, starts: 2, calls: 500, callers: 20, seconds: 1 }
     : { rounds: options.rounds, starts: 3, calls: 2_000, callers: 20, seconds: 2 };
@@ -147,7 +143,7 @@ export async function runMicrovmFlags(
     startedAt,
     "microvm-flags",
   );
-}
+};
 
 function formatFlags(names: string[], samples: Map<string, Sample[]>): string {
   const mib = (kib: number) => (kib / 1024).toFixed(1);

@@ -28,7 +28,7 @@ import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from 
 import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
 import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
-import type { BenchOptions } from "./options.ts";
+import type { BenchOptions, BenchRun } from "./options.ts";
 import { saveResults } from "./results.ts";
 
 export interface MicrovmSettings {
@@ -84,11 +84,7 @@ export function microvmSettings(options: BenchOptions): MicrovmSettings {
 
 type Envs = Partial<Record<ProviderName, MicrovmEnvironment>>;
 
-export async function runMicrovmBench(
-  options: BenchOptions,
-  header: Record<string, unknown>,
-  startedAt: Date,
-): Promise<void> {
+export const runMicrovmBench: BenchRun = async (options, header, startedAt) => {
   const settings = microvmSettings(options);
   const providers = await providersHere();
   const envs: Envs = {};
@@ -132,7 +128,7 @@ export async function runMicrovmBench(
     "microvm",
     "",
   );
-}
+};
 
 /** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
 const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
@@ -174,11 +170,7 @@ async function onOneProvider<T>(
 }
 
 /** `--microvm-snapshots`: the snapshot rows only, on one gvisor-provider service. */
-export async function runSnapshotBench(
-  options: BenchOptions,
-  header: Record<string, unknown>,
-  startedAt: Date,
-): Promise<void> {
+export const runSnapshotBench: BenchRun = async (options, header, startedAt) => {
   const gvisor = await checkGvisor();
   if (!gvisor.ok) throw new Error(`gvisor cannot run here: ${gvisor.reason}`);
   const settings = microvmSettings(options).snapshots;
@@ -189,14 +181,10 @@ export async function runSnapshotBench(
   );
   console.log(`\nsnapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots)}`);
   await saveResults({ ...header, settings, snapshots }, startedAt, "microvm-snapshots", "");
-}
+};
 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */
-export async function runImageBench(
-  options: BenchOptions,
-  header: Record<string, unknown>,
-  startedAt: Date,
-): Promise<void> {
+export const runImageBench: BenchRun = async (options, header, startedAt) => {
   const samples = microvmSettings(options).images;
   const images = await onOneProvider(
     { provider: "sandbox", maxInstances: 10 },
@@ -205,7 +193,7 @@ export async function runImageBench(
   );
   console.log(`\nimages on the sandbox provider (targets from issue 13):\n\n${formatImages(images)}`);
   await saveResults({ ...header, samples, imageTargets, images }, startedAt, "microvm-images", "");
-}
+};
 
 /** Every instance process of this run (host-started or by hand) must be gone; any left is killed. */
 async function assertNoInstanceLeft(markers: string[], hostIds: string[]): Promise<void> {

@@ -44,6 +44,9 @@ export interface BenchOptions {
   natsCompare?: string;
 }
 
+/** One bench of `npm run bench`: the run's header (command, machine, options) goes into its results file. */
+export type BenchRun = (options: BenchOptions, header: Record<string, unknown>, startedAt: Date) => Promise<void>;
+
 export const helpText = `Usage: npm run bench -- [options]
 
 Starts a private nats-server, the service (main.ts) and a bare node:http server as child

@@ -1,8 +1,9 @@
 // Task-object load straight over NATS (no gateway): workers that each create a task in a random
 // object and read it back, `inFlight` at once. Latencies per operation kind; every failure is
 // counted by operation and `_tag` (a read that answers another task counts as "Mismatch").
-import { build, type Histogram } from "hdr-histogram-js";
+import type { Histogram } from "hdr-histogram-js";
 import { ClientError } from "../client/index.ts";
+import { latencyHistogram } from "./latency.ts";
 import { inPool } from "./nats-load.ts";
 import type { TaskClient } from "./placement-client.ts";
 
@@ -68,20 +69,12 @@ export async function seedObjects(
   return { errors: recorder.errors };
 }
 
-const histogram = (): Histogram =>
-  build({
-    useWebAssembly: false,
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 120_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
-
 /**
  * Runs the create-then-read loop for `settings.seconds`. No operation starts after the
  * deadline; those in flight finish and count, over the time they actually took.
  */
 export async function runTaskObjectLoad(client: TaskClient, settings: LoadSettings): Promise<LoadOutcome> {
-  const latency: Record<OpKind, Histogram> = { createTaskDO: histogram(), getTaskDO: histogram() };
+  const latency: Record<OpKind, Histogram> = { createTaskDO: latencyHistogram(), getTaskDO: latencyHistogram() };
   const recorder = errorRecorder();
   const record = (kind: OpKind, sent: number) =>
     latency[kind].recordValue(Math.max(1, Math.round((performance.now() - sent) * 1000)));

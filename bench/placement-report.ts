@@ -1,7 +1,7 @@
 // Tables of the placement bench: one row per measured round (throughput and where the CPU went)
 // and one per configuration (medians over rounds, errors summed, the 2-actor/1-actor ratio).
 import type { LoadOutcome } from "./placement-load.ts";
-import { markdownTable } from "./report.ts";
+import { count, fixed, markdownTable } from "./report.ts";
 import { median } from "./stats.ts";
 
 /** A configuration: a label and the actor processes it runs. */
@@ -97,8 +97,6 @@ export function summarizePlacement(records: RoundRecord[], configs: readonly Pla
   });
 }
 
-const fixed = (digits: number) => (n: number) => (Number.isFinite(n) ? n.toFixed(digits) : "-");
-const count = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "-");
 const perActor = (cpu: Record<string, number>, actors: readonly string[]) =>
   actors.map((a) => fixed(2)(cpu[a] ?? NaN)).join(" + ");
 

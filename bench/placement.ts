@@ -4,7 +4,7 @@
 import os from "node:os";
 import { join } from "node:path";
 import { cleanUpOnInterrupt, tempDir } from "./children.ts";
-import type { BenchOptions } from "./options.ts";
+import type { BenchOptions, BenchRun } from "./options.ts";
 import { startBenchCluster, type BenchCluster } from "./placement-cluster.ts";
 import { objectNames, runTaskObjectLoad, seedObjects } from "./placement-load.ts";
 import {
@@ -53,11 +53,7 @@ export function placementSettings(options: BenchOptions): PlacementSettings {
 export const roundOrder = (round: number): readonly PlacementConfig[] =>
   round % 2 ? placementConfigs : [...placementConfigs].reverse();
 
-export async function runPlacementBench(
-  options: BenchOptions,
-  header: Record<string, unknown>,
-  startedAt: Date,
-): Promise<void> {
+export const runPlacementBench: BenchRun = async (options, header, startedAt) => {
   const settings = placementSettings(options);
   const run = await tempDir("bench-placement-");
   const runDir = run.path;
@@ -118,7 +114,7 @@ export async function runPlacementBench(
     startedAt,
     "placement",
   );
-}
+};
 
 /** One configuration in one round: start, seed, warm up, measure, stop. A failure becomes `{ error }`. */
 async function measureRound(

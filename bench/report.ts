@@ -84,7 +84,11 @@ export function summarize(rounds: RoundRecord[], names: string[], baselineName: 
 /** Service plus nats-server CPU seconds per completed request. */
 const cpuPerRequest = (m: Measurement) => ((m.cpuSeconds.service ?? 0) + (m.cpuSeconds.nats ?? 0)) / m.requests;
 
-const fixed = (digits: number) => (n: number) => (Number.isFinite(n) ? n.toFixed(digits) : "-");
+/** A cell: `digits` decimals, "-" for a figure that is missing (NaN, undefined). */
+export const fixed = (digits: number) => (n: number | undefined) =>
+  n !== undefined && Number.isFinite(n) ? n.toFixed(digits) : "-";
+/** A cell: a whole count with thousands separators, "-" when missing. */
+export const count = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString("en-US") : "-");
 const columns: [string, (row: SummaryRow) => string][] = [
   ["workload", (r) => r.workload],
   ["req/s", (r) => (Number.isFinite(r.rps) ? Math.round(r.rps).toLocaleString("en-US") : "failed")],

@@ -1,25 +1,17 @@
 // The workloads: the bare node:http baseline, each HTTP operation of both APIs, and the
 // direct-NATS create and get. `prepare` seeds what a workload reads and returns its runner.
-import type { NatsConnection } from "@nats-io/transport-node";
 import { createTask, getTask, requestSubject } from "../schemas/index.ts";
 import { runHttpLoad, type HttpRequestSpec } from "./http-load.ts";
 import { runNatsLoad } from "./nats-load.ts";
-import type { AlwaysStack, ServiceGroup } from "./environment.ts";
+import type { AlwaysStack, Environment, ServiceGroup } from "./environment.ts";
 import type { Seeds } from "./seed.ts";
 import type { LoadResult, LoadSettings } from "./types.ts";
 
-export interface WorkloadContext {
-  taskUrl: string;
-  jobUrl: string;
-  bareUrl: string;
-  /** The NATS_SYNC=always stack (the `:always` workloads). */
-  always?: AlwaysStack;
-  /** The R3 stacks by NATS_SYNC (the `:r3` workloads). */
-  r3?: { "1s": AlwaysStack; always: AlwaysStack };
-  /** The same service's Task API with NATS auth off, and its seeds. */
-  noAuthTaskUrl: string;
+/** The environment's URLs and connection (the :always, :r3 and :noauth stacks' too), and the seeded records. */
+export interface WorkloadContext
+  extends Pick<Environment, "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "nc"> {
+  /** The records of the auth-off service, and of the main one. */
   noAuthSeeds: Seeds;
-  nc: NatsConnection;
   seeds: Seeds;
   objectNames: string[];
   /** The same stacks on the `--nats-compare` server, when started. */
@@ -67,26 +59,32 @@ function r3Stack(ctx: WorkloadContext, sync: "1s" | "always"): AlwaysStack {
   return ctx.r3[sync];
 }
 
-/** createTask and createJob on the R3 stack with NATS_SYNC `sync`. */
-function r3Creates(sync: "1s" | "always"): Workload[] {
-  const suffix = sync === "always" ? ":r3:always" : ":r3";
-  const on = `the service on a 3-node cluster (R3 buckets) with NATS_SYNC=${sync}`;
-  const serviceGroup = sync === "always" ? "r3Always" : "r3";
+/** createTask and createJob named `<op><suffix>`, on the stack `stackOf` picks (described as `on`). */
+function creates(
+  suffix: string,
+  serviceGroup: ServiceGroup,
+  on: string,
+  stackOf: (ctx: WorkloadContext) => AlwaysStack,
+): Workload[] {
+  const post = (body: string, url: (stack: AlwaysStack) => string) => async (ctx: WorkloadContext) =>
+    httpFixed(url(stackOf(ctx)), { method: "POST", path: "/", body });
   return [
     {
       name: `createTask${suffix}`,
       summary: `POST / {title} on the Task API of ${on}`,
       serviceGroup,
-      prepare: async (ctx) => httpFixed(r3Stack(ctx, sync).taskUrl, { method: "POST", path: "/", body: taskBody }),
+      prepare: post(taskBody, (s) => s.taskUrl),
     },
     {
       name: `createJob${suffix}`,
       summary: `POST / {content} on the Job API of ${on}`,
       serviceGroup,
-      prepare: async (ctx) => httpFixed(r3Stack(ctx, sync).jobUrl, { method: "POST", path: "/", body: jobBody }),
+      prepare: post(jobBody, (s) => s.jobUrl),
     },
   ];
 }
+
+const r3On = (sync: "1s" | "always") => `the service on a 3-node cluster (R3 buckets) with NATS_SYNC=${sync}`;
 
 export const baseline: Workload = {
   name: "bare node:http",
@@ -165,20 +163,9 @@ export const workloads: Workload[] = [
     serviceGroup: "service",
     prepare: async (ctx) => httpFixed(ctx.jobUrl, { method: "POST", path: "/", body: jobBody }),
   },
-  {
-    name: "createTask:always",
-    summary: "POST / {title} on the Task API of the service whose nats-server has NATS_SYNC=always",
-    serviceGroup: "always",
-    prepare: async (ctx) => httpFixed(alwaysStack(ctx).taskUrl, { method: "POST", path: "/", body: taskBody }),
-  },
-  {
-    name: "createJob:always",
-    summary: "POST / {content} on the Job API of the service whose nats-server has NATS_SYNC=always",
-    serviceGroup: "always",
-    prepare: async (ctx) => httpFixed(alwaysStack(ctx).jobUrl, { method: "POST", path: "/", body: jobBody }),
-  },
-  ...r3Creates("1s"),
-  ...r3Creates("always"),
+  ...creates(":always", "always", "the service whose nats-server has NATS_SYNC=always", alwaysStack),
+  ...creates(":r3", "r3", r3On("1s"), (ctx) => r3Stack(ctx, "1s")),
+  ...creates(":r3:always", "r3Always", r3On("always"), (ctx) => r3Stack(ctx, "always")),
   {
     name: "getJob",
     summary: "GET /?jobId=<id> over the seeded jobs",
