@@ -2,25 +2,26 @@
 // (`dist/main.mjs`, all roles, so the microVM host runs) as child processes started by stacks.ts
 // as the task bench's are, on free ports it reports (MICROVM_API_PORT too), a temporary
 // DATA_DIR (token key, host lock, bundles), a raised MICROVM_MAX_INSTANCES and quota, one provider
-// (MICROVM_PROVIDER) and a host id of its own (so its sandbox cgroups can be found).
+// (MICROVM_PROVIDER) and a host id of its own (so its sandbox cgroups can be found); and the
+// run's clean-up: every environment closed, then no instance process of the run left.
+import { rm } from "node:fs/promises";
 import { basename } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { natsClient, type Client } from "../client/index.ts";
+import { natsClient } from "../client/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
 import { microvmApi } from "../schemas/index.ts";
 import { exitedChildren, once, tempDir, type Child } from "./children.ts";
 import {
+  hostCgroupKey,
   instancesOf,
-  pidsInHostCgroups,
+  leftoverInstances,
   removeHostCgroups,
   thawHostCgroups,
   type InstanceProcs,
   type ProviderName,
 } from "./microvm-instance-procs.ts";
 import { profileFlags, startNats, startService } from "./stacks.ts";
-import { cmdlineOf, processesMentioning } from "./proc.ts";
-
-export type MicrovmClient = Client<typeof microvmApi>;
+import { launchedIds, type MicrovmClient } from "./microvm-instances.ts";
 
 export interface MicrovmEnvironment {
   provider: ProviderName;
@@ -131,42 +132,48 @@ async function terminateListed(api: MicrovmClient): Promise<number> {
   return live.length;
 }
 
-/**
- * Instance processes of this run still alive (there must be none): process-provider instances
- * and runtimes by hand by a directory in their command line, sandbox instances by the cgroup
- * tree of `hostIds` (bwrap's command line names no host directory).
- */
-export async function leftoverInstances(
-  markers: string[],
-  hostIds: string[] = [],
-  waitMs = 3_000,
-): Promise<{ pid: number; cmdline: string }[]> {
-  const deadline = Date.now() + waitMs;
-  for (;;) {
-    const found = processesMentioning(markers);
-    const seen = new Set(found.map((p) => p.pid));
-    for (const pid of hostIds.flatMap(pidsInHostCgroups)) {
-      if (!seen.has(pid) && pid !== process.pid) found.push({ pid, cmdline: cmdlineOf(pid) || "(gone)" });
-    }
-    if (found.length === 0 || Date.now() > deadline) return found;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-/** Thaws the cgroups of this run's sandbox hosts, so a SIGKILL to what is left takes effect. */
-export const thawCgroupsOf = async (hostIds: string[]) => {
-  for (const hostId of hostIds) await thawHostCgroups(hostId);
-};
-
-/** Removes the (empty) cgroups the sandbox hosts of this run made. */
-export const removeCgroupsOf = async (hostIds: string[]) => {
-  for (const hostId of hostIds) await removeHostCgroups(hostId);
-};
-
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
     promise.finally(() => clearTimeout(timer)),
     new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms))),
   ]);
+}
+
+/**
+ * Stops the services and the runtimes by hand, then checks that no instance process of this run
+ * is left (killing any), and removes its cgroups and the isolated hosts' run directories. This
+ * run's only: another bench running beside this one keeps its instances.
+ */
+export async function cleanUpRun(envs: MicrovmEnvironment[], direct?: { workDir: string; close(): Promise<void> }) {
+  await direct?.close();
+  await Promise.all(envs.map((env) => env.close()));
+  // A gVisor instance's runsc processes name the host's run directory (their --root), not DATA_DIR.
+  const runDirs = envs.map((env) => `typed-service-microvms/${hostCgroupKey(env.hostId)}/`);
+  const markers = [...envs.map((env) => env.dataDir), ...runDirs, ...(direct ? [direct.workDir] : [])];
+  const hostIds = envs.map((env) => env.hostId);
+  await assertNoInstanceLeft(markers, hostIds).finally(async () => {
+    await removeHostCgroups(hostIds);
+    // The isolated hosts' run directories (instance sockets, runsc state) when a stop left them.
+    for (const id of hostIds)
+      await rm(`/run/typed-service-microvms/${hostCgroupKey(id)}`, { recursive: true, force: true });
+  });
+}
+
+/** Every instance process of this run (host-started or by hand) must be gone; any left is killed. */
+async function assertNoInstanceLeft(markers: string[], hostIds: string[]): Promise<void> {
+  const left = await leftoverInstances(markers, hostIds);
+  if (left.length) await thawHostCgroups(hostIds);
+  for (const { pid } of left) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  if (left.length)
+    throw new Error(
+      `instance processes left after the bench (killed now): ${left.map((p) => `${p.pid} ${p.cmdline}`).join("; ")}`,
+    );
+  console.log(`\ncleanup: ${launchedIds.size} instances launched, all terminated; no instance process left`);
 }

@@ -5,7 +5,7 @@
 // each round and the table shows medians over rounds, so machine drift hits all alike.
 import { installShutdownHandlers } from "./children.ts";
 import { directRuntimes, type DirectOptions } from "./microvm-direct.ts";
-import { leftoverInstances } from "./microvm-environment.ts";
+import { leftoverInstances } from "./microvm-instance-procs.ts";
 import { concurrent, keepAliveAgent, rawRpc, sequential, type RawTarget } from "./microvm-http.ts";
 import { cpuSeconds, memoryKiB, type MemoryKiB } from "./proc.ts";
 import type { BenchRun } from "./options.ts";

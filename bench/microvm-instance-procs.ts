@@ -1,13 +1,14 @@
 // Where a host's instances live on this machine, for each provider: the service's child per
 // instance (node for `process`, the outer bwrap for `sandbox`, `runsc run` for `gvisor`) and its
-// processes, the isolated providers' cgroups (memory charged, and every pid of the host's tree,
-// for leftover checks).
+// processes, the isolated providers' cgroups (memory charged, and every pid of the host's tree),
+// and the instance processes of a run still alive after it.
 import { existsSync, readdirSync } from "node:fs";
 import { rmdir, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { GVISOR_MARKER, INSTANCE_MARKER, SANDBOX_MARKER, WARM_PREFIX } from "../vm-runtime/index.ts";
-import { readText as read, statFields } from "./proc.ts";
+import { cmdlineOf, processesMentioning, readText as read, statFields } from "./proc.ts";
+import { pause } from "./stats.ts";
 
 export type ProviderName = "process" | "sandbox" | "gvisor";
 
@@ -148,23 +149,23 @@ function pidsUnder(dirs: string[]): number[] {
   return [...pids];
 }
 
-/** Thaws every group of the host (a SIGKILL waits while its target is frozen). */
-export async function thawHostCgroups(hostId: string): Promise<void> {
+/** Thaws every group of the hosts (a SIGKILL waits while its target is frozen). */
+export async function thawHostCgroups(hostIds: string[]): Promise<void> {
   const thaw = async (dir: string): Promise<void> => {
     const [file, value] = existsSync(join(dir, "freezer.state")) ? ["freezer.state", "THAWED"] : ["cgroup.freeze", "0"];
     if (existsSync(join(dir, file))) await writeFile(join(dir, file), value).catch(() => undefined);
     for (const entry of safeDirs(dir)) await thaw(join(dir, entry));
   };
-  for (const dir of hostCgroupDirs(hostId)) await thaw(dir);
+  for (const dir of hostIds.flatMap(hostCgroupDirs)) await thaw(dir);
 }
 
-/** Removes the host's (now empty) groups, deepest first, so runs leave no cgroup behind. */
-export async function removeHostCgroups(hostId: string): Promise<void> {
+/** Removes the hosts' (now empty) groups, deepest first, so runs leave no cgroup behind. */
+export async function removeHostCgroups(hostIds: string[]): Promise<void> {
   const remove = async (dir: string): Promise<void> => {
     for (const entry of safeDirs(dir)) await remove(join(dir, entry));
     await rmdir(dir).catch(() => undefined);
   };
-  for (const dir of hostCgroupDirs(hostId)) await remove(dir);
+  for (const dir of hostIds.flatMap(hostCgroupDirs)) await remove(dir);
 }
 
 function safeDirs(dir: string): string[] {
@@ -174,5 +175,27 @@ function safeDirs(dir: string): string[] {
       .map((e) => e.name);
   } catch {
     return [];
+  }
+}
+
+/**
+ * Instance processes of this run still alive (there must be none): process-provider instances
+ * and runtimes by hand by a directory in their command line, sandbox instances by the cgroup
+ * tree of `hostIds` (bwrap's command line names no host directory).
+ */
+export async function leftoverInstances(
+  markers: string[],
+  hostIds: string[] = [],
+  waitMs = 3_000,
+): Promise<{ pid: number; cmdline: string }[]> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const found = processesMentioning(markers);
+    const seen = new Set(found.map((p) => p.pid));
+    for (const pid of hostIds.flatMap(pidsInHostCgroups)) {
+      if (!seen.has(pid) && pid !== process.pid) found.push({ pid, cmdline: cmdlineOf(pid) || "(gone)" });
+    }
+    if (found.length === 0 || Date.now() > deadline) return found;
+    await pause(100);
   }
 }

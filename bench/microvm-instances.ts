@@ -2,8 +2,12 @@
 // a state, CreateAuthToken, the first `stub.hello` through the proxy, TerminateMicrovm.
 // Every instance launched here is remembered, so the bench can terminate it whatever happens.
 import { connectMicrovm, type MicrovmState, type MicrovmStub, type SandboxShape } from "../vm-runtime/index.ts";
-import type { MicrovmClient } from "./microvm-environment.ts";
+import type { Client } from "../client/index.ts";
+import type { microvmApi } from "../schemas/index.ts";
 import { pause as sleep } from "./stats.ts";
+
+/** The microVM API straight over NATS (RunMicrovm & co.). */
+export type MicrovmClient = Client<typeof microvmApi>;
 
 /** Long enough that nothing suspends or ends on its own while the bench measures. */
 export const benchPolicy = { maxIdleDurationSeconds: 3_600, suspendedDurationSeconds: 3_600, autoResumeEnabled: true };

@@ -4,10 +4,16 @@
 // request through the proxy to a suspended instance (auto-resume).
 import type { KV } from "@nats-io/kv";
 import { idKey } from "../schemas/index.ts";
-import type { MicrovmClient } from "./microvm-environment.ts";
 import { keepAliveAgent, rawRpc, targetOf } from "./microvm-http.ts";
 import { percentiles, type Percentiles } from "./stats.ts";
-import { launchAndCall, launchEager, terminate, waitForState, type Connected } from "./microvm-instances.ts";
+import {
+  launchAndCall,
+  launchEager,
+  terminate,
+  waitForState,
+  type Connected,
+  type MicrovmClient,
+} from "./microvm-instances.ts";
 
 export interface LaunchResults {
   launches: number;

@@ -4,22 +4,15 @@
 // push, memory per live instance and how latency changes with 1, 10, 50 instances; then each
 // wall's cost as ratios (sandbox / process, gvisor / sandbox) against the issues' targets.
 // Every instance is terminated and every child stopped, also on error and Ctrl-C.
-import { rm } from "node:fs/promises";
 import { openBuckets } from "../platform/index.ts";
 import { cleanUpOnInterrupt } from "./children.ts";
 import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";
-import {
-  leftoverInstances,
-  removeCgroupsOf,
-  startMicrovmEnvironment,
-  thawCgroupsOf,
-  type MicrovmEnvironment,
-} from "./microvm-environment.ts";
-import { hostCgroupKey, type ProviderName } from "./microvm-instance-procs.ts";
-import { launchAndCall, launchedIds, terminate, type Connected } from "./microvm-instances.ts";
+import { cleanUpRun, startMicrovmEnvironment, type MicrovmEnvironment } from "./microvm-environment.ts";
+import type { ProviderName } from "./microvm-instance-procs.ts";
+import { launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
 import { sequential, stubCall } from "./microvm-http.ts";
 import { measureLaunchFloor } from "./microvm-launch-floor.ts";
 import { launchSampler, measureSuspendResume, type LaunchResults } from "./microvm-lifecycle.ts";
@@ -133,26 +126,6 @@ export const runMicrovmBench: BenchRun = async (options, header, startedAt) => {
 /** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
 const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
 
-/**
- * Stops the services and the runtimes by hand, then checks that no instance process of this run
- * is left (killing any), and removes its cgroups and the isolated hosts' run directories. This
- * run's only: another bench running beside this one keeps its instances.
- */
-async function cleanUpRun(envs: MicrovmEnvironment[], direct?: { workDir: string; close(): Promise<void> }) {
-  await direct?.close();
-  await Promise.all(envs.map((env) => env.close()));
-  // A gVisor instance's runsc processes name the host's run directory (their --root), not DATA_DIR.
-  const runDirs = envs.map((env) => `typed-service-microvms/${hostCgroupKey(env.hostId)}/`);
-  const markers = [...envs.map((env) => env.dataDir), ...runDirs, ...(direct ? [direct.workDir] : [])];
-  const hostIds = envs.map((env) => env.hostId);
-  await assertNoInstanceLeft(markers, hostIds).finally(async () => {
-    await removeCgroupsOf(hostIds);
-    // The isolated hosts' run directories (instance sockets, runsc state) when a stop left them.
-    for (const id of hostIds)
-      await rm(`/run/typed-service-microvms/${hostCgroupKey(id)}`, { recursive: true, force: true });
-  });
-}
-
 /** One provider's service, `measure` on it, then the run's clean-up (also on error and Ctrl-C). */
 async function onOneProvider<T>(
   options: Parameters<typeof startMicrovmEnvironment>[0],
@@ -194,24 +167,6 @@ export const runImageBench: BenchRun = async (options, header, startedAt) => {
   console.log(`\nimages on the sandbox provider (targets from issue 13):\n\n${formatImages(images)}`);
   await saveResults({ ...header, samples, imageTargets, images }, startedAt, "microvm-images", "");
 };
-
-/** Every instance process of this run (host-started or by hand) must be gone; any left is killed. */
-async function assertNoInstanceLeft(markers: string[], hostIds: string[]): Promise<void> {
-  const left = await leftoverInstances(markers, hostIds);
-  if (left.length) await thawCgroupsOf(hostIds);
-  for (const { pid } of left) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  if (left.length)
-    throw new Error(
-      `instance processes left after the bench (killed now): ${left.map((p) => `${p.pid} ${p.cmdline}`).join("; ")}`,
-    );
-  console.log(`\ncleanup: ${launchedIds.size} instances launched, all terminated; no instance process left`);
-}
 
 /**
  * Phase by phase, the providers taking turns (launch by launch in the launch phase) so drift
