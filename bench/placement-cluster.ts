@@ -12,7 +12,8 @@ import {
   type Topology,
 } from "../cluster/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
-import { once } from "./children.ts";
+import { exitedChildren, once } from "./children.ts";
+import { isProblem } from "./stacks.ts";
 import type { ProcessGroups } from "./types.ts";
 import { benchTaskClient, type Routing, type TaskClient } from "./placement-client.ts";
 
@@ -52,7 +53,7 @@ export async function startBenchCluster(
 ): Promise<BenchCluster> {
   const warnings = { count: 0, last: [] as string[] };
   const onLine = (name: string, line: string) => {
-    if (!isWarning(line)) return;
+    if (!isProblem(line)) return;
     warnings.count++;
     warnings.last.push(`${name}: ${line.slice(0, 300)}`);
     if (warnings.last.length > 5) warnings.last.shift();
@@ -92,9 +93,7 @@ export async function startBenchCluster(
       nats: running.nats.nodes.flatMap((n) => (n.server ? [n.server.process.pid!] : [])),
     }),
     deaths: () => [
-      ...running.services
-        .filter((s) => s.child.exitCode !== null || s.child.signalCode !== null)
-        .map((s) => `${s.name} (pid ${s.pid}) exited with ${s.child.exitCode ?? s.child.signalCode}`),
+      ...exitedChildren(running.services.map((s) => ({ ...s, process: s.child }))),
       ...running.nats.nodes
         .filter((n) => !n.server || n.server.process.exitCode !== null || n.server.process.signalCode !== null)
         .map((n) => `${n.name} exited`),
@@ -102,14 +101,4 @@ export async function startBenchCluster(
     warnings: () => ({ count: warnings.count, last: [...warnings.last] }),
     stop,
   };
-}
-
-/** A pino line at warn (40) or above, or anything that is not a JSON log (stderr noise, stacks). */
-function isWarning(line: string): boolean {
-  if (!line.startsWith("{")) return line.trim() !== "";
-  try {
-    return Number((JSON.parse(line) as { level?: unknown }).level) >= 40;
-  } catch {
-    return true;
-  }
 }

@@ -86,19 +86,20 @@ async function bundle(entry: string): Promise<string> {
   return outfile;
 }
 
-/**
- * The service's warnings and errors (pino levels 40 and up) and anything it writes that is not
- * a log entry, on the bench's stderr: a run that fails says why (e.g. a provider that cannot
- * start here), where only the service's log had it.
- */
-function echoProblems(name: string, line: string): void {
-  let level: unknown;
+/** A service's warning or error (pino level 40 and up), or anything it writes that is not a log entry. */
+export function isProblem(line: string): boolean {
+  if (line.trim() === "") return false;
   try {
-    level = (JSON.parse(line) as { level?: unknown }).level;
+    const { level } = JSON.parse(line) as { level?: unknown };
+    return typeof level !== "number" || level >= 40;
   } catch {
-    level = undefined;
+    return true;
   }
-  if (typeof level !== "number" || level >= 40) console.error(`${name}: ${line}`);
+}
+
+/** Problems on the bench's stderr: a run that fails says why (e.g. a provider that cannot start here). */
+function echoProblems(name: string, line: string): void {
+  if (isProblem(line)) console.error(`${name}: ${line}`);
 }
 
 /** One of the bench's own servers (`bench/<name>.ts`) from its bundle, on the port it reports when ready. */
