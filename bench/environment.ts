@@ -176,7 +176,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       r3Always: pidsOf(r3Always?.service),
       r3AlwaysNats: pidsOf(r3Always?.nats),
     };
-    const children = [bare, ...Object.values(stacks).flatMap((s) => [...s.nats, ...s.service])];
+    const children = [bare, ...Object.values(stacks).flatMap((s) => (s ? [...s.nats, ...s.service] : []))];
     const urls = (s: Stack) => ({ taskUrl: s.taskUrl, jobUrl: s.jobUrl });
     return {
       natsUrl: main.natsUrl,
@@ -190,8 +190,9 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       nc: handle.nc,
       pids,
       groups: (group) => {
-        const of = stacks[group] ?? main; // the bare row: its server, and the main stack's nats-server
-        return { service: group === "bare" ? [bare.pid] : pidsOf(of.service), nats: pidsOf(of.nats) };
+        // The bare row: its server, and the main stack's nats-server.
+        const of = group === "bare" ? main : stacks[group];
+        return { service: group === "bare" ? [bare.pid] : pidsOf(of?.service), nats: pidsOf(of?.nats) };
       },
       deaths: () => exitedChildren(children),
       close,
