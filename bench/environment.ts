@@ -61,20 +61,7 @@ export interface Environment {
   noAuthTaskUrl: string;
   /** The bench's own connection (noAsyncTraces on) for direct NATS load and seeding. */
   nc: NatsConnection;
-  /** Pids of `service` (main.ts processes), `nats`, `bare`, the always stack's and the auth-off service's. */
-  pids: {
-    service: number[];
-    nats: number[];
-    bare: number[];
-    alwaysService: number[];
-    alwaysNats: number[];
-    noAuth: number[];
-    noAuthNats: number[];
-    r3: number[];
-    r3Nats: number[];
-    r3Always: number[];
-    r3AlwaysNats: number[];
-  };
+  /** Pids of a row's `service` (main.ts processes, or the bare server) and `nats` processes. */
   groups(serviceGroup: ServiceGroup): ProcessGroups;
   /** Which of the system's processes have died (a crash mid-run explains a failing row). */
   deaths(): string[];
@@ -163,19 +150,6 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     // Direct NATS load runs as another service would: the `internal` user.
     handle = await connectNats({ servers: main.natsUrl, name: "bench", credentials: credentials.internal });
     const stacks: Partial<Record<ServiceGroup, Stack>> = { service: main, always, noAuth, r3, r3Always };
-    const pids = {
-      service: pidsOf(main.service),
-      nats: pidsOf(main.nats),
-      bare: [bare.pid],
-      alwaysService: pidsOf(always?.service),
-      alwaysNats: pidsOf(always?.nats),
-      noAuth: pidsOf(noAuth.service),
-      noAuthNats: pidsOf(noAuth.nats),
-      r3: pidsOf(r3?.service),
-      r3Nats: pidsOf(r3?.nats),
-      r3Always: pidsOf(r3Always?.service),
-      r3AlwaysNats: pidsOf(r3Always?.nats),
-    };
     const children = [bare, ...Object.values(stacks).flatMap((s) => (s ? [...s.nats, ...s.service] : []))];
     const urls = (s: Stack) => ({ taskUrl: s.taskUrl, jobUrl: s.jobUrl });
     return {
@@ -188,7 +162,6 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       r3: r3 && r3Always && { "1s": urls(r3), always: urls(r3Always) },
       noAuthTaskUrl: noAuth.taskUrl,
       nc: handle.nc,
-      pids,
       groups: (group) => {
         // The bare row: its server, and the main stack's nats-server.
         const of = group === "bare" ? main : stacks[group];

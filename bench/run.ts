@@ -81,21 +81,21 @@ async function main() {
       env: await startEnvironment({ ...environment, natsBinary: options.natsCompare }),
     };
     console.log(
-      `the "@${comparedLabel}" rows: the same stacks on ${options.natsCompare} (service pid ${compared.env.pids.service.join(",")}, ` +
-        `nats-server pid ${compared.env.pids.nats}${compared.env.r3 ? `, R3 nats pids ${compared.env.pids.r3Nats.join(",")} and ${compared.env.pids.r3AlwaysNats.join(",")}` : ""})`,
+      `the "@${comparedLabel}" rows: the same stacks on ${options.natsCompare} (service pid ${compared.env.groups("service").service.join(",")}, ` +
+        `nats-server pid ${compared.env.groups("service").nats}${compared.env.r3 ? `, R3 nats pids ${compared.env.groups("r3").nats.join(",")} and ${compared.env.groups("r3Always").nats.join(",")}` : ""})`,
     );
   }
   console.log(
-    `service pid ${env.pids.service.join(",")}, nats-server pid ${env.pids.nats} (NATS_SYNC=${mainSync()}), bare pid ${env.pids.bare}, ` +
-      `auth-off service pid ${env.pids.noAuth.join(",")}`,
+    `service pid ${env.groups("service").service.join(",")}, nats-server pid ${env.groups("service").nats} (NATS_SYNC=${mainSync()}), bare pid ${env.groups("bare").service}, ` +
+      `auth-off service pid ${env.groups("noAuth").service.join(",")}`,
   );
   if (env.r3)
     console.log(
-      `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ${env.pids.r3Nats.join(",")}) and always (${env.pids.r3AlwaysNats.join(",")})`,
+      `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ${env.groups("r3").nats.join(",")}) and always (${env.groups("r3Always").nats.join(",")})`,
     );
   if (env.always)
     console.log(
-      `the :always workloads: service pid ${env.pids.alwaysService.join(",")}, nats-server pid ${env.pids.alwaysNats} (NATS_SYNC=always)`,
+      `the :always workloads: service pid ${env.groups("always").service.join(",")}, nats-server pid ${env.groups("always").nats} (NATS_SYNC=always)`,
     );
   const driver = chooseHttpDriver(options.driver);
   console.log(`HTTP load generator: ${driver.name} (${driver.version})`);
