@@ -94,9 +94,9 @@ export function installShutdownHandlers(onInterrupt: () => Promise<void>): void 
   process.on("exit", killAllSync);
 }
 
-/** `fn` run once however often it is asked: the run's own clean-up and a Ctrl-C may both ask. */
-export function once(fn: () => Promise<void>): () => Promise<void> {
-  let running: Promise<void> | undefined;
+/** `fn` run once however often it is asked (a run's own clean-up and a Ctrl-C may both ask). */
+export function once<T>(fn: () => Promise<T>): () => Promise<T> {
+  let running: Promise<T> | undefined;
   return () => (running ??= fn());
 }
 

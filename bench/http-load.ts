@@ -5,8 +5,6 @@ import autocannon from "autocannon";
 import type { EventEmitter } from "node:events";
 import { createTally } from "./latency.ts";
 import type { HttpLoadSpec, LoadResult, LoadSettings } from "./types.ts";
-
-export type { HttpLoadSpec, HttpRequestSpec } from "./types.ts";
 import { runWrkLoad, wrkVersion } from "./wrk-load.ts";
 
 export type HttpDriverName = "wrk" | "autocannon";

@@ -159,7 +159,7 @@ export function formatRounds(records: RoundRecord[], cores: number): string {
       "start s",
     ],
     records.map((r) => {
-      if (!measured(r)) return [String(r.round), `${r.config} (failed)`, "-", "-", "-", "-", "-", "-", "-", "-", "-"];
+      if (!measured(r)) return [String(r.round), `${r.config} (failed)`, ...Array<string>(9).fill("-")];
       const ours = sum(Object.values(r.cpuSeconds));
       return [
         String(r.round),

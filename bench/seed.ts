@@ -1,6 +1,8 @@
 // Records the read workloads look up, created once over HTTP before the first round
 // (lazily: only what the selected workloads need), and a readiness check of the service.
+import { once } from "./children.ts";
 import { inPool } from "./nats-load.ts";
+import { pause } from "./stats.ts";
 
 export interface DoTask {
   name: string;
@@ -33,11 +35,6 @@ async function postJson(url: string, body: unknown): Promise<unknown> {
   return JSON.parse(text);
 }
 
-function once<T>(make: () => Promise<T>): () => Promise<T> {
-  let made: Promise<T> | undefined;
-  return () => (made ??= make());
-}
-
 export function createSeeds(options: SeedOptions): Seeds {
   const { taskUrl, jobUrl, count, objectNames } = options;
   return {
@@ -64,7 +61,7 @@ export async function waitForService(taskUrl: string, timeoutMs = 30_000): Promi
       return;
     } catch (err) {
       if (Date.now() > deadline) throw new Error(`the service never created a task: ${(err as Error).message}`);
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await pause(200);
     }
   }
 }

@@ -1,11 +1,11 @@
 // The workloads: the bare node:http baseline, each HTTP operation of both APIs, and the
 // direct-NATS create and get. `prepare` seeds what a workload reads and returns its runner.
 import { createTask, getTask, requestSubject } from "../schemas/index.ts";
-import { runHttpLoad, type HttpRequestSpec } from "./http-load.ts";
+import { runHttpLoad } from "./http-load.ts";
 import { runNatsLoad } from "./nats-load.ts";
 import type { AlwaysStack, Environment, ServiceGroup } from "./environment.ts";
 import type { Seeds } from "./seed.ts";
-import type { LoadResult, LoadSettings } from "./types.ts";
+import type { HttpRequestSpec, LoadResult, LoadSettings } from "./types.ts";
 
 /** The environment's URLs and connection (the :always, :r3 and :noauth stacks' too), and the seeded records. */
 export interface WorkloadContext
