@@ -107,9 +107,23 @@ export function cleanUpOnInterrupt(cleanUp: () => Promise<void>): () => Promise<
   return cleanUpOnce;
 }
 
+/** Temp directories not removed yet: removed on exit, by one listener for them all. */
+const tempDirs = new Set<string>();
+
 /** A fresh directory under the system's temp dir, removed on process exit if `remove()` was not reached. */
 export async function tempDir(prefix: string): Promise<{ path: string; remove(): Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), prefix));
-  process.once("exit", () => rmSync(path, { recursive: true, force: true }));
-  return { path, remove: () => rm(path, { recursive: true, force: true }) };
+  if (!process.listeners("exit").includes(removeTempDirsSync)) process.on("exit", removeTempDirsSync);
+  tempDirs.add(path);
+  return {
+    path,
+    remove: async () => {
+      await rm(path, { recursive: true, force: true });
+      tempDirs.delete(path);
+    },
+  };
+}
+
+function removeTempDirsSync(): void {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 }
