@@ -2,9 +2,9 @@
 // less of the two cores than autocannon in this process, so the service gets more of them.
 // Per-request paths are sampled from `next()` into a Lua table the script cycles through.
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { tempDir } from "./children.ts";
 import type { HttpLoadSpec, HttpRequestSpec, LoadResult, LoadSettings } from "./types.ts";
 
 /** Requests sampled from a dynamic `next()`: enough to cycle over every seeded record. */
@@ -120,9 +120,9 @@ function toResult(s: WrkSummary, expectedStatus: number | undefined): LoadResult
 
 /** One wrk run: two threads (one per core), `connections` keep-alive connections, whole seconds. */
 export async function runWrkLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
-  const dir = await mkdtemp(join(tmpdir(), "bench-wrk-"));
+  const dir = await tempDir("bench-wrk-");
   try {
-    const file = join(dir, "load.lua");
+    const file = join(dir.path, "load.lua");
     await writeFile(file, script(spec));
     const threads = Math.min(2, settings.connections);
     const args = [
@@ -152,6 +152,6 @@ export async function runWrkLoad(spec: HttpLoadSpec, settings: LoadSettings): Pr
     if (!line) throw new Error(`wrk printed no summary: ${output.slice(-500)}`);
     return toResult(JSON.parse(line.slice(RESULT_MARK.length)) as WrkSummary, spec.expectedStatus);
   } finally {
-    await rm(dir, { recursive: true, force: true });
+    await dir.remove();
   }
 }
