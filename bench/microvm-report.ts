@@ -43,6 +43,7 @@ export function latencyRows(
   limits: LatencyLimits = { firstRpcMs: targets.firstRpcMs, proxyRpcMs: targets.proxyRpcMs },
 ): LatencyRow[] {
   const firstRpcTarget = limits.firstRpcMs;
+  const suspendTarget = limits.suspendResumeMs ?? targets.suspendResumeMs;
   const rpcRows = rpc.map((path) => ({
     name: `RPC ${path.path}`,
     stats: path.sequential,
@@ -71,18 +72,18 @@ export function latencyRows(
     {
       name: "SuspendMicrovm → SUSPENDED seen by GetMicrovm",
       stats: suspend.suspendObserved,
-      target: limits.suspendResumeMs ?? targets.suspendResumeMs,
+      target: suspendTarget,
     },
     { name: "ResumeMicrovm answered", stats: suspend.resumeAnswer },
     {
       name: "ResumeMicrovm → RUNNING seen by GetMicrovm",
       stats: suspend.resumeObserved,
-      target: limits.suspendResumeMs ?? targets.suspendResumeMs,
+      target: suspendTarget,
     },
     {
       name: "auto-resume: first raw RPC to a SUSPENDED instance",
       stats: suspend.autoResumeFirstCall,
-      target: limits.suspendResumeMs ?? targets.suspendResumeMs,
+      target: suspendTarget,
     },
     { name: "  the raw RPC right after it", stats: suspend.callAfterAutoResume },
   ];

@@ -73,8 +73,6 @@ export async function measureHostProxy(
   settings: RpcSettings,
 ): Promise<RpcPath[]> {
   const target = targetOf(vm.endpoint, { "x-aws-proxy-auth": vm.token });
-  const rawSequential = rawRpc(target, keepAliveAgent(1), "hello", ["x"]);
-  const rawConcurrent = rawRpc(target, keepAliveAgent(settings.callers), "hello", ["x"]);
   const stub = stubCall(() => vm.stub.hello("x"));
   return [
     await measurePath(
@@ -83,12 +81,7 @@ export async function measureHostProxy(
       pids,
       settings,
     ),
-    await measurePath(
-      "raw http via host proxy",
-      { sequential: rawSequential, concurrent: rawConcurrent },
-      pids,
-      settings,
-    ),
+    await measurePath("raw http via host proxy", rawCalls(target, settings), pids, settings),
   ];
 }
 

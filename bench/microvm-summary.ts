@@ -2,12 +2,12 @@
 // held to, image rows and density; the RPC paths of all; then the providers side by side with
 // their ratios, and every target of issues 11, 13 and 23 with its verdict, missed ones included.
 import {
-  comparisonRows,
   formatComparison,
   formatVerdicts,
   gvisorTargets,
   sandboxTargets,
   verdicts,
+  type ComparisonRow,
   type ProviderResults,
 } from "./microvm-compare.ts";
 import { formatImages } from "./microvm-images.ts";
@@ -48,6 +48,7 @@ export function printProviderResults(
   results: Record<ProviderName, ProviderResults>,
   directPaths: RpcPath[],
   rpc: RpcSettings,
+  comparison: ComparisonRow[],
 ): void {
   for (const provider of providers) {
     const r = results[provider];
@@ -72,14 +73,14 @@ export function printProviderResults(
       ...directPaths,
     ]),
   );
-  const comparison = comparisonRows(results);
   console.log(`\nproviders side by side, same run (ratios of the values in this table):\n`);
   console.log(formatComparison(comparison, providers));
   console.log(
     `\ntargets (issue 11: the sandbox's; issue 13: images on the sandbox; issue 23: gvisor; issue 26: gvisor's suspend and resume with snapshots):\n`,
   );
-  console.log(formatVerdicts(verdicts(comparison)));
-  const missed = verdicts(comparison).filter((v) => v.met !== true);
+  const checked = verdicts(comparison);
+  console.log(formatVerdicts(checked));
+  const missed = checked.filter((v) => v.met !== true);
   console.log(
     missed.length
       ? `\n${missed.length} target(s) not met: ${missed.map((v) => `${v.target.provider} ${v.metric.trim()} (#${v.target.issue}: ${v.met === undefined ? "not measured" : "missed"})`).join("; ")}`

@@ -270,8 +270,8 @@ async function measureAll(
     };
   }
 
-  printProviderResults(providers, results, directPaths, settings.rpc);
-  if (snapshots) console.log(`\n## gvisor snapshots (sandbox image)\n\n${formatSnapshots(snapshots)}`);
   const comparison = comparisonRows(results);
+  printProviderResults(providers, results, directPaths, settings.rpc, comparison);
+  if (snapshots) console.log(`\n## gvisor snapshots (sandbox image)\n\n${formatSnapshots(snapshots)}`);
   return { providers: results, direct: directPaths, comparison, verdicts: verdicts(comparison), snapshots };
 }
