@@ -7,6 +7,9 @@
 // clusters (R3 buckets), one per NATS_SYNC (`1s`, `always`), each with its own one-process
 // service. With `natsBinary`, every nats-server of it runs that binary (`--nats-compare`).
 // `close()` stops them all and removes the stores.
+import { once } from "node:events";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
@@ -23,7 +26,7 @@ import { callerEnv, profileFlags, startBuiltServer, startNats, startNatsR3, star
 import type { ProcessGroups } from "./types.ts";
 
 /** Whose RSS and CPU count as "service" (and "nats") for a row. */
-export type ServiceGroup = "service" | "bare" | "always" | "noAuth" | "r3" | "r3Always";
+export type ServiceGroup = "service" | "bare" | "always" | "noAuth" | "traced" | "r3" | "r3Always";
 
 export interface EnvironmentOptions {
   /** Run the gateway and the actors as two processes instead of one. */
@@ -36,6 +39,8 @@ export interface EnvironmentOptions {
   syncAlways: boolean;
   /** Also start the R3 stacks (a 3-node cluster + service, for NATS_SYNC 1s and always). */
   r3: boolean;
+  /** Also start the same service with tracing on, exporting every span to an OTLP sink here. */
+  traced?: boolean;
   /** Another nats-server binary for every server of this environment (default: `natsServerPath()`). */
   natsBinary?: string;
 }
@@ -59,6 +64,8 @@ export interface Environment {
   r3?: { "1s": AlwaysStack; always: AlwaysStack };
   /** The Task API of the same service with NATS auth off (its own anonymous nats-server). */
   noAuthTaskUrl: string;
+  /** The same service with tracing on (OTLP/HTTP to a sink in the bench), when started. */
+  traced?: { taskUrl: string; jobUrl: string; exported(): { requests: number; bytes: number } };
   /** The bench's own connection (noAsyncTraces on) for direct NATS load and seeding. */
   nc: NatsConnection;
   /** Pids of a row's `service` (main.ts processes, or the bare server) and `nats` processes. */
@@ -90,8 +97,10 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
   // An environment started before this one (the `--nats-compare` one after the main) keeps its processes.
   const earlier = runningPids();
   let handle: NatsHandle | undefined;
+  let sink: OtlpSink | undefined;
   const close = async () => {
     await handle?.close().catch(() => {});
+    await sink?.close();
     await stopAll(5_000, earlier);
     await store.remove();
   };
@@ -107,6 +116,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       dir: string,
       nats: { sync: string; auth: boolean; r3?: boolean },
       roleSets: RoleSet[] = [ONE_PROCESS],
+      env: Record<string, string> = {},
     ): Promise<Stack & { natsUrl: string }> => {
       const natsDir = join(storeDir, `${dir}-nats`);
       const server = nats.r3
@@ -120,7 +130,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
         roleSets,
         nodeFlags,
         authDir: nats.auth ? authDir : undefined,
-        env: nats.r3 ? { KV_REPLICAS: "3" } : {},
+        env: { ...(nats.r3 ? { KV_REPLICAS: "3" } : {}), ...env },
       });
       const natsChildren = "child" in server ? [server.child] : server.children;
       return {
@@ -147,9 +157,16 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     const { child: bare, port: barePort } = await startBuiltServer("bare", "bench/bare-server.ts", callerEnv());
     // The same service with NATS auth off, for the auth cost in the same run.
     const noAuth = await stack("service noauth", "noauth", { sync: mainSync(), auth: false });
+    // The same service exporting every span (OTLP/HTTP), for tracing's cost in the same run.
+    sink = options.traced ? await startOtlpSink() : undefined;
+    const traced = sink
+      ? await stack("service (traced)", "traced", { sync: mainSync(), auth: true }, [ONE_PROCESS], {
+          OTEL_EXPORTER_OTLP_ENDPOINT: sink.url,
+        })
+      : undefined;
     // Direct NATS load runs as another service would: the `internal` user.
     handle = await connectNats({ servers: main.natsUrl, name: "bench", credentials: credentials.internal });
-    const stacks: Partial<Record<ServiceGroup, Stack>> = { service: main, always, noAuth, r3, r3Always };
+    const stacks: Partial<Record<ServiceGroup, Stack>> = { service: main, always, noAuth, traced, r3, r3Always };
     const children = [bare, ...Object.values(stacks).flatMap((s) => (s ? [...s.nats, ...s.service] : []))];
     const urls = (s: Stack) => ({ taskUrl: s.taskUrl, jobUrl: s.jobUrl });
     return {
@@ -161,6 +178,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       always: always && urls(always),
       r3: r3 && r3Always && { "1s": urls(r3), always: urls(r3Always) },
       noAuthTaskUrl: noAuth.taskUrl,
+      traced: traced && sink && { ...urls(traced), exported: sink.exported },
       nc: handle.nc,
       groups: (group) => {
         // The bare row: its server, and the main stack's nats-server.
@@ -179,4 +197,30 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
 /** NATS_SYNC of the main stack: the caller's NATS_SYNC (to compare another interval), else 1s. */
 export function mainSync(): string {
   return parseNatsSync(process.env.NATS_SYNC);
+}
+
+interface OtlpSink {
+  url: string;
+  exported(): { requests: number; bytes: number };
+  close(): Promise<void>;
+}
+
+/** An OTLP/HTTP endpoint that takes every export and keeps only its count and size. */
+async function startOtlpSink(): Promise<OtlpSink> {
+  let requests = 0;
+  let bytes = 0;
+  const server = createServer((req, res) => {
+    req.on("data", (chunk: Buffer) => (bytes += chunk.length));
+    req.on("end", () => {
+      requests += 1;
+      res.writeHead(200, { "content-type": "application/json" }).end("{}");
+    });
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    exported: () => ({ requests, bytes }),
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }

@@ -65,19 +65,22 @@ Options:
                        createTaskDO:hot (all on one name), getTaskDO,
                        createJob, createTask:always, createJob:always, getJob,
                        createTask:r3, createJob:r3, createTask:r3:always, createJob:r3:always,
-                       nats:createTask, nats:getTask, createTask:noauth, getTask:noauth
+                       nats:createTask, nats:getTask, createTask:noauth, getTask:noauth,
+                       createTask:traced, getTask:traced
                        (the :always ones run against a second nats-server with
                        NATS_SYNC=always; the :r3 ones against services on two 3-node
                        clusters with R3 buckets, NATS_SYNC 1s and always, started only
                        when an :r3 row runs; the :noauth ones against the same service with
-                       NATS auth off; the others' has NATS_SYNC as set, else 1s, e.g.
+                       NATS auth off; the :traced ones against the same service with
+                       OTEL_EXPORTER_OTLP_ENDPOINT set, every span exported to a sink in
+                       the bench; the others' has NATS_SYNC as set, else 1s, e.g.
                        NATS_SYNC=2m for nats-server's own default)
   --pair-baseline      measure the baseline again right before each workload and take each
                        ratio against that one (twice the time; steadier on a shared machine)
   --nats-compare PATH  start the service's stacks (the :always and :r3 ones when asked for)
                        a second time with every nats-server running PATH, e.g. an older
                        release, and measure each row on them right after itself in every
-                       round, as "<row> @v<version>" (bare and :noauth rows have no twin)
+                       round, as "<row> @v<version>" (bare, :noauth and :traced rows have no twin)
   --driver wrk|autocannon
                        HTTP load generator (default: wrk when installed, else autocannon)
   --seed N             records of each kind created for the read workloads (default 1000)

@@ -57,7 +57,8 @@ async function contextOf(env: Environment, count: number): Promise<WorkloadConte
   await waitForService(env.taskUrl);
   const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count, objectNames });
   const noAuthSeeds = createSeeds({ taskUrl: env.noAuthTaskUrl, jobUrl: env.jobUrl, count, objectNames });
-  return { ...env, seeds, noAuthSeeds, objectNames };
+  const tracedSeeds = env.traced && createSeeds({ ...env.traced, count, objectNames });
+  return { ...env, seeds, noAuthSeeds, ...(tracedSeeds ? { tracedSeeds } : {}), objectNames };
 }
 
 export async function runRounds(

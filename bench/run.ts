@@ -67,7 +67,11 @@ async function main() {
   });
   // Two more 3-node clusters: only when an R3 row is to run.
   const r3 = !options.growth && (options.only === undefined || options.only.some((name) => name.includes(":r3")));
+  // The traced stack (tracing on, spans exported to a sink here): only when a :traced row runs.
+  const traced =
+    !options.growth && (options.only === undefined || options.only.some((name) => name.includes(":traced")));
   const environment = {
+    traced,
     splitRoles: options.splitRoles,
     cpuProfDir: options.cpuProf,
     nodeFlags: options.nodeFlags,
@@ -78,7 +82,7 @@ async function main() {
   if (options.natsCompare && comparedLabel && !options.growth) {
     compared = {
       label: comparedLabel,
-      env: await startEnvironment({ ...environment, natsBinary: options.natsCompare }),
+      env: await startEnvironment({ ...environment, traced: false, natsBinary: options.natsCompare }),
     };
     console.log(
       `the "@${comparedLabel}" rows: the same stacks on ${options.natsCompare} (service pid ${compared.env.groups("service").service.join(",")}, ` +
@@ -92,6 +96,10 @@ async function main() {
   if (env.r3)
     console.log(
       `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ${env.groups("r3").nats.join(",")}) and always (${env.groups("r3Always").nats.join(",")})`,
+    );
+  if (env.traced)
+    console.log(
+      `the :traced workloads: service pid ${env.groups("traced").service.join(",")} with OTEL_EXPORTER_OTLP_ENDPOINT set (every span exported to a sink in the bench)`,
     );
   if (env.always)
     console.log(

@@ -9,9 +9,11 @@ import type { HttpRequestSpec, LoadResult, LoadSettings } from "./types.ts";
 
 /** The environment's URLs and connection (the :always, :r3 and :noauth stacks' too), and the seeded records. */
 export interface WorkloadContext
-  extends Pick<Environment, "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "nc"> {
+  extends Pick<Environment, "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "traced" | "nc"> {
   /** The records of the auth-off service, and of the main one. */
   noAuthSeeds: Seeds;
+  /** The traced stack's records, when it runs. */
+  tracedSeeds?: Seeds;
   seeds: Seeds;
   objectNames: string[];
   /** The same stacks on the `--nats-compare` server, when started. */
@@ -125,6 +127,22 @@ export const workloads: Workload[] = [
     },
   },
   {
+    name: "createTask:traced",
+    summary:
+      "createTask on the same service with tracing on, every span exported over OTLP/HTTP (compare with createTask)",
+    serviceGroup: "traced",
+    prepare: async (ctx) => httpFixed(tracedOf(ctx).taskUrl, { method: "POST", path: "/", body: taskBody }),
+  },
+  {
+    name: "getTask:traced",
+    summary: "getTask on the same service with tracing on, every span exported over OTLP/HTTP (compare with getTask)",
+    serviceGroup: "traced",
+    async prepare(ctx) {
+      const next = cycle(await ctx.tracedSeeds!.taskIds());
+      return http(tracedOf(ctx).taskUrl, () => ({ method: "GET", path: `/${next()}` }));
+    },
+  },
+  {
     name: "getTaskMissing",
     summary: "GET /<random uuid v4 never created>; 404 is the expected answer",
     serviceGroup: "service",
@@ -195,3 +213,8 @@ export const workloads: Workload[] = [
     },
   },
 ];
+
+function tracedOf(ctx: WorkloadContext): NonNullable<WorkloadContext["traced"]> {
+  if (!ctx.traced) throw new Error("the :traced rows need the traced stack (started when one of them runs)");
+  return ctx.traced;
+}
