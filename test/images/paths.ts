@@ -8,4 +8,6 @@ export const testImages = {
   hog: here("./hog.ts"),
   hostile: here("./hostile.ts"),
   counter: here("./counter.ts"),
+  entropy: here("./entropy.ts"),
+  heavyInit: here("./heavy-init.ts"),
 } as const;

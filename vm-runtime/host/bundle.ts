@@ -6,7 +6,8 @@ import { build } from "esbuild";
 import { createHash } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { BOOTED_LINE } from "../runtime/boot.ts";
+import { BOOTED_LINE, LOADED_LINE } from "../runtime/boot.ts";
+import { LAUNCH_TEMPLATE_LINE } from "../runtime/startup-input.ts";
 import { vmRuntimeFile } from "./source-dir.ts";
 
 const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
@@ -99,11 +100,16 @@ function runtimeEntrySource(): string {
     `import { pathToFileURL } from "node:url";`,
     `import { builtinRequire, checkModuleImports, ImageError } from ${JSON.stringify(IMPORT_CHECK_MODULE)};`,
     `import { StartupInput } from ${JSON.stringify(STARTUP_INPUT_MODULE)};`,
+    `import { refreshEntropy } from ${JSON.stringify(vmRuntimeFile("runtime/fresh-entropy.ts"))};`,
     `import { bootRuntime } from ${JSON.stringify(BOOT_MODULE)};`,
     `import { warmValidators } from ${JSON.stringify(vmRuntimeFile("runtime/rpc-handler.ts"))};`,
     `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
     "const input = new StartupInput();",
-    "const accessSecret = await input.line();",
+    "const firstLine = await input.line();",
+    // A launch snapshot's template: the image is imported with no secret and no id, and the
+    // host saves it once it prints LOADED_LINE; each restore of it is told its identity.
+    `const template = firstLine === ${JSON.stringify(LAUNCH_TEMPLATE_LINE)};`,
+    'let accessSecret = template ? "" : firstLine;',
     `let imageModule = process.env.${IMAGE_MODULE_ENV};`,
     // Image code sees the environment it saw when it was bundled in: no host path in it.
     `delete process.env.${IMAGE_MODULE_ENV};`,
@@ -114,11 +120,11 @@ function runtimeEntrySource(): string {
     "if (!imageModule) {",
     // A wall started before its image: the host sends the instance's id and module on stdin.
     "  const assignment = await input.assignment();",
-    "  process.env.MICROVM_ID = assignment.microvmId;",
+    "  if (!template) process.env.MICROVM_ID = assignment.microvmId;",
     `  imageModule = (process.env.HOME || "/scratch") + "/.microvm-image.mjs";`,
     "  writeFileSync(imageModule, assignment.module);",
     "}",
-    "input.release();",
+    "if (!template) input.release();",
     "try {",
     '  checkModuleImports(readFileSync(imageModule, "utf8"));',
     "} catch (error) {",
@@ -132,6 +138,20 @@ function runtimeEntrySource(): string {
     "const port = Number(process.env.MICROVM_RUNTIME_PORT ?? 0);",
     "const { default: image } = await import(pathToFileURL(imageModule).href);",
     `if (!isImage(image)) throw new TypeError("the image module's default export is not an image (use defineImage)");`,
+    "if (template) {",
+    `  process.stdout.write(${JSON.stringify(`${LOADED_LINE}\n`)});`,
+    // Saved here; what follows runs once per restored instance.
+    "  const identity = await input.identity();",
+    "  input.release();",
+    "  try {",
+    "    refreshEntropy();",
+    "  } catch (error) {",
+    `    process.stderr.write(String(error) + "\\n");`,
+    "    process.exit(1);",
+    "  }",
+    "  process.env.MICROVM_ID = identity.microvmId;",
+    "  accessSecret = identity.secret;",
+    "}",
     "await bootRuntime(image, { port, socketPath, exitWhenStdinEnds: true, ...(accessSecret ? { accessSecret } : {}) });",
   ].join("\n");
 }

@@ -7,6 +7,10 @@ import { chmodSync, copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { InstanceNode } from "./node-args.ts";
 import { instanceEnv, instanceNodeArgs, SANDBOX_PATHS } from "./sandbox-command.ts";
+import { LAUNCH_OPENSSL_CONFIG } from "../runtime/fresh-entropy.ts";
+
+/** Where a template's OpenSSL configuration is in its read-only root. */
+const LAUNCH_OPENSSL_CONFIG_PATH = "/app/openssl-rdrand.cnf";
 
 export interface GvisorLaunch {
   readonly runsc: string;
@@ -27,6 +31,8 @@ export interface GvisorLaunch {
   /** Processes and threads of the instance's user (RLIMIT_NPROC inside). */
   readonly pids: number;
   readonly permissions: boolean;
+  /** A launch snapshot's template (or a restore of one): node's RAND is the CPU's RDRAND. */
+  readonly launchTemplate?: boolean;
   /** The command to run instead of the runtime (the availability check). */
   readonly args?: readonly string[];
   /** A checkpoint image directory: `runsc restore` from it instead of `runsc run`. */
@@ -72,9 +78,12 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
     source: host,
     options: ["rbind", "ro", "nosuid", "nodev"],
   });
+  if (launch.launchTemplate)
+    writeFileSync(join(rootfs, LAUNCH_OPENSSL_CONFIG_PATH), LAUNCH_OPENSSL_CONFIG, { mode: 0o444 });
   const env = instanceEnv();
   const args = launch.args ?? [
     launch.node.path,
+    ...(launch.launchTemplate ? [`--openssl-config=${LAUNCH_OPENSSL_CONFIG_PATH}`] : []),
     ...instanceNodeArgs(launch.heapMiB, launch.permissions, launch.node.version),
   ];
   const config = {

@@ -104,6 +104,7 @@ async function launchWall(
     heapMiB: instance.heapMiB,
     pids: instance.pids,
     permissions: instance.permissions,
+    launchTemplate: instance.launchTemplate,
     ...(restoreFrom === undefined ? {} : { restoreFrom }),
   });
   // runsc run dies with this host (bubblewrap's --die-with-parent), and the sandbox with it (--attached).

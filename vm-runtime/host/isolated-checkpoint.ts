@@ -5,33 +5,19 @@
 import { lstatSync } from "node:fs";
 import { join } from "node:path";
 import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
-import type { Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
+import type { Launcher, Tracked, WallOps } from "./isolated-walls.ts";
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
 
 /** What checkpoint and restore use of the provider that tracks the walls. */
-export interface CheckpointDeps {
+export interface CheckpointDeps extends WallOps {
   readonly launcher: Launcher;
   /** How long a restored instance may take to answer. */
   readonly restoreTimeoutMs: number;
   closed(): boolean;
   /** The live wall of an instance; a MicrovmProviderError when it has none. */
   liveEntry(handle: MicrovmHandle): Tracked;
-  /** Starts a wall, here restoring `restoring`'s image. */
-  boot(heapMiB: number, deadline: number, signal: AbortSignal | undefined, restoring: RestoreSource): Promise<Tracked>;
-  /** Names the wall (and its cgroup) after its instance. */
-  assign(entry: Tracked, microvmId: string): Promise<void>;
-  /** Waits for the runtime's socket and readiness answer, after `before`; resolves with its handle. */
-  answering(
-    entry: Tracked,
-    microvmId: string,
-    deadline: number,
-    signal: AbortSignal | undefined,
-    before: (probeSignal: AbortSignal) => Promise<void>,
-  ): Promise<MicrovmHandle>;
-  /** Ends a wall at once. */
-  forceStop(entry: Tracked): Promise<void>;
 }
 
 /** `checkpoint` and `restore` of the provider (MicrovmProvider's optional pair). */

@@ -10,12 +10,13 @@ import { availableParallelism, totalmem } from "node:os";
 import { basename, join } from "node:path";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
 import { checkpointing } from "./isolated-checkpoint.ts";
+import { launchKey, launchSnapshots, type LaunchSnapshotOptions, type LaunchSnapshots } from "./launch-snapshots.ts";
 import type { Launched, Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
 import { uidPool } from "./instance-uids.ts";
 import type { InstanceNode } from "./node-args.ts";
 import { outputDrained, waitForExit, waitForHealth, watchOutput, type OutputSink } from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
-import { MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
+import { LAUNCH_TEMPLATE_LINE, MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
 import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import {
@@ -72,6 +73,13 @@ export interface IsolatedProviderOptions {
    * module, skipping the wall's and node's start-up. Only for the default heap size.
    */
   readonly warmInstances?: number;
+  /**
+   * Start slow images from a launch snapshot, on walls that can checkpoint (default: off; the
+   * microVM host turns it on). See launch-snapshots.ts.
+   */
+  readonly launchSnapshots?: LaunchSnapshotOptions | false;
+  /** Tells the operator about a launch snapshot that failed (default: one stderr line). */
+  readonly log?: (message: string, cause?: unknown) => void;
 }
 
 export interface IsolatedProvider extends MicrovmProvider {
@@ -84,6 +92,8 @@ export interface IsolatedProvider extends MicrovmProvider {
   uidOf(handle: MicrovmHandle): number | undefined;
   prepare(images: readonly string[]): Promise<void>;
   reclaim(): Promise<ReclaimedInstance[]>;
+  /** Launch snapshots, where this provider takes them (tests and benches read their times). */
+  readonly launchSnapshots?: LaunchSnapshots | undefined;
   close(): Promise<void>;
 }
 
@@ -107,6 +117,8 @@ export async function createIsolatedProvider(
     ...(options.cgroupParent === undefined ? {} : { parent: options.cgroupParent }),
   });
   const uids = uidPool(options.uidBase);
+  /** Uids of launch snapshots' templates: never given back, shared by their restores. */
+  const launchUids = new Set<number>();
   const asRoot = process.getuid?.() === 0;
   // The instance's uid must reach its socket directory to mount it: as root, a directory of
   // the host's own under /run whose ancestors it may pass through (but not list).
@@ -146,6 +158,7 @@ export async function createIsolatedProvider(
     deadline: number,
     signal?: AbortSignal,
     restoring?: RestoreSource,
+    template = false,
   ): Promise<Tracked> {
     const runtimeFile = await bundles.runtime().catch((cause: unknown) => {
       throw new MicrovmHostError("the host could not bundle the instance runtime", { cause });
@@ -154,18 +167,23 @@ export async function createIsolatedProvider(
     const name = `${WARM_PREFIX}${randomBytes(6).toString("hex")}`;
     const dir = join(runDir ?? join(await bundles.workDir(), "instances"), name);
     // A restored instance runs as the uid it was saved with: its socket directory must be its own.
-    if (restoring && !(asRoot && uids.claim(restoring.uid)))
+    // A launch snapshot's restores share its template's uid, which the snapshot keeps for this
+    // provider's life (an instance restored from it and later suspended comes back as it, too).
+    const shared = restoring !== undefined && (restoring.shared === true || launchUids.has(restoring.uid));
+    if (restoring && !shared && !(asRoot && uids.claim(restoring.uid)))
       throw new MicrovmProviderError(`uid ${restoring.uid} of the checkpoint is not free here`);
+    const ownsUid = !template && !shared;
     const cgroup = await cgroups.create(name, limitsFor(memoryMiB)).catch((cause: unknown) => {
-      if (restoring) uids.give(restoring.uid);
+      if (restoring && ownsUid) uids.give(restoring.uid);
       throw new MicrovmHostError("the host could not make an instance's cgroup", { cause });
     });
     const uid = restoring ? restoring.uid : asRoot ? uids.take() : undefined;
+    if (template && uid !== undefined) launchUids.add(uid);
     const release = async (group: InstanceCgroup) => {
       await group.kill().catch(() => undefined);
       await group.remove().catch(() => undefined);
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-      if (uid !== undefined) uids.give(uid);
+      if (uid !== undefined && ownsUid) uids.give(uid);
     };
     let launched: Launched;
     try {
@@ -181,6 +199,7 @@ export async function createIsolatedProvider(
         scratchBytes: scratchMiB * MiB,
         pids: options.pids ?? 64,
         permissions: options.permissions ?? true,
+        launchTemplate: template || shared,
       };
       launched = restoring ? await launcher.restore!(launch, restoring.imageDir) : await launcher.launch(launch);
     } catch (cause) {
@@ -223,8 +242,9 @@ export async function createIsolatedProvider(
       await release(entry.cgroup);
       tracked.delete(entry);
     });
-    // A restored runtime has its secret in the memory it was saved with.
-    if (!restoring) child.stdin?.write(`${secret}\n`);
+    // A restored runtime has its secret in the memory it was saved with (a launch snapshot's
+    // is told it after the restore); a template gets none.
+    if (!restoring) child.stdin?.write(`${template ? LAUNCH_TEMPLATE_LINE : secret}\n`);
     try {
       await launched.ready(deadline, signal, output.stderrTail);
       // Its shell joins each hierarchy's group before it becomes the wall: done before the
@@ -299,8 +319,12 @@ export async function createIsolatedProvider(
     const module = await readFile(files.module);
     if (module.length > MODULE_BYTES_LIMIT) throw new MicrovmProviderError(`image ${spec.image} is too large`);
     if (closed) throw new MicrovmProviderError("provider is closed");
-    const deadline = Date.now() + startTimeoutMs;
+    const startedAt = Date.now();
+    const deadline = startedAt + startTimeoutMs;
     const memoryMiB = spec.memoryMiB ?? heapMiB;
+    const key = launches ? launchKey(module, memoryMiB) : "";
+    const restored = await launches?.start(key, spec.microvmId, deadline, signal);
+    if (restored) return restored;
     let warmEntry = takeWarm(memoryMiB);
     // A wall being booted ahead is ready sooner than one booted now.
     while (!warmEntry && memoryMiB === heapMiB && booting.size > 0) {
@@ -318,7 +342,9 @@ export async function createIsolatedProvider(
       const stdin = entry.launched.child.stdin;
       stdin?.write(`${JSON.stringify({ microvmId: spec.microvmId, moduleBytes: module.length })}\n`);
       stdin?.write(module);
-      return await answering(entry, spec.microvmId, deadline, signal);
+      const handle = await answering(entry, spec.microvmId, deadline, signal);
+      launches?.noteCold(key, module, memoryMiB, Date.now() - startedAt);
+      return handle;
     } catch (cause) {
       // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
       throw (
@@ -411,6 +437,25 @@ export async function createIsolatedProvider(
     entry.launched.child.kill("SIGKILL");
   }
 
+  const launches =
+    launcher.restore && options.launchSnapshots && asRoot
+      ? launchSnapshots(
+          {
+            boot,
+            assign,
+            answering,
+            forceStop,
+            workDir: () => bundles.workDir(),
+            startTimeoutMs,
+            log:
+              options.log ??
+              ((message, cause) =>
+                process.stderr.write(`[microvm] ${message}${cause instanceof Error ? `: ${cause.message}` : ""}\n`)),
+          },
+          options.launchSnapshots || {},
+        )
+      : undefined;
+
   const { checkpoint, restore } = checkpointing({
     launcher,
     restoreTimeoutMs: options.restoreTimeoutMs ?? 15_000,
@@ -484,10 +529,12 @@ export async function createIsolatedProvider(
       }
       return killed;
     },
+    launchSnapshots: launches,
     async close() {
       closed = true;
       clearInterval(oomWatch);
       await Promise.allSettled(booting);
+      await launches?.close();
       await bundles.close();
       await Promise.all(
         [...tracked].map(async (entry) => {

@@ -26,6 +26,8 @@ export interface InstanceLaunch {
   /** Processes and threads the instance's code may have (the wall's own come on top). */
   readonly pids: number;
   readonly permissions: boolean;
+  /** A launch snapshot's template, or a restore of one: node draws randomness from the CPU. */
+  readonly launchTemplate: boolean;
 }
 
 /** A started wall around one instance. */
@@ -64,6 +66,11 @@ export interface Launcher {
 /** What a restore boots from: the image and what the checkpoint recorded of its instance. */
 export interface RestoreSource extends SavedInstance {
   readonly imageDir: string;
+  /**
+   * A launch snapshot's: its uid is its template's, reserved for the snapshot and shared by
+   * every instance restored from it (neither claimed nor given back by one of them).
+   */
+  readonly shared?: boolean;
 }
 
 /** One wall the provider started (warm, or serving its instance). */
@@ -90,4 +97,28 @@ export interface Tracked {
   released?: Promise<void>;
   socket?: RuntimeSocket;
   handle?: MicrovmHandle;
+}
+
+/** What checkpoints and launch snapshots use of the provider that tracks the walls. */
+export interface WallOps {
+  /** Starts a wall: a fresh one, a restore of `restoring`, or a launch snapshot's template. */
+  boot(
+    heapMiB: number,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    restoring?: RestoreSource,
+    template?: boolean,
+  ): Promise<Tracked>;
+  /** Names the wall (and its cgroup) after its instance. */
+  assign(entry: Tracked, microvmId: string): Promise<void>;
+  /** Waits for the runtime's socket and readiness answer, after `before`; resolves with its handle. */
+  answering(
+    entry: Tracked,
+    microvmId: string,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    before?: (probeSignal: AbortSignal) => Promise<void>,
+  ): Promise<MicrovmHandle>;
+  /** Ends a wall at once. */
+  forceStop(entry: Tracked): Promise<void>;
 }

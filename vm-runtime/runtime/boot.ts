@@ -33,6 +33,12 @@ export interface BootOptions extends RuntimeOptions {
  */
 export const BOOTED_LINE = JSON.stringify({ [READY_KEY]: "booted" });
 
+/**
+ * A launch snapshot's template printed it once its image is imported (no identity yet): the
+ * host saves the sandbox then.
+ */
+export const LOADED_LINE = JSON.stringify({ [READY_KEY]: "loaded" });
+
 /** Parses a stdout line; the port when it is the ready line. */
 export function parseReadyLine(line: string): number | undefined {
   try {

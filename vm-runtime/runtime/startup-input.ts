@@ -1,12 +1,23 @@
 // What the host sends an instance's runtime on stdin before any image code runs: the access
 // secret (one line), then, for a wall started before its image (a warm instance), the
 // assignment: one JSON line `{"microvmId","moduleBytes"}` and the module's bytes. Bounded.
+// A launch snapshot's template gets `LAUNCH_TEMPLATE_LINE` instead of a secret and an
+// assignment without an id; each instance restored from it gets its identity line afterwards.
 import type { Readable } from "node:stream";
 
 /** Longest secret or header line accepted. */
 const LINE_LIMIT = 1024;
 /** Largest module accepted (the image API's limit is 4 MiB). */
 export const MODULE_BYTES_LIMIT = 8 * 1024 * 1024;
+
+/** First line to a wall that will become a launch snapshot: no secret, no identity yet. */
+export const LAUNCH_TEMPLATE_LINE = JSON.stringify({ launchSnapshot: true });
+
+/** What an instance restored from a launch snapshot is told after the restore. */
+export interface Identity {
+  readonly microvmId: string;
+  readonly secret: string;
+}
 
 export interface Assignment {
   readonly microvmId: string;
@@ -70,6 +81,14 @@ export class StartupInput {
     if ((moduleBytes as number) < 0 || (moduleBytes as number) > MODULE_BYTES_LIMIT)
       throw new Error("module too large");
     return { microvmId, module: await this.bytes(moduleBytes as number) };
+  }
+
+  /** The identity line of an instance restored from a launch snapshot. */
+  async identity(): Promise<Identity> {
+    const { microvmId, secret } = JSON.parse(await this.line()) as { microvmId?: unknown; secret?: unknown };
+    if (typeof microvmId !== "string" || microvmId === "" || typeof secret !== "string" || secret.length < 16)
+      throw new Error("malformed instance identity");
+    return { microvmId, secret };
   }
 
   /** Stops reading: stdin stays open (its end means the host died) and unread. */

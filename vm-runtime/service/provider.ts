@@ -65,7 +65,15 @@ export async function createHostProvider(
       }),
     );
   }
-  const options = { hostKey: hostCgroupKey(workDir), workDir, onOutput, ...withoutUndefined(limits) };
+  const options: IsolatedProviderOptions = {
+    hostKey: hostCgroupKey(workDir),
+    workDir,
+    onOutput,
+    // Slow images start from a launch snapshot where restores are measured faster (gVisor).
+    launchSnapshots: {},
+    log: (message, err) => log.warn({ err }, message),
+    ...withoutUndefined(limits),
+  };
   let gvisorSkipped: string | undefined;
   if (name === "gvisor" || name === "auto") {
     const check = await checkGvisor();
