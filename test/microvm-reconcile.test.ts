@@ -4,7 +4,7 @@
 // A clean SIGTERM shutdown leaves no instance process either.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { natsClient } from "../client/index.ts";
@@ -87,6 +87,9 @@ describe("microvm reconcile", () => {
     await api.suspendMicrovm({ microvmIdentifier: suspended.microvmId });
     assert.ok(isSuspended(suspended.pid));
 
+    // The killed run's bundles (and any launch snapshots in them) are removed by the next one.
+    const firstRunDirs = (await readdir(workDir)).filter((name) => /^(sandbox|gvisor)-/.test(name));
+    assert.equal(firstRunDirs.length, 1, `one work directory of the wall: ${firstRunDirs.join(", ")}`);
     await first.stop("SIGKILL");
     assert.ok(await gone(lost.pid), "a running instance exits with its host (stdin pipe closed)");
     assert.ok(await gone(orphan.pid));
@@ -113,6 +116,12 @@ describe("microvm reconcile", () => {
 
     const second = await startHostProcess();
     assert.ok(await gone(suspended.pid, 1_000), "the suspended instance of the old run was killed at start");
+    const left = await readdir(workDir);
+    assert.deepEqual(
+      firstRunDirs.filter((name) => left.includes(name)),
+      [],
+      "the killed run's work directory is left",
+    );
     assert.deepEqual(instanceProcessesUnder(workDir), []);
     assert.deepEqual(hostCgroupPids(workDir, { instancesOnly: true }), []);
     const reconciled = second.logs.find((entry) => entry.msg === "microvm host reconciled");

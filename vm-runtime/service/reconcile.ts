@@ -63,12 +63,15 @@ export async function reconcileHost(
   return { terminated: count, killed: reclaimed.length, kept };
 }
 
-/** Bundle and scratch directories of earlier runs (the provider of this run makes its own). */
+/**
+ * Bundle and scratch directories of earlier runs, with their launch snapshots (the provider of
+ * this run makes its own, `<wall>-XXXXXX`, after this).
+ */
 async function removeStaleWorkDirs(workDir: string): Promise<void> {
   const entries = await readdir(workDir).catch(() => [] as string[]);
   await Promise.all(
     entries
-      .filter((name) => name.startsWith(`${INSTANCE_MARKER}-`) || name.startsWith("sandbox-"))
+      .filter((name) => name.startsWith(`${INSTANCE_MARKER}-`) || /^(sandbox|gvisor)-/.test(name))
       .map((name) => rm(join(workDir, name), { recursive: true, force: true }).catch(() => undefined)),
   );
 }
