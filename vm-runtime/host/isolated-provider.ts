@@ -323,7 +323,8 @@ export async function createIsolatedProvider(
     const deadline = startedAt + startTimeoutMs;
     const memoryMiB = spec.memoryMiB ?? heapMiB;
     const key = launches ? launchKey(module, memoryMiB) : "";
-    const restored = await launches?.start(key, spec.microvmId, deadline, signal);
+    // A restore that fails leaves the cold start at least half of the start's time.
+    const restored = await launches?.start(key, spec.microvmId, startedAt + startTimeoutMs / 2, signal);
     if (restored) return restored;
     let warmEntry = takeWarm(memoryMiB);
     // A wall being booted ahead is ready sooner than one booted now.
