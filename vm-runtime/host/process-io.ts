@@ -5,10 +5,13 @@ import { EventEmitter, once } from "node:events";
 import { request } from "node:http";
 import type { Readable } from "node:stream";
 import { boundedLines } from "./output-lines.ts";
-import { BOOTED_LINE, parseReadyLine } from "../runtime/boot.ts";
+import { BOOTED_LINE, parseReadyLine, READY_KEY } from "../runtime/boot.ts";
 import type { Upstream } from "./provider.ts";
 import { within } from "./provider-util.ts";
 import { RPC_HEALTH_PATH } from "../wire/rpc.ts";
+
+/** How every line of the runtime's start-up protocol begins (`{"~microvm/runtime":…}`). */
+const RUNTIME_LINE_PREFIX = `{${JSON.stringify(READY_KEY)}:`;
 
 /** Receives each line an instance prints. */
 export type OutputSink = (microvmId: string, stream: "stdout" | "stderr", line: string) => void;
@@ -32,8 +35,8 @@ export function watchOutput(child: ChildProcess, microvmId: string, sink?: Outpu
     boundedLines(child.stdout, (line) => {
       if (!watch.booted && line === BOOTED_LINE) watch.booted = true;
       watch.stdout.emit("line", line);
-      // The runtime's start-up lines are for its host, not the instance's output.
-      if (line !== BOOTED_LINE && parseReadyLine(line) === undefined) sink?.(microvmId, "stdout", line);
+      // The runtime's start-up lines (booted, loaded, ready) are for its host, not the instance's output.
+      if (!line.startsWith(RUNTIME_LINE_PREFIX)) sink?.(microvmId, "stdout", line);
     });
   }
   if (child.stderr) {
