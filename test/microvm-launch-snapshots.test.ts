@@ -40,8 +40,9 @@ describe("microvm launch snapshots", { skip: gvisor.ok ? false : gvisor.reason }
       scratchMiB: 8,
       totalMemoryMiB: 1536,
       warmInstances: 0,
-      // Every image gets a snapshot after its first cold start, whatever this machine's speed.
-      launchSnapshots: { minColdMs: 0 },
+      // Every image gets a snapshot after its first cold start, and every start restores it,
+      // whatever this machine's speed (the rule that picks is test/microvm-launch-policy.test.ts's).
+      launchSnapshots: { minColdMs: 0, alwaysRestore: true },
       log: (message) => logged.push(message),
     });
     const cold = await provider.start({ microvmId: "entropy-cold", image: testImages.entropy });
