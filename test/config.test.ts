@@ -28,6 +28,9 @@ describe("config - environment", () => {
     assert.equal(placement.ttlMs, 2_000);
     assert.equal(microvmHost.provider, "auto");
     assert.equal(microvmHost.snapshots, true);
+    assert.equal(microvmHost.limits.launchSnapshots, true);
+    assert.deepEqual(microvmHost.logLimits, { linesPerInstance: 1000, maxAgeSeconds: 86_400, storeMiB: 256 });
+    assert.equal(placement.maxPending, 256);
     assert.equal(microvmHost.imageQuota.bytes, 64 * 1024 * 1024);
     assert.equal(microvmHost.limits.cpus, undefined);
   });
@@ -40,6 +43,9 @@ describe("config - environment", () => {
       API_HOSTNAMES: " Api.Example.com, ,b.example ",
       TASK_OBJECT_LOG_WRITES: "1",
       MICROVM_SNAPSHOTS: "0",
+      MICROVM_LAUNCH_SNAPSHOTS: "0",
+      MICROVM_LOG_LINES: "50",
+      TASK_OBJECT_MAX_PENDING: "8",
       MICROVM_PROVIDER: "sandbox",
       MICROVM_CPUS: "0.5",
       MICROVM_MEMORY_MIB: "128",
@@ -50,6 +56,9 @@ describe("config - environment", () => {
     assert.deepEqual(service.hostNames, ["api.example.com", "b.example"]);
     assert.equal(placement.logWrites, true);
     assert.equal(microvmHost.snapshots, false);
+    assert.equal(microvmHost.limits.launchSnapshots, false);
+    assert.equal(microvmHost.logLimits.linesPerInstance, 50);
+    assert.equal(placement.maxPending, 8);
     assert.equal(microvmHost.provider, "sandbox");
     assert.equal(microvmHost.limits.cpus, 0.5);
     assert.equal(microvmHost.limits.memoryMiB, 128);

@@ -31,7 +31,10 @@ export type ProviderName = "auto" | "gvisor" | "sandbox" | "process";
 export type InstanceLimits = Pick<
   IsolatedProviderOptions,
   "memoryMiB" | "cpus" | "totalCpus" | "totalMemoryMiB" | "pids" | "scratchMiB" | "uidBase" | "warmInstances"
->;
+> & {
+  /** Slow images start from a launch snapshot (gVisor; default on, `MICROVM_LAUNCH_SNAPSHOTS=0` off). */
+  readonly launchSnapshots?: boolean;
+};
 
 /**
  * The name of a host's cgroups and run directory: from its work directory (data dir and host
@@ -65,14 +68,15 @@ export async function createHostProvider(
       }),
     );
   }
+  const { launchSnapshots = true, ...sandboxLimits } = limits;
   const options: IsolatedProviderOptions = {
     hostKey: hostCgroupKey(workDir),
     workDir,
     onOutput,
     // Slow images start from a launch snapshot where restores are measured faster (gVisor).
-    launchSnapshots: {},
+    ...(launchSnapshots ? { launchSnapshots: {} } : {}),
     log: (message, err) => log.warn({ err }, message),
-    ...withoutUndefined(limits),
+    ...withoutUndefined(sandboxLimits),
   };
   let gvisorSkipped: string | undefined;
   if (name === "gvisor" || name === "auto") {
