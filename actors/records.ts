@@ -1,4 +1,4 @@
-// Immutable records: read one, create one exactly once (the server refuses a second write).
+// Records: read one, create one exactly once (the server refuses a second write), delete one.
 // A stored value that is not its record's shape (written straight to KV by anyone with write
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
@@ -78,4 +78,22 @@ export async function createRecord<T extends { id: string }>(
     id: record.id,
     message: "this Idempotency-Key was used for a different request",
   });
+}
+
+/** Revision-checked writes tried again when another write to the key came between. */
+const WRITE_ATTEMPTS = 5;
+
+/**
+ * Deletes the record under `key` (whatever it holds, so a corrupt one can go too): true when
+ * deleted, false when there was none. The delete names the revision read, so a write that came
+ * between is never undone blindly: the key is read again (a bounded number of times).
+ */
+export async function deleteRecord(store: RecordStore, key: string): Promise<boolean> {
+  for (let attempt = 1; ; attempt++) {
+    const found = await store.entry(key);
+    if (!found) return false;
+    if ((await store.delete(key, found.revision)) === "written") return true;
+    if (attempt === WRITE_ATTEMPTS)
+      throw new Error(`key ${key} of ${store.bucket} kept moving: ${attempt} deletes lost`);
+  }
 }

@@ -1,18 +1,31 @@
-// Immutable records in a KV bucket through the lean requester: direct gets and create-only
-// writes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream `KV_<bucket>`), so
-// any KV client sees the same data.
+// Records in a KV bucket through the lean requester: direct gets, create-only writes and
+// revision-checked deletes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream
+// `KV_<bucket>`), so any KV client sees the same data.
 import { headers } from "@nats-io/transport-node";
 import { NoRespondersError, type Requester } from "./requester.ts";
 
 /** Outcome of a create: written, or the key held a record already. */
 export type CreateOutcome = "created" | "exists";
 
+/** Outcome of a revision-checked write: done, or the key is no longer at the expected revision. */
+export type WriteOutcome = "written" | "moved";
+
+/** A key's record and its revision (the stream sequence of its last write). */
+export interface StoredEntry {
+  readonly value: Uint8Array;
+  readonly revision: number;
+}
+
 export interface RecordStore {
   readonly bucket: string;
   /** The record's bytes, or `undefined` when the key is absent or deleted. */
   get(key: string): Promise<Uint8Array | undefined>;
+  /** The record and its revision, or `undefined` when the key is absent or deleted. */
+  entry(key: string): Promise<StoredEntry | undefined>;
   /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
   create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
+  /** Deletes the record only if the key is still at `revision` (the server checks). */
+  delete(key: string, revision: number): Promise<WriteOutcome>;
 }
 
 export interface RecordStoreOptions {
@@ -116,41 +129,62 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   const createHeaders = headers();
   createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
 
-  const leaderGet = async (key: string) => (await leaderEntry(requester, bucket, key, timeout))?.value;
   // A leader cut off from its peers answers as leader until it notices (10-20 s), while the
   // others elect a new one and take writes: its "not found" is confirmed only while it heard
   // from a majority within less than the shortest election timeout.
   const confirmedMiss = async (key: string) => {
-    const value = await leaderGet(key);
-    if (value === undefined && !(await leaderInTouch(requester, bucket, timeout)))
+    const found = liveEntry(await leaderEntry(requester, bucket, key, timeout));
+    if (found === undefined && !(await leaderInTouch(requester, bucket, timeout)))
       throw new JetStreamRequestError(503, 0, "the stream leader lost touch with its peers: a miss is not confirmed");
-    return value;
+    return found;
+  };
+  const writeHeaders = (revision: number, operation?: string) => {
+    const h = headers();
+    h.set("Nats-Expected-Last-Subject-Sequence", String(revision));
+    if (operation) h.set("KV-Operation", operation);
+    return h;
+  };
+
+  const entry = async (key: string): Promise<StoredEntry | undefined> => {
+    let msg;
+    try {
+      msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
+    } catch (err) {
+      // A stream without direct gets enabled has nobody on the direct subject.
+      if (err instanceof NoRespondersError) return liveEntry(await leaderEntry(requester, bucket, key, timeout));
+      throw err;
+    }
+    const code = msg.headers?.code ?? 0;
+    if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
+    if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
+    const operation = msg.headers?.get("KV-Operation");
+    if (operation === "DEL" || operation === "PURGE") return undefined;
+    return { value: msg.data, revision: Number(msg.headers?.get("Nats-Sequence")) };
   };
 
   return {
     bucket,
-    async get(key) {
-      let msg;
-      try {
-        msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
-      } catch (err) {
-        // A stream without direct gets enabled has nobody on the direct subject.
-        if (err instanceof NoRespondersError) return leaderGet(key);
-        throw err;
-      }
-      const code = msg.headers?.code ?? 0;
-      if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
-      if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
-      const operation = msg.headers?.get("KV-Operation");
-      if (operation === "DEL" || operation === "PURGE") return undefined;
-      return msg.data;
-    },
+    get: async (key) => (await entry(key))?.value,
+    entry,
     async create(key, data) {
-      const msg = await requester.request(subjectOf(key), data, timeout, createHeaders);
-      const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
-      if (!ack.error) return "created";
-      if (isWrongLastSequence(ack.error.err_code)) return "exists";
-      throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
+      return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ? "created" : "exists";
+    },
+    async delete(key, revision) {
+      const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, "DEL"));
+      return stored(ack) ? "written" : "moved";
     },
   };
+}
+
+/** Whether a write's ack says stored (true) or refused for its expected revision (false); other failures throw. */
+function stored(msg: { json<T>(): T }): boolean {
+  const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
+  if (!ack.error) return true;
+  if (isWrongLastSequence(ack.error.err_code)) return false;
+  throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
+}
+
+/** A leader's entry as a stored record: undefined for a delete marker. */
+function liveEntry(entry: LeaderEntry | undefined): StoredEntry | undefined {
+  return entry?.value === undefined ? undefined : { value: entry.value, revision: entry.revision };
 }

@@ -75,5 +75,20 @@ export const createTaskDO = {
   summary: "Create a task in the task object named by ?name= (default `default`)",
 } as const satisfies Operation;
 
+/** No body: HTTP 204; `null` over NATS. */
+const NoContent = Type.Null({ description: "no body (HTTP 204); null over NATS" });
+
+export const deleteTask = {
+  name: "deleteTask",
+  api: "task",
+  http: { method: "DELETE", path: "/:id" },
+  subject: "tasks.delete",
+  placement: stateless,
+  params: TaskIdParams,
+  success: NoContent,
+  errors: [TaskNotFound],
+  summary: "Delete a task from the object store",
+} as const satisfies Operation;
+
 /** The Task API, in route order: `/do` routes before `/:id`. */
-export const taskApi = { createTask, getTaskDO, createTaskDO, getTask } as const;
+export const taskApi = { createTask, getTaskDO, createTaskDO, getTask, deleteTask } as const;
