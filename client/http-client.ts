@@ -55,7 +55,8 @@ export function httpClient<Api extends Record<string, Operation>>(
           res.status,
           value ?? { _tag: "InternalServerError", message: `${res.status} with no body` },
         );
-      return value;
+      // A success with no body (HTTP 204) is `null`, as over NATS.
+      return value ?? null;
     },
     options,
   );

@@ -13,6 +13,12 @@ export function sendJson(res: ServerResponse, status: number, data: Uint8Array |
   res.end(data);
 }
 
+/** A success with no body (an operation whose success is `NoContent`). */
+export function sendNoContent(res: ServerResponse): void {
+  res.writeHead(204);
+  res.end();
+}
+
 export function sendError(res: ServerResponse, err: unknown, context: { op?: string; requestId?: string } = {}): void {
   const failure = err instanceof ApiError ? err : internal(err, context);
   if (res.headersSent) {

@@ -4,6 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import polka, { type Request } from "polka";
 import { v4 as uuidv4 } from "uuid";
 import {
+  answersNoContent,
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
@@ -25,7 +26,7 @@ import type { OwnerRouting } from "./owner-routing.ts";
 import { principalOfRequest } from "./api-keys.ts";
 import { readJsonBody } from "./body.ts";
 import { requestId } from "./request-id.ts";
-import { sendError, sendJson } from "./respond.ts";
+import { sendError, sendJson, sendNoContent } from "./respond.ts";
 import { forward } from "./transport.ts";
 
 export interface RouteOptions {
@@ -60,6 +61,7 @@ export function buildRouter(operations: readonly Operation[], options: RouteOpti
 
 function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
+  const noContent = answersNoContent(op);
   const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
   // An unanswered request to an owner is sent on (hedged): only a repeatable one may be.
@@ -111,7 +113,8 @@ function operationRoute(op: Operation, options: RouteOptions) {
             attemptMs: waitMs === undefined ? attemptMs : undefined,
             headers,
           }));
-        sendJson(res, reply.status, reply.data);
+        if (reply.status === 200 && noContent) sendNoContent(res);
+        else sendJson(res, reply.status, reply.data);
       }
     } catch (err) {
       sendError(res, err, { op: op.name, requestId: id });

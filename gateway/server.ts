@@ -6,7 +6,7 @@ import { MisdirectedRequest, Unauthorized, type OpenApiInfo, type Operation } fr
 import { log, recordHttp } from "../platform/index.ts";
 import { setPrincipal, type ApiKeys } from "./api-keys.ts";
 import { answerClientError } from "./client-error.ts";
-import { applyCors, corsHeaders } from "./cors.ts";
+import { allowedMethods, applyCors, corsHeaders } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
 import { hostCheck } from "./host-check.ts";
@@ -50,6 +50,10 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
   const router = buildRouter(options.operations, options);
   const api = options.operations[0]?.api ?? "";
   const servesHost = hostCheck(options.hostNames);
+  const cors = {
+    authorization: options.apiKeys !== undefined,
+    methods: allowedMethods(options.operations.map((op) => op.http.method)),
+  };
   const answerDocs = docsResponder(options.operations, options.info, { apiKeys: options.apiKeys !== undefined });
   let closing = false;
   const ready = () => !closing && options.nats.connected();
@@ -69,7 +73,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
         if (options.cors) corsHeaders(res);
         return sendError(res, MisdirectedRequest.make({ message: MISDIRECTED }));
       }
-      if (options.cors && applyCors(req, res, { authorization: options.apiKeys !== undefined })) return;
+      if (options.cors && applyCors(req, res, cors)) return;
       if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
       if (options.apiKeys) {
         const principal = options.apiKeys.principalOf(req);

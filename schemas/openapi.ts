@@ -1,6 +1,7 @@
 // OpenAPI 3.1 documents derived from the operation contracts (never written by hand).
 import type { TObject, TSchema } from "@sinclair/typebox";
 import { commonErrors, PayloadTooLarge, Unauthorized, UnsupportedMediaType, type ErrorDef } from "./errors.ts";
+import { answersNoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
 
 type Json = Record<string, unknown>;
@@ -85,7 +86,9 @@ export function openApiDocument(operations: readonly Operation[], info: OpenApiI
         ? { requestBody: { required: true, content: { "application/json": { schema: plain(op.payload) } } } }
         : {}),
       responses: {
-        "200": { description: "Success", content: { "application/json": { schema: plain(op.success) } } },
+        ...(answersNoContent(op)
+          ? { "204": { description: "Success, no body" } }
+          : { "200": { description: "Success", content: { "application/json": { schema: plain(op.success) } } } }),
         ...errorResponses(op),
         ...(apiKeys ? unauthorizedResponse : {}),
       },

@@ -1,7 +1,9 @@
 // Decoding operation replies (the NATS micro convention: an error carries its status in the
 // `Nats-Service-Error-Code` header and its declared body). The one decoder for every caller;
 // structural, so it needs no NATS library here.
+import { Type } from "@sinclair/typebox";
 import { ApiError } from "./errors.ts";
+import type { Operation } from "./types.ts";
 import { ERROR_CODE_HEADER } from "./subjects.ts";
 
 /** What a decoder reads of a NATS reply message. */
@@ -29,3 +31,9 @@ export function replyValue<T = unknown>(msg: ReplyMessage): T {
   if (code) throw new ApiError(Number(code), msg.json());
   return msg.json<T>();
 }
+
+/** The success of an operation that answers nothing: HTTP 204 with no body; `null` over NATS. */
+export const NoContent = Type.Null({ description: "no body (HTTP 204); null over NATS" });
+
+/** Whether `op` succeeds with no body (its success is `NoContent`). */
+export const answersNoContent = (op: Operation): boolean => op.success.type === "null";

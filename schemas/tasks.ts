@@ -2,6 +2,7 @@
 import { Type } from "@sinclair/typebox";
 import { TaskNotFound } from "./errors.ts";
 import { ownedByName, stateless } from "./placement.ts";
+import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
 
 /** A task as stored and answered. */
@@ -74,9 +75,6 @@ export const createTaskDO = {
   idempotent: true,
   summary: "Create a task in the task object named by ?name= (default `default`)",
 } as const satisfies Operation;
-
-/** No body: HTTP 204; `null` over NATS. */
-const NoContent = Type.Null({ description: "no body (HTTP 204); null over NATS" });
 
 export const deleteTask = {
   name: "deleteTask",

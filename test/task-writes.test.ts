@@ -22,7 +22,8 @@ describe("task writes", () => {
   it("task writes - deleteTask over HTTP deletes, then getTask and a second delete are 404", async () => {
     const task = await create("to delete");
     const deleted = await fetch(`${svc.taskUrl}/${task.id}`, { method: "DELETE" });
-    assert.ok(deleted.ok, `status ${deleted.status}`);
+    assert.equal(deleted.status, 204);
+    assert.equal(await deleted.text(), "");
     const read = await getJson(`${svc.taskUrl}/${task.id}`);
     assert.equal(read.status, 404);
     assert.deepEqual(read.body, { _tag: "TaskNotFound", id: task.id, message: `no task "${task.id}"` });
