@@ -20,6 +20,8 @@ export interface ForwardOptions {
   prefix: string;
   /** Headers to send along (request id, idempotency key, principal...). */
   headers?: Readonly<Record<string, string | undefined>>;
+  /** Sees the owner's reply headers (e.g. a stored record's `Revision`) before its value is taken. */
+  onReply?: (headers: MsgHdrs | undefined) => void;
 }
 
 /**
@@ -42,5 +44,6 @@ export async function forwardToOwner<T>(
     options.timeoutMs,
     h,
   );
+  options.onReply?.(reply.headers);
   return replyValue<T>(reply);
 }

@@ -26,8 +26,15 @@ import {
 import { isNoResponders, isTimeout, recordForward, type RecordStore, type Requester } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import { createRecord, readRecord } from "./records.ts";
-import type { ApiHandlers, Handler, HandlerContext, OwnerStrategy } from "./serve.ts";
+import { createRecord, readEntry, type Stored } from "./records.ts";
+import {
+  answerStored,
+  answerStoredAs,
+  type ApiHandlers,
+  type Handler,
+  type HandlerContext,
+  type OwnerStrategy,
+} from "./serve.ts";
 import { isTaskRecord, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
@@ -72,11 +79,12 @@ function holdBudget(context: HandlerContext, fallbackMs: number): number {
  * the owner would answer (it reads the same key) is answered without waiting for the owner.
  */
 export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> {
-  return async ({ id, name }) => {
+  return async ({ id, name }, context) => {
     const key = taskObjectKey(name ?? "default", id);
-    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key, isTaskRecord);
+    const task = key === undefined ? undefined : await readEntry<TaskRecord>(store, key, isTaskRecord);
     if (!task) throw TaskNotFound.make({ id });
-    return task;
+    answerStored(context, task);
+    return task.value;
   };
 }
 
@@ -103,7 +111,12 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
     };
     try {
       return {
-        answer: await forwardToOwner<T>(deps.requester, op, owner, input, { timeoutMs, prefix: deps.prefix, headers }),
+        answer: await forwardToOwner<T>(deps.requester, op, owner, input, {
+          timeoutMs,
+          prefix: deps.prefix,
+          headers,
+          onReply: (reply) => answerStoredAs(context, reply),
+        }),
       };
     } catch (err) {
       if (err instanceof ApiError && err._tag === NotOwner.tag) return { moved: true as const };
@@ -182,15 +195,16 @@ export function taskObjectHandlers(
   // The owner reads its records from memory once seen: a record never changes after its
   // create, so a kept one stays true whoever owns the name later. Absence is never kept.
   const entries = deps.cacheEntries ?? 50_000;
-  const records = entries > 0 ? new LRUCache<string, TaskRecord>({ max: entries }) : undefined;
+  const records = entries > 0 ? new LRUCache<string, Stored<TaskRecord>>({ max: entries }) : undefined;
   return {
-    async getTaskDO({ id, name = "default" }) {
+    async getTaskDO({ id, name = "default" }, context) {
       const key = taskObjectKey(name, id);
       const task =
-        key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key, isTaskRecord)));
+        key === undefined ? undefined : (records?.get(key) ?? (await readEntry<TaskRecord>(store, key, isTaskRecord)));
       if (!task) throw TaskNotFound.make({ id });
       records?.set(key!, task);
-      return task;
+      answerStored(context, task);
+      return task.value;
     },
     async createTaskDO({ title, name = "default" }, context) {
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
@@ -199,7 +213,8 @@ export function taskObjectHandlers(
       const key = taskObjectKey(name, task.id)!;
       const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
       records?.set(key, stored);
-      return stored;
+      answerStored(context, stored);
+      return stored.value;
     },
   };
 }

@@ -8,6 +8,7 @@ import {
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
+  IF_MATCH_HEADER,
   PRINCIPAL_HEADER,
   REQUEST_ID_HEADER,
   UnsupportedMediaType,
@@ -83,17 +84,16 @@ function operationRoute(op: Operation, options: RouteOptions) {
       const input = decode({ ...req.params, ...req.query, ...payload });
       if (localRead) {
         // polka's `originalUrl`: the request's path and query (a `#fragment` dropped).
-        sendJson(
-          res,
-          200,
-          await localRead(input, req.originalUrl).catch((err: unknown) => {
-            throw toApiError(op, err, id);
-          }),
-        );
+        const answer = await localRead(input, req.originalUrl).catch((err: unknown) => {
+          throw toApiError(op, err, id);
+        });
+        sendJson(res, 200, answer.body, answer.revision);
       } else {
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
         if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+        const ifMatch = req.headers["if-match"];
+        if (ifMatch && op.http.method !== "GET") headers[IF_MATCH_HEADER] = ifMatch;
         const body = requestBody(op, input);
         // Straight to the owner when known; else, or
         // when it did not serve, through the shared subject, where any actor routes it.
@@ -113,8 +113,11 @@ function operationRoute(op: Operation, options: RouteOptions) {
             attemptMs: waitMs === undefined ? attemptMs : undefined,
             headers,
           }));
+        const stored = reply.status === 200 ? reply.stored : undefined;
+        // Seen before it is answered: a read here after this answer never finds what it replaced.
+        if (stored && op.http.method !== "GET") options.localReads?.written(stored.record, stored.revision);
         if (reply.status === 200 && noContent) sendNoContent(res);
-        else sendJson(res, reply.status, reply.data);
+        else sendJson(res, reply.status, reply.data, stored?.revision);
       }
     } catch (err) {
       sendError(res, err, { op: op.name, requestId: id });

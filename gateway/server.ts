@@ -113,9 +113,9 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
 }
 
 /** A read found before at this URL, sent as it is (counted and logged like any answer). */
-function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body }: AnsweredRead): void {
+function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body, revision }: AnsweredRead): void {
   const started = performance.now();
-  sendJson(res, 200, body);
+  sendJson(res, 200, body, revision);
   const seconds = (performance.now() - started) / 1000;
   recordHttp(op.api, op.name, 200, seconds);
   if (log.isLevelEnabled("debug"))

@@ -16,7 +16,14 @@ import {
   subscriptionSubject,
   viaGateway,
 } from "../schemas/index.ts";
-import { actorBuckets, bucketNames, imageObjectBucket, jobsCreatedSubject, snapshotObjectBucket } from "./buckets.ts";
+import {
+  actorBuckets,
+  bucketNames,
+  imageObjectBucket,
+  jobsCreatedSubject,
+  recordChangesSubject,
+  snapshotObjectBucket,
+} from "./buckets.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
 export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
@@ -168,7 +175,8 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
     gateway: {
       // Besides the operations, the reads it serves itself from storage.
       publish: { allow: [...ops.gateway.publish, ...ACTOR_BUCKETS.flatMap(kvRead)] },
-      subscribe: { allow: [...ops.gateway.subscribe, inbox("gateway")] },
+      // The change feed of the records whose reads it keeps.
+      subscribe: { allow: [...ops.gateway.subscribe, `${recordChangesSubject(prefix)}.>`, inbox("gateway")] },
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {

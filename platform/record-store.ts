@@ -4,11 +4,11 @@
 import { headers } from "@nats-io/transport-node";
 import { NoRespondersError, type Requester } from "./requester.ts";
 
-/** Outcome of a create: written, or the key held a record already. */
-export type CreateOutcome = "created" | "exists";
+/** Outcome of a create: written (at this revision), or the key held a record already. */
+export type CreateOutcome = { readonly revision: number } | "exists";
 
-/** Outcome of a revision-checked write: done, or the key is no longer at the expected revision. */
-export type WriteOutcome = "written" | "moved";
+/** Outcome of a revision-checked write: done (at this revision), or the key is no longer at the expected one. */
+export type WriteOutcome = { readonly revision: number } | "moved";
 
 /** A key's record and its revision (the stream sequence of its last write). */
 export interface StoredEntry {
@@ -24,6 +24,8 @@ export interface RecordStore {
   entry(key: string): Promise<StoredEntry | undefined>;
   /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
   create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
+  /** Replaces the record only if the key is still at `revision` (the server checks). */
+  update(key: string, data: string | Uint8Array, revision: number): Promise<WriteOutcome>;
   /** Deletes the record only if the key is still at `revision` (the server checks). */
   delete(key: string, revision: number): Promise<WriteOutcome>;
 }
@@ -167,20 +169,23 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
     get: async (key) => (await entry(key))?.value,
     entry,
     async create(key, data) {
-      return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ? "created" : "exists";
+      return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ?? "exists";
+    },
+    async update(key, data, revision) {
+      return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision))) ?? "moved";
     },
     async delete(key, revision) {
       const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, "DEL"));
-      return stored(ack) ? "written" : "moved";
+      return stored(ack) ?? "moved";
     },
   };
 }
 
-/** Whether a write's ack says stored (true) or refused for its expected revision (false); other failures throw. */
-function stored(msg: { json<T>(): T }): boolean {
+/** A write's revision from its ack, or undefined when refused for its expected revision; other failures throw. */
+function stored(msg: { json<T>(): T }): { revision: number } | undefined {
   const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
-  if (!ack.error) return true;
-  if (isWrongLastSequence(ack.error.err_code)) return false;
+  if (!ack.error) return { revision: ack.seq ?? 0 };
+  if (isWrongLastSequence(ack.error.err_code)) return undefined;
   throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
 }
 

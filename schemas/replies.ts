@@ -4,7 +4,7 @@
 import { Type } from "@sinclair/typebox";
 import { ApiError } from "./errors.ts";
 import type { Operation } from "./types.ts";
-import { ERROR_CODE_HEADER } from "./subjects.ts";
+import { ERROR_CODE_HEADER, RECORD_HEADER, REVISION_HEADER } from "./subjects.ts";
 
 /** What a decoder reads of a NATS reply message. */
 export interface ReplyMessage {
@@ -17,12 +17,17 @@ export interface ReplyMessage {
 export interface OperationReply {
   status: number;
   data: Uint8Array;
+  /** The stored record the answer is (`<bucket>.<key>`) and its revision, when it is one. */
+  stored?: { record: string; revision: number };
 }
 
 /** Status and bytes of a reply: 200 unless it carries the error code header. */
 export function replyOf(msg: ReplyMessage): OperationReply {
   const code = msg.headers?.get(ERROR_CODE_HEADER);
-  return { status: code ? Number(code) : 200, data: msg.data };
+  const record = msg.headers?.get(RECORD_HEADER);
+  const reply: OperationReply = { status: code ? Number(code) : 200, data: msg.data };
+  if (record) reply.stored = { record, revision: Number(msg.headers!.get(REVISION_HEADER)) };
+  return reply;
 }
 
 /** The success value of a reply; an error reply is thrown as the `ApiError` it carries. */

@@ -1,6 +1,6 @@
 // Task API contracts: the object-store operations and the task-object (`/do`) operations.
 import { Type } from "@sinclair/typebox";
-import { TaskNotFound } from "./errors.ts";
+import { PreconditionFailed, TaskNotFound } from "./errors.ts";
 import { ownedByName, stateless } from "./placement.ts";
 import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
@@ -14,6 +14,11 @@ export const Task = Type.Object({
 
 const TaskIdParams = Type.Object({ id: Type.String() }, { additionalProperties: false });
 const CreateTaskPayload = Type.Object({ title: Type.String() }, { additionalProperties: false });
+/** The fields to change: at least one. */
+const UpdateTaskPayload = Type.Object(
+  { title: Type.Optional(Type.String()), completed: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false, minProperties: 1 },
+);
 /** `?name=` selects the task object; any non-empty string up to 256 characters. */
 const TaskObjectQuery = Type.Object(
   { name: Type.Optional(Type.String({ minLength: 1, maxLength: 256, default: "default" })) },
@@ -26,8 +31,8 @@ export const getTask = {
   http: { method: "GET", path: "/:id" },
   subject: "tasks.get",
   placement: stateless,
-  /** Tasks never change once created. */
-  reads: "immutable",
+  /** Changed only by updateTask and deleteTask, whose writes the bucket publishes. */
+  reads: "versioned",
   params: TaskIdParams,
   success: Task,
   errors: [TaskNotFound],
@@ -53,8 +58,8 @@ export const getTaskDO = {
   http: { method: "GET", path: "/do/:id" },
   subject: "taskobjects.{name}.get",
   placement: ownedByName("name"),
-  /** Records never change once created, and a create is answered after it is stored. */
-  reads: "immutable",
+  /** Changed only by the name's activation, whose writes the bucket publishes; a create is answered after it is stored. */
+  reads: "versioned",
   params: TaskIdParams,
   query: TaskObjectQuery,
   success: Task,
@@ -84,9 +89,22 @@ export const deleteTask = {
   placement: stateless,
   params: TaskIdParams,
   success: NoContent,
-  errors: [TaskNotFound],
-  summary: "Delete a task from the object store",
+  errors: [TaskNotFound, PreconditionFailed],
+  summary: "Delete a task from the object store (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const updateTask = {
+  name: "updateTask",
+  api: "task",
+  http: { method: "PATCH", path: "/:id" },
+  subject: "tasks.update",
+  placement: stateless,
+  params: TaskIdParams,
+  payload: UpdateTaskPayload,
+  success: Task,
+  errors: [TaskNotFound, PreconditionFailed],
+  summary: "Change a task's title and/or completed (`If-Match`: only at that revision)",
 } as const satisfies Operation;
 
 /** The Task API, in route order: `/do` routes before `/:id`. */
-export const taskApi = { createTask, getTaskDO, createTaskDO, getTask, deleteTask } as const;
+export const taskApi = { createTask, getTaskDO, createTaskDO, getTask, updateTask, deleteTask } as const;
