@@ -157,15 +157,50 @@ function requireRevision(condition: WriteCondition, revision: number): void {
 }
 
 /** Runs `attempt` again while its write lost to another (`moved`), a bounded number of times. */
-async function retryMoved<R>(
-  store: RecordStore,
-  key: string,
-  attempt: () => Promise<R | "moved">,
-): Promise<R> {
+async function retryMoved<R>(store: RecordStore, key: string, attempt: () => Promise<R | "moved">): Promise<R> {
   for (let n = 1; ; n++) {
     const outcome = await attempt();
     if (outcome !== "moved") return outcome;
     // The named revision moved between the read and the write: the next read tells which one it is now.
     if (n === WRITE_ATTEMPTS) throw new Error(`key ${key} of ${store.bucket} kept moving: ${n} writes lost`);
   }
+}
+
+/** A page of records in key order, and the cursor of the next (absent on the last page). */
+export interface RecordPage<T> {
+  readonly items: T[];
+  readonly cursor?: string;
+}
+
+/**
+ * The records whose keys start with `prefix` and come after the key `cursor` names, `limit`
+ * of them, in key order, each read by `read` (deleted ones skipped). The next page starts after
+ * the last key this one looked at, so a record is on one page at most, however many are
+ * created meanwhile, and every record that lived through the listing is on one.
+ */
+export async function listRecords<T>(
+  store: RecordStore,
+  prefix: string,
+  page: { limit: number; after?: string },
+  read: (key: string) => Promise<Stored<T> | undefined>,
+): Promise<RecordPage<T>> {
+  const keys = (await store.keys(prefix)).filter((key) => page.after === undefined || key > page.after);
+  const items: T[] = [];
+  let looked = 0;
+  while (items.length < page.limit && looked < keys.length) {
+    const batch = keys.slice(looked, looked + page.limit - items.length);
+    looked += batch.length;
+    for (const found of await Promise.all(batch.map(read))) if (found) items.push(found.value);
+  }
+  return looked < keys.length ? { items, cursor: cursorOf(keys[looked - 1]!) } : { items };
+}
+
+/** A list's cursor: the last key a page looked at, opaque to callers. */
+const cursorOf = (key: string): string => Buffer.from(key, "utf8").toString("base64url");
+
+/** The key a cursor names, when it is one `listRecords` gave for keys of one level below `prefix`. */
+export function keyOfCursor(cursor: string, prefix: string): string | undefined {
+  const key = Buffer.from(cursor, "base64url").toString("utf8");
+  const ok = cursorOf(key) === cursor && key.startsWith(prefix) && /^[A-Za-z0-9_-]+$/.test(key.slice(prefix.length));
+  return ok ? key : undefined;
 }

@@ -8,11 +8,22 @@ import {
   TaskNotFound,
   type createTask,
   type deleteTask,
+  decodeFailure,
   type getTask,
+  type listTasks,
   type updateTask,
 } from "../schemas/index.ts";
 import type { Static } from "@sinclair/typebox";
-import { createRecord, deleteRecord, matchesSchema, readEntry, updateRecord, type WriteCondition } from "./records.ts";
+import {
+  createRecord,
+  deleteRecord,
+  keyOfCursor,
+  listRecords,
+  matchesSchema,
+  readEntry,
+  updateRecord,
+  type WriteCondition,
+} from "./records.ts";
 import { answerStored, type Handler, type HandlerContext } from "./serve.ts";
 
 export type TaskRecord = Static<typeof Task>;
@@ -25,6 +36,15 @@ export interface TaskHandlers {
   createTask: Handler<typeof createTask>;
   updateTask: Handler<typeof updateTask>;
   deleteTask: Handler<typeof deleteTask>;
+  listTasks: Handler<typeof listTasks>;
+}
+
+/** A list's page request from its input: `limit` (default 100) and the key after which it starts (400 for a cursor not given by it). */
+export function pageOf(input: { limit?: number | string; cursor?: string }, prefix: string) {
+  const after = input.cursor === undefined ? undefined : keyOfCursor(input.cursor, prefix);
+  if (input.cursor !== undefined && after === undefined)
+    throw decodeFailure(["cursor"], "not a cursor this list answered");
+  return { limit: Number(input.limit ?? 100), after };
 }
 
 /** A write's condition from its context: `If-Match` of task `id`, refused as 412 PreconditionFailed. */
@@ -64,6 +84,9 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
       if (!deleted) throw TaskNotFound.make({ id });
       answerStored(context, deleted);
       return null;
+    },
+    async listTasks(input) {
+      return listRecords(store, "", pageOf(input, ""), (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
     },
   };
 }

@@ -28,6 +28,8 @@ export interface RecordStore {
   update(key: string, data: string | Uint8Array, revision: number): Promise<WriteOutcome>;
   /** Deletes the record only if the key is still at `revision` (the server checks). */
   delete(key: string, revision: number): Promise<WriteOutcome>;
+  /** Every key starting with `prefix` that was ever written (deleted ones too), in sorted order. */
+  keys(prefix?: string): Promise<string[]>;
 }
 
 export interface RecordStoreOptions {
@@ -173,6 +175,30 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
     },
     async update(key, data, revision) {
       return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision))) ?? "moved";
+    },
+    async keys(prefix = "") {
+      const keys: string[] = [];
+      const filter = `$KV.${bucket}.${prefix}>`;
+      // The server answers the subjects in pages (100,000 by default).
+      for (let offset = 0; ; ) {
+        const msg = await requester.request(
+          `$JS.API.STREAM.INFO.${stream}`,
+          JSON.stringify({ subjects_filter: filter, offset }),
+          timeout,
+        );
+        const info = msg.json<{
+          state?: { subjects?: Record<string, number> };
+          total?: number;
+          error?: { code: number; err_code: number; description: string };
+        }>();
+        if (info.error?.err_code === STREAM_NOT_FOUND) return [];
+        if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
+        const page = Object.keys(info.state?.subjects ?? {});
+        for (const subject of page) keys.push(subject.slice(bucket.length + 5));
+        offset += page.length;
+        if (page.length === 0 || offset >= (info.total ?? 0)) break;
+      }
+      return keys.sort();
     },
     async delete(key, revision) {
       const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, "DEL"));

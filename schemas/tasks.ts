@@ -25,6 +25,29 @@ const TaskObjectQuery = Type.Object(
   { additionalProperties: false },
 );
 
+/** `?limit=` (1-1000, default 100; a number over NATS) and `?cursor=` (from the page before) of a list. */
+const PageFields = {
+  limit: Type.Optional(
+    Type.Union([Type.Integer({ minimum: 1, maximum: 1000 }), Type.String({ pattern: "^(?:[1-9][0-9]{0,2}|1000)$" })], {
+      description: "tasks per page, 1-1000 (default 100)",
+    }),
+  ),
+  cursor: Type.Optional(
+    Type.String({ pattern: "^[A-Za-z0-9_-]{1,1400}$", description: "the `cursor` of the page before" }),
+  ),
+};
+const PageQuery = Type.Object(PageFields, { additionalProperties: false });
+const TaskObjectPageQuery = Type.Object(
+  { ...TaskObjectQuery.properties, ...PageFields },
+  { additionalProperties: false },
+);
+
+/** A page of tasks in a stable order (by key); `cursor` asks for the next, absent on the last page. */
+export const TaskPage = Type.Object({
+  items: Type.Array(Task),
+  cursor: Type.Optional(Type.String()),
+});
+
 export const getTask = {
   name: "getTask",
   api: "task",
@@ -106,5 +129,70 @@ export const updateTask = {
   summary: "Change a task's title and/or completed (`If-Match`: only at that revision)",
 } as const satisfies Operation;
 
-/** The Task API, in route order: `/do` routes before `/:id`. */
-export const taskApi = { createTask, getTaskDO, createTaskDO, getTask, updateTask, deleteTask } as const;
+export const listTasks = {
+  name: "listTasks",
+  api: "task",
+  http: { method: "GET", path: "/" },
+  subject: "tasks.list",
+  placement: stateless,
+  query: PageQuery,
+  success: TaskPage,
+  errors: [],
+  summary: "A page of the object store's tasks (by key); `cursor` asks for the next page",
+} as const satisfies Operation;
+
+export const updateTaskDO = {
+  name: "updateTaskDO",
+  api: "task",
+  http: { method: "PATCH", path: "/do/:id" },
+  subject: "taskobjects.{name}.update",
+  placement: ownedByName("name"),
+  params: TaskIdParams,
+  query: TaskObjectQuery,
+  payload: UpdateTaskPayload,
+  success: Task,
+  errors: [TaskNotFound, PreconditionFailed],
+  summary: "Change a task of the task object named by ?name= (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const deleteTaskDO = {
+  name: "deleteTaskDO",
+  api: "task",
+  http: { method: "DELETE", path: "/do/:id" },
+  subject: "taskobjects.{name}.delete",
+  placement: ownedByName("name"),
+  params: TaskIdParams,
+  query: TaskObjectQuery,
+  success: NoContent,
+  errors: [TaskNotFound, PreconditionFailed],
+  summary: "Delete a task of the task object named by ?name= (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const listTasksDO = {
+  name: "listTasksDO",
+  api: "task",
+  http: { method: "GET", path: "/do/tasks" },
+  subject: "taskobjects.{name}.list",
+  placement: ownedByName("name"),
+  query: TaskObjectPageQuery,
+  success: TaskPage,
+  errors: [],
+  summary: "A page of the tasks of the task object named by ?name= (by key), from its owner",
+} as const satisfies Operation;
+
+/**
+ * The Task API, in route order: `/do` routes before `/:id`, and the static `/do/tasks`
+ * before `/do/:id` (a task id is never `tasks`: ids are uuids).
+ */
+export const taskApi = {
+  createTask,
+  listTasksDO,
+  getTaskDO,
+  updateTaskDO,
+  deleteTaskDO,
+  createTaskDO,
+  listTasks,
+  getTask,
+  updateTask,
+  deleteTask,
+} as const;

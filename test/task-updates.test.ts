@@ -3,14 +3,13 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { once } from "node:events";
-import { headers } from "@nats-io/transport-node";
 import { gatewayDispatch } from "../actors/index.ts";
 import { ClientError, httpClient, natsClient } from "../client/index.ts";
 import { taskApi } from "../schemas/index.ts";
 import { createGateways, READ_CACHE_STALE_MS, type LocalReads } from "../gateway/index.ts";
 import { connectNats, recordStores } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { getJson, postJson, startService, type TestService } from "./helpers/service.ts";
+import { getJson, natsRequest, postJson, startService, type TestService } from "./helpers/service.ts";
 
 type Task = { id: string; title: string; completed: boolean };
 
@@ -96,16 +95,8 @@ describe("task updates", () => {
 
   it("task updates - over NATS: tasks.update answers the Revision header; If-Match 412; 404; 400", async () => {
     const { task } = await create("nats");
-    const request = async (subject: string, body: unknown, h: Record<string, string> = {}) => {
-      const hdrs = headers();
-      for (const [k, v] of Object.entries(h)) hdrs.set(k, v);
-      const msg = await svc.handle.nc.request(subject, JSON.stringify(body), { timeout: 5_000, headers: hdrs });
-      return {
-        code: msg.headers?.get("Nats-Service-Error-Code") ?? "",
-        revision: msg.headers?.get("Revision") ?? "",
-        body: msg.json<Record<string, unknown>>(),
-      };
-    };
+    const request = (subject: string, body: unknown, h: Record<string, string> = {}) =>
+      natsRequest(svc, subject, body, h);
     const updated = await request("tasks.update", { id: task.id, completed: true });
     assert.deepEqual(updated.body, { ...task, completed: true });
     assert.match(updated.revision, /^\d+$/);
@@ -117,7 +108,7 @@ describe("task updates", () => {
       { "If-Match": String(+updated.revision - 1) },
     );
     assert.deepEqual(
-      [stale.code, stale.body._tag, stale.body.revision],
+      [stale.code, stale.body?._tag, stale.body?.revision],
       ["412", "PreconditionFailed", +updated.revision],
     );
     assert.equal((await request("tasks.update", { id: "nope", title: "t" })).code, "404");
