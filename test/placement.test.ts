@@ -156,6 +156,32 @@ describe("placement", () => {
     await a.actors.close();
   });
 
+  it("placement - updates and deletes are refused, as creates are, once the lease moved: nothing written", async () => {
+    const a = await actorProcess("fence-writes-a");
+    const api = natsClient(taskApi, client.nc);
+    const name = "fence-writes";
+    const task = await api.createTaskDO({ title: "kept", name });
+    const { taskObjectLeases, taskObjects } = recordStores(client.requester);
+    const key = `${nameToken(name)}.${task.id}`;
+    const before = await taskObjects.entry(key);
+    let moved;
+    for (let i = 0; i < 5 && typeof moved !== "number"; i++) {
+      const entry = await taskObjectLeases.get(nameToken(name)); // `a` renews it meanwhile: retry
+      moved = await taskObjectLeases.put(
+        nameToken(name),
+        JSON.stringify({ owner: "fence-writes-thief", ttlMs: 60_000 }),
+        entry.revision,
+      );
+    }
+    assert.equal(typeof moved, "number");
+    const refused = (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable";
+    await assert.rejects(api.updateTaskDO({ id: task.id, name, completed: true }), refused);
+    await assert.rejects(api.deleteTaskDO({ id: task.id, name }), refused);
+    assert.equal(events.find((e) => e.name === name && e.event === "end")?.reason, "lost");
+    assert.equal((await taskObjects.entry(key))?.revision, before?.revision, "the record was not written");
+    await a.actors.close();
+  });
+
   it("placement - an idle name is released, and another process claims it without waiting", async (t) => {
     const a = await actorProcess("idle-a", { idleMs: 200 });
     const api = natsClient(taskApi, client.nc);

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { once } from "node:events";
 import { gatewayDispatch } from "../actors/index.ts";
 import { ClientError, httpClient, natsClient } from "../client/index.ts";
-import { taskApi } from "../schemas/index.ts";
+import { nameToken, taskApi } from "../schemas/index.ts";
 import { createGateways, READ_CACHE_STALE_MS, type LocalReads } from "../gateway/index.ts";
 import { connectNats, recordStores } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -128,43 +128,51 @@ describe("task updates", () => {
     assert.equal((await getJson(`${svc.taskUrl}/${task.id}`)).status, 404);
   });
 
-  it(`task updates - another gateway answers a PATCH, then a DELETE, within ${READ_CACHE_STALE_MS} ms`, async () => {
-    const { task } = await create("two gateways");
-    const url = `${other.url}/${task.id}`;
-    assert.deepEqual((await getJson(url)).body, task); // kept by the other gateway now
-    const record = `tasks.${task.id}`;
-    const seen = (revision: number) =>
-      new Promise<void>((resolve) => {
-        const check = () => {
-          if ((other.reads.revisionSeen(record) ?? 0) < revision) return;
-          other.reads.events.off("written", check);
-          resolve();
-        };
-        other.reads.events.on("written", check);
-        check();
-      });
-    for (const write of [
-      async () => send(`${svc.taskUrl}/${task.id}`, "PATCH", { completed: true }),
-      async () => send(`${svc.taskUrl}/${task.id}`, "DELETE", undefined),
-    ]) {
-      const before = (await getJson(url)).headers.get("etag");
-      const started = performance.now();
-      const answer = await write();
-      const acked = performance.now();
-      const revision = Number(JSON.parse(answer.etag ?? before ?? "0")) + (answer.status === 204 ? 1 : 0);
-      // Waits for the other gateway's notice, at most the bound.
-      await Promise.race([seen(revision), once(AbortSignal.timeout(READ_CACHE_STALE_MS), "abort")]);
-      const read = await getJson(url);
-      const ms = performance.now() - acked;
-      console.log(
-        `other gateway current ${ms.toFixed(1)} ms after the ack (write took ${(acked - started).toFixed(1)} ms)`,
-      );
-      if (answer.status === 204) assert.equal(read.status, 404);
-      else assert.deepEqual(read.body, { ...task, completed: true });
-      assert.ok(ms <= READ_CACHE_STALE_MS + 100, `${ms} ms`);
-    }
-    assert.equal((await getJson(`${svc.taskUrl}/${task.id}`)).status, 404);
-  });
+  for (const [label, object] of [
+    ["a task", undefined],
+    ["a task object's task", "two-gateways"],
+  ] as const) {
+    it(`task updates - another gateway answers a PATCH, then a DELETE of ${label}, within ${READ_CACHE_STALE_MS} ms`, async () => {
+      const created = await postJson(`${svc.taskUrl}/${object ? `do?name=${object}` : ""}`, { title: "two gateways" });
+      const task = created.body as Task;
+      const path = object ? `/do/${task.id}?name=${object}` : `/${task.id}`;
+      const record = object ? `taskobjects.${nameToken(object)}.${task.id}` : `tasks.${task.id}`;
+      const url = `${other.url}${path}`;
+      assert.deepEqual((await getJson(url)).body, task); // kept by the other gateway now
+      /** Resolves once the other gateway saw a write of the record newer than `revision`. */
+      const seenAfter = (revision: number) =>
+        new Promise<void>((resolve) => {
+          const check = () => {
+            if ((other.reads.revisionSeen(record) ?? 0) <= revision) return;
+            other.reads.events.off("written", check);
+            resolve();
+          };
+          other.reads.events.on("written", check);
+          check();
+        });
+      for (const method of ["PATCH", "DELETE"]) {
+        const held = Number(JSON.parse((await getJson(url)).headers.get("etag")!));
+        const started = performance.now();
+        const answer = await send(
+          `${svc.taskUrl}${path}`,
+          method,
+          method === "PATCH" ? { completed: true } : undefined,
+        );
+        const acked = performance.now();
+        // Waits for the other gateway's notice, at most the bound.
+        await Promise.race([seenAfter(held), once(AbortSignal.timeout(READ_CACHE_STALE_MS), "abort")]);
+        const read = await getJson(url);
+        const ms = performance.now() - acked;
+        console.log(
+          `${label}: the other gateway current ${ms.toFixed(1)} ms after the ack (the ${method} took ${(acked - started).toFixed(1)} ms)`,
+        );
+        if (method === "DELETE") assert.deepEqual([answer.status, read.status], [204, 404]);
+        else assert.deepEqual(read.body, { ...task, completed: true });
+        assert.ok(ms <= READ_CACHE_STALE_MS + 100, `${ms} ms`);
+      }
+      assert.equal((await getJson(`${svc.taskUrl}${path}`)).status, 404);
+    });
+  }
 
   it("task updates - the typed clients send ifMatch and report the revision, over HTTP and NATS", async () => {
     for (const client of [httpClient(taskApi, svc.taskUrl), natsClient(taskApi, svc.handle.nc)]) {
