@@ -108,6 +108,8 @@ describe("task lists", () => {
     assert.equal((await patch({})).status, 400);
     assert.equal((await getJson(`${svc.taskUrl}/do/${task.id}?name=elsewhere`)).status, 404);
     assert.equal((await fetch(`${svc.taskUrl}/do/${task.id}?name=elsewhere`, { method: "DELETE" })).status, 404);
+    const staleDelete = await fetch(url, { method: "DELETE", headers: { "if-match": etag } });
+    assert.equal(staleDelete.status, 412);
     const deleted = await fetch(url, { method: "DELETE", headers: { "if-match": done.headers.get("etag")! } });
     assert.equal(deleted.status, 204);
     assert.equal((await getJson(url)).status, 404);
@@ -132,5 +134,15 @@ describe("task lists", () => {
     assert.equal((await request(`taskobjects.${token}.get`, { id: task.id })).code, "404");
     assert.equal((await request(`taskobjects.${token}.update`, { id: task.id, title: "x" })).code, "404");
     assert.deepEqual((await request(`taskobjects.${token}.list`, {})).body, { items: [] });
+    for (const [verb, body] of [
+      ["update", { id: task.id }],
+      ["update", { id: task.id, completed: "yes" }],
+      ["delete", {}],
+      ["list", { limit: 0 }],
+      ["list", { cursor: "!" }],
+    ] as const) {
+      const bad = await request(`taskobjects.${token}.${verb}`, body);
+      assert.deepEqual([bad.code, bad.body?._tag], ["400", "HttpApiDecodeError"], `${verb} ${JSON.stringify(body)}`);
+    }
   });
 });
