@@ -51,6 +51,8 @@ export interface Stored<T> {
   readonly bucket: string;
   readonly key: string;
   readonly revision: number;
+  /** The write id its last write was sent with, if any. */
+  readonly writtenBy?: string;
 }
 
 /** The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
@@ -71,7 +73,7 @@ export async function readEntry<T>(
   }
   const problem = check(value);
   if (problem !== undefined) throw new CorruptRecord(store.bucket, key, problem);
-  return { value: value as T, bucket: store.bucket, key, revision: found.revision };
+  return { value: value as T, bucket: store.bucket, key, revision: found.revision, writtenBy: found.writtenBy };
 }
 
 /** The stored JSON of `key`, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
@@ -110,6 +112,11 @@ const WRITE_ATTEMPTS = 5;
 export interface WriteCondition {
   readonly ifMatch?: number;
   readonly mismatch: (current: number) => Error;
+  /**
+   * The request's id (its Idempotency-Key), sent with the write: a repeat of a request whose
+   * write is the record's last one answers that write instead of writing (or refusing) again.
+   */
+  readonly writeId?: string;
 }
 
 /**
@@ -127,9 +134,10 @@ export async function updateRecord<T>(
   return retryMoved(store, key, async () => {
     const found = await readEntry<T>(store, key, check);
     if (!found) return undefined;
+    if (condition.writeId !== undefined && found.writtenBy === condition.writeId) return found;
     requireRevision(condition, found.revision);
     const value = change(found.value);
-    const outcome = await store.update(key, JSON.stringify(value), found.revision);
+    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId);
     return outcome === "moved" ? outcome : { value, bucket: store.bucket, key, revision: outcome.revision };
   });
 }
@@ -144,10 +152,13 @@ export async function deleteRecord(
   condition: WriteCondition,
 ): Promise<Stored<null> | undefined> {
   return retryMoved(store, key, async () => {
-    const found = await store.entry(key);
+    const found = await store.lastWrite(key);
     if (!found) return undefined;
+    const repeat = condition.writeId !== undefined && found.writtenBy === condition.writeId;
+    if (repeat && found.deleted) return { value: null, bucket: store.bucket, key, revision: found.revision };
+    if (found.deleted) return undefined;
     requireRevision(condition, found.revision);
-    const outcome = await store.delete(key, found.revision);
+    const outcome = await store.delete(key, found.revision, condition.writeId);
     return outcome === "moved" ? outcome : { value: null, bucket: store.bucket, key, revision: outcome.revision };
   });
 }

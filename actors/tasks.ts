@@ -49,7 +49,11 @@ export function pageOf(input: { limit?: number | string; cursor?: string }, pref
 
 /** A write's condition from its context: `If-Match` of task `id`, refused as 412 PreconditionFailed. */
 export function taskCondition(id: string, context: HandlerContext): WriteCondition {
-  return { ifMatch: context.ifMatch, mismatch: (revision) => PreconditionFailed.make({ id, revision }) };
+  return {
+    ifMatch: context.ifMatch,
+    mismatch: (revision) => PreconditionFailed.make({ id, revision }),
+    writeId: context.idempotencyKey,
+  };
 }
 
 export function taskHandlers(store: RecordStore): TaskHandlers {

@@ -14,6 +14,15 @@ export type WriteOutcome = { readonly revision: number } | "moved";
 export interface StoredEntry {
   readonly value: Uint8Array;
   readonly revision: number;
+  /** The write id (`Nats-Msg-Id`) its last write was sent with, if any. */
+  readonly writtenBy?: string;
+}
+
+/** A key's last write, a deletion included. */
+export interface LastWrite {
+  readonly revision: number;
+  readonly deleted: boolean;
+  readonly writtenBy?: string;
 }
 
 export interface RecordStore {
@@ -24,10 +33,15 @@ export interface RecordStore {
   entry(key: string): Promise<StoredEntry | undefined>;
   /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
   create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
-  /** Replaces the record only if the key is still at `revision` (the server checks). */
-  update(key: string, data: string | Uint8Array, revision: number): Promise<WriteOutcome>;
-  /** Deletes the record only if the key is still at `revision` (the server checks). */
-  delete(key: string, revision: number): Promise<WriteOutcome>;
+  /** The key's last write (a deletion too), or `undefined` when it never held anything. */
+  lastWrite(key: string): Promise<LastWrite | undefined>;
+  /**
+   * Replaces the record only if the key is still at `revision` (the server checks). `writeId`
+   * goes with the write (`Nats-Msg-Id`): a repeat of the same request finds it in `writtenBy`.
+   */
+  update(key: string, data: string | Uint8Array, revision: number, writeId?: string): Promise<WriteOutcome>;
+  /** Deletes the record only if the key is still at `revision` (the server checks), as `update` writes. */
+  delete(key: string, revision: number, writeId?: string): Promise<WriteOutcome>;
   /** Every key starting with `prefix` that was ever written (deleted ones too), in sorted order. */
   keys(prefix?: string): Promise<string[]>;
 }
@@ -137,44 +151,58 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   // others elect a new one and take writes: its "not found" is confirmed only while it heard
   // from a majority within less than the shortest election timeout.
   const confirmedMiss = async (key: string) => {
-    const found = liveEntry(await leaderEntry(requester, bucket, key, timeout));
+    const found = asLastWrite(await leaderEntry(requester, bucket, key, timeout));
     if (found === undefined && !(await leaderInTouch(requester, bucket, timeout)))
       throw new JetStreamRequestError(503, 0, "the stream leader lost touch with its peers: a miss is not confirmed");
     return found;
   };
-  const writeHeaders = (revision: number, operation?: string) => {
+  const writeHeaders = (revision: number, writeId: string | undefined, operation?: string) => {
     const h = headers();
     h.set("Nats-Expected-Last-Subject-Sequence", String(revision));
+    if (writeId) h.set("Nats-Msg-Id", writeId);
     if (operation) h.set("KV-Operation", operation);
     return h;
   };
 
-  const entry = async (key: string): Promise<StoredEntry | undefined> => {
+  /** The key's last message by direct get: a record, a deletion, or undefined when none was found. */
+  const lastMessage = async (key: string): Promise<(LastWrite & { value?: Uint8Array }) | undefined> => {
     let msg;
     try {
       msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
     } catch (err) {
       // A stream without direct gets enabled has nobody on the direct subject.
-      if (err instanceof NoRespondersError) return liveEntry(await leaderEntry(requester, bucket, key, timeout));
+      if (err instanceof NoRespondersError) return asLastWrite(await leaderEntry(requester, bucket, key, timeout));
       throw err;
     }
     const code = msg.headers?.code ?? 0;
     if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
     if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
     const operation = msg.headers?.get("KV-Operation");
-    if (operation === "DEL" || operation === "PURGE") return undefined;
-    return { value: msg.data, revision: Number(msg.headers?.get("Nats-Sequence")) };
+    const deleted = operation === "DEL" || operation === "PURGE";
+    const revision = Number(msg.headers?.get("Nats-Sequence"));
+    const writtenBy = msg.headers?.get("Nats-Msg-Id") || undefined;
+    return { revision, deleted, writtenBy, ...(deleted ? {} : { value: msg.data }) };
+  };
+  const entry = async (key: string): Promise<StoredEntry | undefined> => {
+    const last = await lastMessage(key);
+    return last?.value === undefined
+      ? undefined
+      : { value: last.value, revision: last.revision, writtenBy: last.writtenBy };
   };
 
   return {
     bucket,
     get: async (key) => (await entry(key))?.value,
     entry,
+    async lastWrite(key) {
+      const last = await lastMessage(key);
+      return last && { revision: last.revision, deleted: last.deleted, writtenBy: last.writtenBy };
+    },
     async create(key, data) {
       return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ?? "exists";
     },
-    async update(key, data, revision) {
-      return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision))) ?? "moved";
+    async update(key, data, revision, writeId) {
+      return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId))) ?? "moved";
     },
     async keys(prefix = "") {
       const keys: string[] = [];
@@ -200,8 +228,8 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       }
       return keys.sort();
     },
-    async delete(key, revision) {
-      const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, "DEL"));
+    async delete(key, revision, writeId) {
+      const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, writeId, "DEL"));
       return stored(ack) ?? "moved";
     },
   };
@@ -215,7 +243,8 @@ function stored(msg: { json<T>(): T }): { revision: number } | undefined {
   throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
 }
 
-/** A leader's entry as a stored record: undefined for a delete marker. */
-function liveEntry(entry: LeaderEntry | undefined): StoredEntry | undefined {
-  return entry?.value === undefined ? undefined : { value: entry.value, revision: entry.revision };
+/** A leader's entry as a last write (the leader's answer carries no write id). */
+function asLastWrite(entry: LeaderEntry | undefined): (LastWrite & { value?: Uint8Array }) | undefined {
+  if (!entry) return undefined;
+  return { revision: entry.revision, deleted: entry.value === undefined, value: entry.value };
 }

@@ -39,7 +39,10 @@ function parameters(op: Operation): Json[] {
       name: "Idempotency-Key",
       in: "header",
       required: false,
-      description: "A uuid v4 that becomes the new record's id; repeating the request answers the same record.",
+      description:
+        op.http.method === "POST"
+          ? "A uuid v4 that becomes the new record's id; repeating the request answers the same record."
+          : "A uuid v4 sent with the write; repeating the request answers as the first did, and writes once.",
       schema: { type: "string", format: "uuid" },
     });
   }

@@ -113,6 +113,7 @@ export const deleteTask = {
   params: TaskIdParams,
   success: NoContent,
   errors: [TaskNotFound, PreconditionFailed],
+  idempotent: true,
   summary: "Delete a task from the object store (`If-Match`: only at that revision)",
 } as const satisfies Operation;
 
@@ -126,6 +127,7 @@ export const updateTask = {
   payload: UpdateTaskPayload,
   success: Task,
   errors: [TaskNotFound, PreconditionFailed],
+  idempotent: true,
   summary: "Change a task's title and/or completed (`If-Match`: only at that revision)",
 } as const satisfies Operation;
 
@@ -152,6 +154,7 @@ export const updateTaskDO = {
   payload: UpdateTaskPayload,
   success: Task,
   errors: [TaskNotFound, PreconditionFailed],
+  idempotent: true,
   summary: "Change a task of the task object named by ?name= (`If-Match`: only at that revision)",
 } as const satisfies Operation;
 
@@ -165,6 +168,7 @@ export const deleteTaskDO = {
   query: TaskObjectQuery,
   success: NoContent,
   errors: [TaskNotFound, PreconditionFailed],
+  idempotent: true,
   summary: "Delete a task of the task object named by ?name= (`If-Match`: only at that revision)",
 } as const satisfies Operation;
 

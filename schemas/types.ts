@@ -52,7 +52,11 @@ export interface Operation {
   readonly payload?: TObject;
   readonly success: TSchema;
   readonly errors: readonly ErrorDef[];
-  /** The write creates a record whose id an `Idempotency-Key` header may fix. */
+  /**
+   * The write may be repeated under one `Idempotency-Key` (the gateway makes one per HTTP
+   * request): a create's key fixes the new record's id; an update's or delete's goes with its
+   * write, so a repeat answers that write instead of writing again.
+   */
   readonly idempotent?: boolean;
   readonly summary?: string;
   /** Largest request body over HTTP, above the gateway's default (still below NATS max_payload). */

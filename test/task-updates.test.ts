@@ -93,6 +93,32 @@ describe("task updates", () => {
     );
   });
 
+  it("task updates - a repeated PATCH or DELETE (one Idempotency-Key) answers as the first did, written once", async () => {
+    const { task, etag } = await create("retried");
+    const key = crypto.randomUUID();
+    const url = `${svc.taskUrl}/${task.id}`;
+    const headers = { "if-match": etag, "idempotency-key": key };
+    const first = await send(url, "PATCH", { completed: true }, headers);
+    const again = await send(url, "PATCH", { completed: true }, headers);
+    assert.deepEqual([first.status, again.status], [200, 200]);
+    assert.deepEqual(
+      [again.body, again.etag],
+      [first.body, first.etag],
+      "the first write's answer, not a second write",
+    );
+    const other = await send(
+      url,
+      "PATCH",
+      { title: "x" },
+      { "if-match": etag, "idempotency-key": crypto.randomUUID() },
+    );
+    assert.equal(other.status, 412);
+    const deleteKey = { "if-match": first.etag!, "idempotency-key": crypto.randomUUID() };
+    assert.equal((await send(url, "DELETE", undefined, deleteKey)).status, 204);
+    assert.equal((await send(url, "DELETE", undefined, deleteKey)).status, 204);
+    assert.equal((await send(url, "DELETE", undefined)).status, 404);
+  });
+
   it("task updates - over NATS: tasks.update answers the Revision header; If-Match 412; 404; 400", async () => {
     const { task } = await create("nats");
     const request = (subject: string, body: unknown, h: Record<string, string> = {}) =>
