@@ -149,6 +149,17 @@ export function startObjectLoad(
 }
 
 /**
+ * Whether `task` is what the load's answered `write` must read as now: done once its update
+ * was answered (applied once: its If-Match refused a second); either, if not answered.
+ */
+export function readsAsWritten(write: AnsweredWrite, task: { id: string; title: string; completed: boolean }): boolean {
+  const done = { id: write.id, title: `${write.title} done`, completed: true };
+  const created = { id: write.id, title: write.title, completed: false };
+  const same = (a: typeof task, b: typeof task) => a.id === b.id && a.title === b.title && a.completed === b.completed;
+  return same(task, done) || (!write.updated && same(task, created));
+}
+
+/**
  * Reads of an acknowledged create that answered 404 (a stale read, e.g. from a replica behind
  * after a failover): the load retries them until 200, so they are only seen here.
  */
