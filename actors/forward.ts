@@ -21,6 +21,8 @@ export interface ForwardOptions {
   prefix: string;
   /** Headers to send along (request id, idempotency key, principal...). */
   headers?: Readonly<Record<string, string | undefined>>;
+  /** Sees the owner's reply headers (e.g. a stored record's `Revision`) before its value is taken. */
+  onReply?: (headers: MsgHdrs | undefined) => void;
 }
 
 /**
@@ -41,6 +43,7 @@ export async function forwardToOwner<T>(
     for (const [name, value] of Object.entries(options.headers ?? {})) if (value) h.set(name, value);
     injectTrace(h);
     const reply = await requests.request(subject, requestBody(op, input), options.timeoutMs, h);
+    options.onReply?.(reply.headers);
     return replyValue<T>(reply);
   });
 }

@@ -32,7 +32,7 @@ export function jobHandlers(store: RecordStore): JobHandlers {
     async createJob({ content }, { idempotencyKey }) {
       const job: JobRecord = { id: idempotencyKey ?? uuidv4(), content };
       const stored = await createRecord(store, job.id, job, isObjectRecord, (s) => s.content === content);
-      return stored.id;
+      return stored.value.id;
     },
   };
 }

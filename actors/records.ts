@@ -1,4 +1,5 @@
-// Immutable records: read one, create one exactly once (the server refuses a second write).
+// Records: read one, create one exactly once (the server refuses a second write), update or
+// delete one by the revision read (the server refuses it when another write came between).
 // A stored value that is not its record's shape (written straight to KV by anyone with write
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
@@ -44,10 +45,25 @@ export function matchesSchema(schema: TSchema): RecordCheck {
   };
 }
 
-/** The stored JSON of `key`, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
-export async function readRecord<T>(store: RecordStore, key: string, check: RecordCheck): Promise<T | undefined> {
-  const data = await store.get(key);
-  if (!data || data.length === 0) return undefined;
+/** A record as stored: its value, where it is and at which revision. */
+export interface Stored<T> {
+  readonly value: T;
+  readonly bucket: string;
+  readonly key: string;
+  readonly revision: number;
+  /** The write id its last write was sent with, if any. */
+  readonly writtenBy?: string;
+}
+
+/** The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
+export async function readEntry<T>(
+  store: RecordStore,
+  key: string,
+  check: RecordCheck,
+): Promise<Stored<T> | undefined> {
+  const found = await store.entry(key);
+  if (!found || found.value.length === 0) return undefined;
+  const data = found.value;
   let value: unknown;
   try {
     value = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8"));
@@ -57,7 +73,12 @@ export async function readRecord<T>(store: RecordStore, key: string, check: Reco
   }
   const problem = check(value);
   if (problem !== undefined) throw new CorruptRecord(store.bucket, key, problem);
-  return value as T;
+  return { value: value as T, bucket: store.bucket, key, revision: found.revision, writtenBy: found.writtenBy };
+}
+
+/** The stored JSON of `key`, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
+export async function readRecord<T>(store: RecordStore, key: string, check: RecordCheck): Promise<T | undefined> {
+  return (await readEntry<T>(store, key, check))?.value;
 }
 
 /**
@@ -70,12 +91,127 @@ export async function createRecord<T extends { id: string }>(
   record: T,
   check: RecordCheck,
   sameRequest: (stored: T) => boolean,
-): Promise<T> {
-  if ((await store.create(key, JSON.stringify(record))) === "created") return record;
-  const stored = await readRecord<T>(store, key, check);
-  if (stored && sameRequest(stored)) return stored;
+): Promise<Stored<T>> {
+  const outcome = await store.create(key, JSON.stringify(record));
+  if (outcome !== "exists") return { value: record, bucket: store.bucket, key, revision: outcome.revision };
+  const stored = await readEntry<T>(store, key, check);
+  if (stored && sameRequest(stored.value)) return stored;
   throw IdempotencyKeyReused.make({
     id: record.id,
     message: "this Idempotency-Key was used for a different request",
   });
+}
+
+/** Revision-checked writes tried again when another write to the key came between. */
+const WRITE_ATTEMPTS = 5;
+
+/**
+ * What a write to an existing record requires: `ifMatch`, the revision it must be at (else
+ * `mismatch(current)` is thrown); without it, the write applies to whatever revision it reads.
+ */
+export interface WriteCondition {
+  readonly ifMatch?: number;
+  readonly mismatch: (current: number) => Error;
+  /**
+   * The request's id (its Idempotency-Key), sent with the write: a repeat of a request whose
+   * write is the record's last one answers that write instead of writing (or refusing) again.
+   */
+  readonly writeId?: string;
+}
+
+/**
+ * Replaces the record under `key` by `change(current)`, named by the revision read, so a write
+ * that came between is never overwritten: the key is read again (a bounded number of times),
+ * unless `ifMatch` named the revision, which then moved (`mismatch`). Undefined when absent.
+ */
+export async function updateRecord<T>(
+  store: RecordStore,
+  key: string,
+  check: RecordCheck,
+  change: (current: T) => T,
+  condition: WriteCondition,
+): Promise<Stored<T> | undefined> {
+  return retryMoved(store, key, async () => {
+    const found = await readEntry<T>(store, key, check);
+    if (!found) return undefined;
+    if (condition.writeId !== undefined && found.writtenBy === condition.writeId) return found;
+    requireRevision(condition, found.revision);
+    const value = change(found.value);
+    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId);
+    return outcome === "moved" ? outcome : { value, bucket: store.bucket, key, revision: outcome.revision };
+  });
+}
+
+/**
+ * Deletes the record under `key` (whatever it holds, so a corrupt one can go too), named by
+ * the revision read, as `updateRecord` writes: the delete's revision, or undefined when absent.
+ */
+export async function deleteRecord(
+  store: RecordStore,
+  key: string,
+  condition: WriteCondition,
+): Promise<Stored<null> | undefined> {
+  return retryMoved(store, key, async () => {
+    const found = await store.lastWrite(key);
+    if (!found) return undefined;
+    const repeat = condition.writeId !== undefined && found.writtenBy === condition.writeId;
+    if (repeat && found.deleted) return { value: null, bucket: store.bucket, key, revision: found.revision };
+    if (found.deleted) return undefined;
+    requireRevision(condition, found.revision);
+    const outcome = await store.delete(key, found.revision, condition.writeId);
+    return outcome === "moved" ? outcome : { value: null, bucket: store.bucket, key, revision: outcome.revision };
+  });
+}
+
+function requireRevision(condition: WriteCondition, revision: number): void {
+  if (condition.ifMatch !== undefined && condition.ifMatch !== revision) throw condition.mismatch(revision);
+}
+
+/** Runs `attempt` again while its write lost to another (`moved`), a bounded number of times. */
+async function retryMoved<R>(store: RecordStore, key: string, attempt: () => Promise<R | "moved">): Promise<R> {
+  for (let n = 1; ; n++) {
+    const outcome = await attempt();
+    if (outcome !== "moved") return outcome;
+    // The named revision moved between the read and the write: the next read tells which one it is now.
+    if (n === WRITE_ATTEMPTS) throw new Error(`key ${key} of ${store.bucket} kept moving: ${n} writes lost`);
+  }
+}
+
+/** A page of records in key order, and the cursor of the next (absent on the last page). */
+export interface RecordPage<T> {
+  readonly items: T[];
+  readonly cursor?: string;
+}
+
+/**
+ * The records whose keys start with `prefix` and come after the key `cursor` names, `limit`
+ * of them, in key order, each read by `read` (deleted ones skipped). The next page starts after
+ * the last key this one looked at, so a record is on one page at most, however many are
+ * created meanwhile, and every record that lived through the listing is on one.
+ */
+export async function listRecords<T>(
+  store: RecordStore,
+  prefix: string,
+  page: { limit: number; after?: string },
+  read: (key: string) => Promise<Stored<T> | undefined>,
+): Promise<RecordPage<T>> {
+  const keys = (await store.keys(prefix)).filter((key) => page.after === undefined || key > page.after);
+  const items: T[] = [];
+  let looked = 0;
+  while (items.length < page.limit && looked < keys.length) {
+    const batch = keys.slice(looked, looked + page.limit - items.length);
+    looked += batch.length;
+    for (const found of await Promise.all(batch.map(read))) if (found) items.push(found.value);
+  }
+  return looked < keys.length ? { items, cursor: cursorOf(keys[looked - 1]!) } : { items };
+}
+
+/** A list's cursor: the last key a page looked at, opaque to callers. */
+const cursorOf = (key: string): string => Buffer.from(key, "utf8").toString("base64url");
+
+/** The key a cursor names, when it is one `listRecords` gave for keys of one level below `prefix`. */
+export function keyOfCursor(cursor: string, prefix: string): string | undefined {
+  const key = Buffer.from(cursor, "base64url").toString("utf8");
+  const ok = cursorOf(key) === cursor && key.startsWith(prefix) && /^[A-Za-z0-9_-]+$/.test(key.slice(prefix.length));
+  return ok ? key : undefined;
 }

@@ -4,13 +4,22 @@
 // adapter's too: an owned operation (placed `byName` or `byHost`) is served on the shared subject
 // and on this process's own subjects, every request routed through the owner strategy of its
 // placement, so its handler runs only at the owner, with what the owner holds.
-import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/transport-node";
+import {
+  headers as natsHeaders,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type Subscription,
+} from "@nats-io/transport-node";
 import { v4 as uuidv4, validate as isUuid, version as uuidVersion } from "uuid";
 import {
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
+  IF_MATCH_HEADER,
+  RECORD_HEADER,
   REQUEST_ID_HEADER,
+  REVISION_HEADER,
   inputSchema,
   onOwner,
   subjectValues,
@@ -18,6 +27,7 @@ import {
   type InputOf,
   type Operation,
   type OwnedPlacement,
+  type StoredAt,
   type SuccessOf,
   Unauthorized,
 } from "../schemas/index.ts";
@@ -40,6 +50,27 @@ export interface HandlerContext {
   headers?: MsgHdrs;
   /** Who asks (microVM operations): from `ServeOptions.principal`. */
   principal?: string;
+  /** The revision a write requires (`If-Match`); absent: any. */
+  ifMatch?: number;
+  /**
+   * Where a handler whose answer is a stored record (or its deletion) says which and at what
+   * revision: the adapter answers it as the `Revision` and `Record` headers.
+   */
+  answered?: { stored?: StoredAt };
+}
+
+/** Tells the adapter that the answer is `stored` (see `HandlerContext.answered`). */
+export function answerStored(context: HandlerContext, stored: StoredAt): void {
+  if (context.answered) context.answered.stored = stored;
+}
+
+/** Passes on what another process's reply said of its stored record (a forward's answer relayed). */
+export function answerStoredAs(context: HandlerContext, reply: MsgHdrs | undefined): void {
+  const record = reply?.get(RECORD_HEADER);
+  const dot = record?.indexOf(".") ?? -1;
+  if (!record || dot < 0) return;
+  const revision = Number(reply!.get(REVISION_HEADER));
+  answerStored(context, { bucket: record.slice(0, dot), key: record.slice(dot + 1), revision });
 }
 
 /** The placements whose operations have owners. */
@@ -226,14 +257,20 @@ export function serveOperation<Op extends Operation>(
     let error: string | undefined;
     try {
       const input = decode(requestInput(op, msg, options.prefix));
-      const context: HandlerContext = { idempotencyKey: idempotencyKey(op, msg.headers), headers: msg.headers };
+      const answered: { stored?: StoredAt } = {};
+      const context: HandlerContext = {
+        idempotencyKey: idempotencyKey(op, msg.headers),
+        headers: msg.headers,
+        ifMatch: ifMatchOf(msg.headers),
+        answered,
+      };
       if (options.principal) {
         context.principal = options.principal(msg);
         if (context.principal === undefined) throw Unauthorized.make({});
       }
       // A child of the caller's span (the trace context in the request's headers).
       const answer = await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context));
-      respond(msg, JSON.stringify(answer));
+      respond(msg, JSON.stringify(answer), answered.stored && storedHeaders(answered.stored));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
       status = failure.status;
@@ -268,6 +305,24 @@ function requestInput(op: Operation, msg: Msg, prefix: string): unknown {
   }
   if (body === null || typeof body !== "object" || Array.isArray(body)) return body;
   return { ...(body as object), ...fields };
+}
+
+/**
+ * The revision `If-Match` names: `"12"`, `W/"12"` or `12`; `*` (any) is none. Anything else
+ * names no revision a record can be at, so the write is refused (412).
+ */
+function ifMatchOf(hdrs: MsgHdrs | undefined): number | undefined {
+  const given = hdrs?.get(IF_MATCH_HEADER).trim();
+  if (!given || given === "*") return undefined;
+  const digits = /^(?:W\/)?"?(\d{1,15})"?$/.exec(given)?.[1];
+  return digits === undefined ? -1 : Number(digits);
+}
+
+function storedHeaders(stored: StoredAt): MsgHdrs {
+  const h = natsHeaders();
+  h.set(REVISION_HEADER, String(stored.revision));
+  h.set(RECORD_HEADER, `${stored.bucket}.${stored.key}`);
+  return h;
 }
 
 function idempotencyKey(op: Operation, hdrs: MsgHdrs | undefined): string | undefined {

@@ -20,15 +20,23 @@ import {
   ownerKey,
   taskApi,
   taskObjectKey,
+  nameToken,
   type getTaskDO,
   type Operation,
 } from "../schemas/index.ts";
 import { isNoResponders, isTimeout, recordForward, type RecordStore, type Requester } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import { createRecord, readRecord } from "./records.ts";
-import type { ApiHandlers, Handler, HandlerContext, OwnerStrategy } from "./serve.ts";
-import { isTaskRecord, type TaskRecord } from "./tasks.ts";
+import { createRecord, deleteRecord, listRecords, readEntry, updateRecord, type Stored } from "./records.ts";
+import {
+  answerStored,
+  answerStoredAs,
+  type ApiHandlers,
+  type Handler,
+  type HandlerContext,
+  type OwnerStrategy,
+} from "./serve.ts";
+import { isTaskRecord, pageOf, taskCondition, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
 export const taskObjectApi = ownedOperations(taskApi);
@@ -72,11 +80,12 @@ function holdBudget(context: HandlerContext, fallbackMs: number): number {
  * the owner would answer (it reads the same key) is answered without waiting for the owner.
  */
 export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> {
-  return async ({ id, name }) => {
+  return async ({ id, name }, context) => {
     const key = taskObjectKey(name ?? "default", id);
-    const task = key === undefined ? undefined : await readRecord<TaskRecord>(store, key, isTaskRecord);
+    const task = key === undefined ? undefined : await readEntry<TaskRecord>(store, key, isTaskRecord);
     if (!task) throw TaskNotFound.make({ id });
-    return task;
+    answerStored(context, task);
+    return task.value;
   };
 }
 
@@ -103,7 +112,12 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
     };
     try {
       return {
-        answer: await forwardToOwner<T>(deps.requester, op, owner, input, { timeoutMs, prefix: deps.prefix, headers }),
+        answer: await forwardToOwner<T>(deps.requester, op, owner, input, {
+          timeoutMs,
+          prefix: deps.prefix,
+          headers,
+          onReply: (reply) => answerStoredAs(context, reply),
+        }),
       };
     } catch (err) {
       if (err instanceof ApiError && err._tag === NotOwner.tag) return { moved: true as const };
@@ -171,26 +185,40 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
 }
 
 /**
- * The owner's side of the task-object operations: reads from this process's memory or
- * storage, creates fenced by the name's activation. The adapter (`serveApi` with
- * `nameOwners`) runs them only where the name lives.
+ * The owner's side of the task-object operations: reads from this activation's memory or
+ * storage, writes fenced by the name's activation. The adapter (`serveApi` with `nameOwners`)
+ * runs them only where the name lives.
  */
 export function taskObjectHandlers(
   deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries">,
 ): TaskObjectHandlers {
   const { store, placement } = deps;
-  // The owner reads its records from memory once seen: a record never changes after its
-  // create, so a kept one stays true whoever owns the name later. Absence is never kept.
+  // The owner reads its records from memory once seen. Only the activation that kept one uses
+  // it: every write of the name goes through that activation, so what it kept is current while
+  // it lives; a later activation (here or elsewhere) may have changed it. Absence is never kept.
   const entries = deps.cacheEntries ?? 50_000;
-  const records = entries > 0 ? new LRUCache<string, TaskRecord>({ max: entries }) : undefined;
+  const records = entries > 0 ? new LRUCache<string, Kept>({ max: entries }) : undefined;
+  const keep = (stored: Stored<TaskRecord | null>, owner: Activation) => {
+    const kept = records?.get(stored.key);
+    // Two answers out of order (a read that began before a write, two writes): the newer stays.
+    if (kept?.activation === owner && kept.stored.revision > stored.revision) return;
+    records?.set(stored.key, { stored, activation: owner });
+  };
+  const read = async (key: string, owner: Activation): Promise<Stored<TaskRecord> | undefined> => {
+    const kept = records?.get(key);
+    // A deletion kept (value null) is an absence this activation knows of.
+    if (kept?.activation === owner) return kept.stored.value === null ? undefined : (kept.stored as Stored<TaskRecord>);
+    const task = await readEntry<TaskRecord>(store, key, isTaskRecord);
+    if (task) keep(task, owner);
+    return task;
+  };
   return {
-    async getTaskDO({ id, name = "default" }) {
+    async getTaskDO({ id, name = "default" }, context) {
       const key = taskObjectKey(name, id);
-      const task =
-        key === undefined ? undefined : (records?.get(key) ?? (await readRecord<TaskRecord>(store, key, isTaskRecord)));
+      const task = key === undefined ? undefined : await read(key, context.owner);
       if (!task) throw TaskNotFound.make({ id });
-      records?.set(key!, task);
-      return task;
+      answerStored(context, task);
+      return task.value;
     },
     async createTaskDO({ title, name = "default" }, context) {
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
@@ -198,8 +226,46 @@ export function taskObjectHandlers(
       await placement.fence(context.owner);
       const key = taskObjectKey(name, task.id)!;
       const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
-      records?.set(key, stored);
-      return stored;
+      keep(stored, context.owner);
+      answerStored(context, stored);
+      return stored.value;
+    },
+    async updateTaskDO({ id, name = "default", ...change }, context) {
+      const key = taskObjectKey(name, id);
+      await placement.fence(context.owner);
+      const task =
+        key === undefined
+          ? undefined
+          : await updateRecord<TaskRecord>(
+              store,
+              key,
+              isTaskRecord,
+              (t) => ({ ...t, ...change }),
+              taskCondition(id, context),
+            );
+      if (!task) throw TaskNotFound.make({ id });
+      keep(task, context.owner);
+      answerStored(context, task);
+      return task.value;
+    },
+    async deleteTaskDO({ id, name = "default" }, context) {
+      const key = taskObjectKey(name, id);
+      await placement.fence(context.owner);
+      const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
+      if (!deleted) throw TaskNotFound.make({ id });
+      keep(deleted, context.owner);
+      answerStored(context, deleted);
+      return null;
+    },
+    async listTasksDO({ name = "default", ...page }, context) {
+      const prefix = `${nameToken(name)}.`;
+      return listRecords(store, prefix, pageOf(page, prefix), (key) => read(key, context.owner));
     },
   };
+}
+
+/** A record the owner holds in memory, and the activation that read or wrote it. */
+interface Kept {
+  readonly stored: Stored<TaskRecord | null>;
+  readonly activation: Activation;
 }

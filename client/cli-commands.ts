@@ -43,6 +43,28 @@ function allowedPorts(options: OptionValues): AllowedPort[] {
   });
 }
 
+const ifMatchOption: OptionSpec = {
+  type: "string",
+  value: "REVISION",
+  description: "only if the task is still at this revision (update prints it), else 412",
+};
+
+/** `--completed yes|no` (also true/false) as a boolean, or a usage error. */
+function completedOption(options: OptionValues): boolean | undefined {
+  const raw = options.completed;
+  if (raw === undefined) return undefined;
+  if (typeof raw === "string" && /^(yes|true)$/i.test(raw)) return true;
+  if (typeof raw === "string" && /^(no|false)$/i.test(raw)) return false;
+  throw new UsageError(`--completed needs yes or no, got "${String(raw)}"`);
+}
+
+/** The typed client's call options for `--if-match`, and what reports the revision. */
+function revisionOptions(options: OptionValues) {
+  const ifMatch = options["if-match"] === undefined ? undefined : integer(options, "if-match", 0);
+  const seen: { revision?: number } = {};
+  return { call: { ifMatch, onRevision: (r: number) => (seen.revision = r) }, seen };
+}
+
 const transition = (
   name: "suspend" | "resume" | "terminate",
   op: "suspendMicrovm" | "resumeMicrovm" | "terminateMicrovm",
@@ -88,6 +110,67 @@ export const commands: readonly CommandSpec[] = [
       const name = options.name as string | undefined;
       const task = name === undefined ? await client.getTask({ id }) : await client.getTaskDO({ id, name });
       return { json: task, text: taskText(task) };
+    },
+  }),
+  define({
+    group: "tasks",
+    name: "update",
+    args: ["ID"],
+    api: "task",
+    summary: "Change a task's title and/or completed; prints it with its new revision",
+    options: {
+      name: nameOption,
+      title: { type: "string", value: "TITLE", description: "the new title" },
+      completed: { type: "string", value: "yes|no", description: "whether it is done" },
+      "if-match": ifMatchOption,
+    },
+    async run(client, [id], options) {
+      const name = options.name as string | undefined;
+      const change = { title: options.title as string | undefined, completed: completedOption(options) };
+      const { call, seen } = revisionOptions(options);
+      const task =
+        name === undefined
+          ? await client.updateTask({ id, ...change }, call)
+          : await client.updateTaskDO({ id, name, ...change }, call);
+      return { json: task, text: `${taskText(task)}\n${fields([["revision", String(seen.revision ?? "")]])}` };
+    },
+  }),
+  define({
+    group: "tasks",
+    name: "rm",
+    args: ["ID"],
+    api: "task",
+    summary: "Delete a task",
+    options: { name: nameOption, "if-match": ifMatchOption },
+    async run(client, [id], options) {
+      const name = options.name as string | undefined;
+      const { call } = revisionOptions(options);
+      if (name === undefined) await client.deleteTask({ id }, call);
+      else await client.deleteTaskDO({ id, name }, call);
+      return { json: null, text: `deleted task ${id}` };
+    },
+  }),
+  define({
+    group: "tasks",
+    name: "ls",
+    args: [],
+    api: "task",
+    summary: "List tasks, a page at a time (in key order); prints the cursor of the next page",
+    options: {
+      name: nameOption,
+      limit: { type: "string", value: "N", description: "tasks per page, 1-1000 (default 100)" },
+      cursor: { type: "string", value: "CURSOR", description: "the page after the one that printed it" },
+    },
+    async run(client, _args, options) {
+      const name = options.name as string | undefined;
+      const page = {
+        limit: options.limit === undefined ? undefined : integer(options, "limit", 100),
+        cursor: options.cursor as string | undefined,
+      };
+      const answer = name === undefined ? await client.listTasks(page) : await client.listTasksDO({ ...page, name });
+      const lines = answer.items.map((t) => `${t.id}  ${t.completed ? "[x]" : "[ ]"} ${t.title}`);
+      if (answer.cursor) lines.push(`next page: --cursor ${answer.cursor}`);
+      return { json: answer, text: lines.join("\n") || "no tasks" };
     },
   }),
   define({

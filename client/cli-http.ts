@@ -13,7 +13,8 @@ export const nodeHttpSend: HttpSend = async (url, { method, headers, body, signa
       res.on("end", () => {
         const status = res.statusCode ?? 0;
         const text = Buffer.concat(chunks).toString("utf8");
-        resolve({ status, ok: status >= 200 && status < 300, text: async () => text });
+        const headers = { get: (name: string) => res.headers[name.toLowerCase()]?.toString() ?? null };
+        resolve({ status, ok: status >= 200 && status < 300, headers, text: async () => text });
       });
     });
     // As fetch does: a timeout rejects with the signal's reason (a TimeoutError).

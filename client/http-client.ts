@@ -7,7 +7,12 @@ import { makeClient, type Client, type ClientOptions } from "./typed-client.ts";
 export type HttpSend = (
   url: URL,
   init: { method: string; headers: Record<string, string>; body?: string; signal?: AbortSignal },
-) => Promise<{ readonly status: number; readonly ok: boolean; text(): Promise<string> }>;
+) => Promise<{
+  readonly status: number;
+  readonly ok: boolean;
+  readonly headers?: { get(name: string): string | null };
+  text(): Promise<string>;
+}>;
 
 export interface HttpClientOptions extends ClientOptions {
   /** How requests are sent; default the global `fetch`. */
@@ -36,11 +41,12 @@ export function httpClient<Api extends Record<string, Operation>>(
       }
       const headers: Record<string, string> = {};
       if (callOptions?.idempotencyKey) headers["idempotency-key"] = callOptions.idempotencyKey;
+      if (callOptions?.ifMatch !== undefined) headers["if-match"] = `"${callOptions.ifMatch}"`;
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-      // Every POST says JSON, with a body or not: the microVM API refuses any other (415).
-      if (op.http.method === "POST") headers["content-type"] = "application/json";
       let body: string | undefined;
       if (op.payload) body = JSON.stringify(pick(input, Object.keys(op.payload.properties)));
+      // Every POST says JSON, with a body or not (the microVM API refuses any other: 415), and so does any body.
+      if (op.http.method === "POST" || body !== undefined) headers["content-type"] = "application/json";
       const signal = timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs + (op.waitMsOf?.(input) ?? 0));
       let res: Awaited<ReturnType<HttpSend>>;
       try {
@@ -55,7 +61,10 @@ export function httpClient<Api extends Record<string, Operation>>(
           res.status,
           value ?? { _tag: "InternalServerError", message: `${res.status} with no body` },
         );
-      return value;
+      const etag = res.headers?.get("etag")?.replace(/"/g, "");
+      if (etag) callOptions?.onRevision?.(Number(etag));
+      // A success with no body (HTTP 204) is `null`, as over NATS.
+      return value ?? null;
     },
     options,
   );

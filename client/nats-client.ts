@@ -1,7 +1,16 @@
 // The typed client straight over NATS (no HTTP hop): the operations' subjects, bodies and the
 // NATS micro error headers.
 import { headers as natsHeaders, TimeoutError, type NatsConnection } from "@nats-io/transport-node";
-import { IDEMPOTENCY_KEY_HEADER, replyValue, requestBody, requestSubject, type Operation } from "../schemas/index.ts";
+import {
+  ERROR_CODE_HEADER,
+  IDEMPOTENCY_KEY_HEADER,
+  IF_MATCH_HEADER,
+  REVISION_HEADER,
+  replyValue,
+  requestBody,
+  requestSubject,
+  type Operation,
+} from "../schemas/index.ts";
 import { ClientError } from "./client-error.ts";
 import { asClientError, makeClient, type Client, type ClientOptions } from "./typed-client.ts";
 
@@ -23,6 +32,7 @@ export function natsClient<Api extends Record<string, Operation>>(
     async (op, input, callOptions) => {
       const h = natsHeaders();
       if (callOptions?.idempotencyKey) h.set(IDEMPOTENCY_KEY_HEADER, callOptions.idempotencyKey);
+      if (callOptions?.ifMatch !== undefined) h.set(IF_MATCH_HEADER, String(callOptions.ifMatch));
       let reply;
       try {
         reply = await nc.request(requestSubject(op, input, prefix), requestBody(op, input), {
@@ -39,6 +49,8 @@ export function natsClient<Api extends Record<string, Operation>>(
           { cause },
         );
       }
+      const revision = reply.headers?.get(REVISION_HEADER);
+      if (revision && !reply.headers?.get(ERROR_CODE_HEADER)) callOptions?.onRevision?.(Number(revision));
       try {
         return replyValue(reply);
       } catch (err) {

@@ -7,6 +7,10 @@ import { ClientError } from "./client-error.ts";
 export interface CallOptions {
   /** Fixes the id of a created record, so retrying the same call never creates two. */
   idempotencyKey?: string;
+  /** A write applies only while the record is at this revision, else 412 PreconditionFailed. */
+  ifMatch?: number;
+  /** Told the revision of the stored record the answer is (HTTP `ETag`, NATS `Revision`). */
+  onRevision?: (revision: number) => void;
 }
 
 export type Client<Api extends Record<string, Operation>> = {

@@ -2,13 +2,14 @@
 // generic adapter: what it may answer itself (storage reads) and how it finds owners (a routing
 // policy) are handed in by `main.ts`; it knows only the contracts and the platform.
 import { jobApi, microvmApi, taskApi, type StorageReads } from "../schemas/index.ts";
-import type { NatsHandle } from "../platform/index.ts";
+import { recordChangesSubject, type NatsHandle } from "../platform/index.ts";
 import type { ApiKeys } from "./api-keys.ts";
-import { localReads } from "./local-reads.ts";
+import { localReads, type LocalReads } from "./local-reads.ts";
 import { ownerRouting, type RoutingPolicy } from "./owner-routing.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
+export { READ_CACHE_STALE_MS, type LocalReads } from "./local-reads.ts";
 export { opsListener } from "./health.ts";
 export {
   isLoopback,
@@ -33,7 +34,7 @@ export interface GatewayOptions {
   requestTimeoutMs?: number;
   /**
    * Reads the gateway answers from storage itself (no actor hop), for operations whose contract
-   * declares `reads`; an `immutable` one's found answers are cached.
+   * declares `reads`; an `immutable` or `versioned` one's found answers are kept (see local-reads.ts).
    */
   storageReads?: StorageReads<GatewayApi>;
   /** How owners of owned operations are found: their requests then go straight to the owner. */
@@ -56,20 +57,29 @@ export interface GatewayOptions {
 const info = (title: string) => ({ title, version: "1.0.0" });
 
 /** The Task API (with CORS), the Job API and the microVM API, not yet listening. */
-export function createGateways(options: GatewayOptions): { task: ApiServer; job: ApiServer; microvm: ApiServer } {
+export function createGateways(options: GatewayOptions): {
+  task: ApiServer;
+  job: ApiServer;
+  microvm: ApiServer;
+  /** The reads answered here, when `storageReads` is given (its `events` say when a write was seen). */
+  reads?: LocalReads;
+} {
+  const reads =
+    options.storageReads && localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries });
+  if (reads) followChanges(options.nats, options.prefix ?? "", reads);
   const common = {
     nats: options.nats,
     prefix: options.prefix ?? "",
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
     timeouts: options.timeouts,
-    localReads:
-      options.storageReads && localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries }),
+    localReads: reads,
     ownerRouting: options.routing && ownerRouting(options.nats, options.routing, options.prefix ?? ""),
     apiKeys: options.apiKeys,
     hostNames: options.hostNames,
   };
   return {
+    reads,
     task: createApiServer({ ...common, operations: Object.values(taskApi), cors: true, info: info("Task API") }),
     job: createApiServer({ ...common, operations: Object.values(jobApi), info: info("Job API") }),
     // On the gateway-only subjects, with the caller's principal (its contracts' API says so); no CORS, JSON POSTs only.
@@ -81,4 +91,19 @@ export function createGateways(options: GatewayOptions): { task: ApiServer; job:
       hostNames: [...(options.hostNames ?? []), ...(options.microvmHostNames ?? [])],
     }),
   };
+}
+
+/**
+ * Drops kept read answers as the buckets publish writes of their records (for as long as the
+ * connection lives). A notice lost (core NATS) leaves an answer kept no longer than its bound.
+ */
+function followChanges(nats: NatsHandle, prefix: string, reads: LocalReads): void {
+  const root = recordChangesSubject(prefix);
+  nats.nc.subscribe(`${root}.>`, {
+    callback: (err, msg) => {
+      if (err) return;
+      const revision = Number(msg.headers?.get("Nats-Sequence"));
+      if (revision > 0) reads.written(msg.subject.slice(root.length + 1), revision);
+    },
+  });
 }

@@ -1,10 +1,25 @@
 // Reads served by the gateway itself from storage (one NATS round trip instead of two), for
-// the operations whose contract declares `reads`, with the functions `main.ts` hands in. An
-// `immutable` read's found answer is kept in a bounded cache by URL and sent again without
-// routing, decoding or a KV read: the record never changes, in any process. A `mutable` read
-// asks storage every time; a "not found" is never kept.
+// the operations whose contract declares `reads`, with the functions `main.ts` hands in. A
+// found answer of an `immutable` or `versioned` read is kept in a bounded cache by URL and sent
+// again without routing, decoding or a KV read; a `versioned` one only until a write of its
+// record is seen (this gateway's own writes, and the bucket's change feed) and never longer than
+// `staleMs`. A `mutable` read asks storage every time; a "not found" is never kept.
+import { EventEmitter } from "node:events";
 import { LRUCache } from "lru-cache";
-import type { InputOf, Operation, StorageReads, SuccessOf } from "../schemas/index.ts";
+import {
+  ServiceUnavailable,
+  type InputOf,
+  type Operation,
+  type StorageReadContext,
+  type StorageReads,
+  type SuccessOf,
+} from "../schemas/index.ts";
+
+/**
+ * The longest a kept `versioned` answer is sent after it was read: the bound after which a write
+ * acknowledged anywhere is seen through this gateway even if its change notice never arrives.
+ */
+export const READ_CACHE_STALE_MS = 1_000;
 
 export interface LocalReadOptions<Api extends Record<string, Operation>> {
   /** The storage reads of `Api`'s operations, by name (only operations declaring `reads` have one). */
@@ -13,55 +28,121 @@ export interface LocalReadOptions<Api extends Record<string, Operation>> {
   cacheEntries?: number;
   /** Most bytes kept (default 64 MiB). */
   cacheBytes?: number;
+  /** How long a `versioned` answer may be kept (default `READ_CACHE_STALE_MS`). */
+  staleMs?: number;
+}
+
+/** A read's answer: its JSON bytes and, when it is a stored record, its revision. */
+export interface ReadAnswer {
+  body: Uint8Array;
+  revision?: number;
 }
 
 /**
- * A read run in the gateway: resolves to the answer's JSON bytes or throws like the actor.
- * `url`: the request's path and query, under which a found immutable record is remembered.
+ * A read run in the gateway: resolves to the answer or throws like the actor. `url`: the
+ * request's path and query, under which a found record is remembered.
  */
-export type LocalRead = (input: Record<string, unknown>, url: string) => Promise<Uint8Array>;
+export type LocalRead = (input: Record<string, unknown>, url: string) => Promise<ReadAnswer>;
 
-/** A read answered before: its operation and JSON bytes. */
-export interface AnsweredRead {
+/** A read answered before: its operation, JSON bytes and revision. */
+export interface AnsweredRead extends ReadAnswer {
   op: Operation;
-  body: Uint8Array;
+  /** The stored record it is (`<bucket>.<key>`). */
+  record: string;
 }
 
 export interface LocalReads {
   /** The local read for `op`, when its contract declares `reads` and a storage read is given. */
   forOperation(op: Operation): LocalRead | undefined;
   /**
-   * The answer a GET of `url` on `api` found before (immutable reads only). The same URL
-   * decodes to the same input and the record never changes: it is sent as it is.
+   * The answer a GET of `url` on `api` found before and may still send. The same URL decodes
+   * to the same input: it is sent as it is.
    */
   recall(api: string, url: string): AnsweredRead | undefined;
+  /**
+   * A write of `record` (`<bucket>.<key>`) at `revision` was acknowledged (here) or published
+   * (the change feed): kept answers older than it are dropped, and a read that finds an older
+   * revision (a replica behind) is read again, never answered.
+   */
+  written(record: string, revision: number): void;
+  /** The newest revision of `record` seen written (kept for the most recently written records). */
+  revisionSeen(record: string): number | undefined;
+  /** Emits `"written"` (record, revision) once `written` has taken effect. */
+  readonly events: EventEmitter;
 }
 
-type StorageRead = (input: InputOf<Operation>, context: {}) => Promise<SuccessOf<Operation>>;
+type StorageRead = (input: InputOf<Operation>, context: StorageReadContext) => Promise<SuccessOf<Operation>>;
+
+/** Reads of a record found older than a write this gateway saw: tried this often, this far apart. */
+const BEHIND_ATTEMPTS = 10;
+const BEHIND_PAUSE_MS = 20;
 
 export function localReads<Api extends Record<string, Operation>>(options: LocalReadOptions<Api>): LocalReads {
   // Looked up by the operation's name; `StorageReads` typed each one for its operation.
   const reads = options.reads as Readonly<Record<string, StorageRead | undefined>>;
   const entries = options.cacheEntries ?? 50_000;
+  const staleMs = options.staleMs ?? READ_CACHE_STALE_MS;
+  // The cache keys that hold each record, to drop them when it is written.
+  const byRecord = new Map<string, Set<string>>();
   const cache =
     entries > 0
       ? new LRUCache<string, AnsweredRead>({
           max: entries,
           maxSize: options.cacheBytes ?? 64 * 1024 * 1024,
           sizeCalculation: (value, key) => value.body.byteLength + key.length,
+          dispose: (value, key) => {
+            const keys = byRecord.get(value.record);
+            keys?.delete(key);
+            if (keys?.size === 0) byRecord.delete(value.record);
+          },
         })
       : undefined;
+  // The newest revision seen written per record: a read finding an older one is behind.
+  const floors = new LRUCache<string, number>({ max: Math.max(entries, 10_000) });
+  const events = new EventEmitter();
+
+  const keep = (cacheKey: string, answer: AnsweredRead, startedAt: number) => {
+    const ttl = answer.op.reads === "versioned" ? staleMs - (performance.now() - startedAt) : undefined;
+    if (!cache || (ttl !== undefined && ttl < 1)) return;
+    cache.set(cacheKey, answer, { ttl });
+    let keys = byRecord.get(answer.record);
+    if (!keys) byRecord.set(answer.record, (keys = new Set()));
+    keys.add(cacheKey);
+  };
+
   return {
+    events,
     forOperation(op) {
       const read = op.reads && Object.hasOwn(reads, op.name) ? reads[op.name] : undefined;
       if (!read) return undefined;
-      const keep = op.reads === "immutable" ? cache : undefined;
+      const kept = op.reads !== "mutable";
       return async (input, url) => {
-        const body = Buffer.from(JSON.stringify(await read(input, {})));
-        keep?.set(`${op.api} ${url}`, { op, body });
-        return body;
+        const startedAt = performance.now();
+        for (let attempt = 1; ; attempt++) {
+          const context: StorageReadContext = { answered: {} };
+          const value = await read(input, context);
+          const stored = context.answered?.stored;
+          const record = stored && `${stored.bucket}.${stored.key}`;
+          if (record && stored.revision < (floors.get(record) ?? 0)) {
+            // A replica that has not applied a write this gateway saw acknowledged.
+            if (attempt === BEHIND_ATTEMPTS) throw ServiceUnavailable.make({});
+            await new Promise((r) => setTimeout(r, BEHIND_PAUSE_MS));
+            continue;
+          }
+          const body = Buffer.from(JSON.stringify(value));
+          if (kept && record) keep(`${op.api} ${url}`, { op, body, revision: stored.revision, record }, startedAt);
+          return { body, revision: stored?.revision };
+        }
       };
     },
     recall: (api, url) => cache?.get(`${api} ${url}`),
+    revisionSeen: (record) => floors.get(record),
+    written(record, revision) {
+      if (revision > (floors.get(record) ?? 0)) floors.set(record, revision);
+      for (const key of [...(byRecord.get(record) ?? [])]) {
+        if ((cache?.peek(key)?.revision ?? 0) < revision) cache?.delete(key);
+      }
+      events.emit("written", record, revision);
+    },
   };
 }

@@ -5,12 +5,22 @@ import { ApiError, InternalServerError, PayloadTooLarge, ServiceUnavailable } fr
 import { log } from "../platform/index.ts";
 import { answerThenDrain } from "./oversized.ts";
 
-export function sendJson(res: ServerResponse, status: number, data: Uint8Array | string): void {
+export function sendJson(res: ServerResponse, status: number, data: Uint8Array | string, revision?: number): void {
   res.writeHead(status, {
     "content-type": "application/json",
     "content-length": typeof data === "string" ? Buffer.byteLength(data) : data.byteLength,
+    ...(revision === undefined ? {} : { etag: etagOf(revision) }),
   });
   res.end(data);
+}
+
+/** A stored record's revision as an HTTP entity tag (`If-Match` names it back). */
+export const etagOf = (revision: number): string => `"${revision}"`;
+
+/** A success with no body (an operation whose success is `NoContent`). */
+export function sendNoContent(res: ServerResponse): void {
+  res.writeHead(204);
+  res.end();
 }
 
 export function sendError(res: ServerResponse, err: unknown, context: { op?: string; requestId?: string } = {}): void {

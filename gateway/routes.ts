@@ -4,9 +4,11 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import polka, { type Request } from "polka";
 import { v4 as uuidv4 } from "uuid";
 import {
+  answersNoContent,
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
+  IF_MATCH_HEADER,
   PRINCIPAL_HEADER,
   REQUEST_ID_HEADER,
   UnsupportedMediaType,
@@ -25,7 +27,7 @@ import type { OwnerRouting } from "./owner-routing.ts";
 import { principalOfRequest } from "./api-keys.ts";
 import { readJsonBody } from "./body.ts";
 import { requestId } from "./request-id.ts";
-import { sendError, sendJson, setRetryAfter } from "./respond.ts";
+import { sendError, sendJson, sendNoContent, setRetryAfter } from "./respond.ts";
 import { follow } from "./follow.ts";
 import { forward } from "./transport.ts";
 
@@ -63,6 +65,7 @@ export function buildRouter(operations: readonly Operation[], options: RouteOpti
 
 function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
+  const noContent = answersNoContent(op);
   const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
   // An unanswered request to an owner is sent on (hedged): only a repeatable one may be.
@@ -98,17 +101,16 @@ function operationRoute(op: Operation, options: RouteOptions) {
         )(input as Record<string, unknown>);
       } else if (localRead) {
         // polka's `originalUrl`: the request's path and query (a `#fragment` dropped).
-        sendJson(
-          res,
-          200,
-          await localRead(input, req.originalUrl).catch((err: unknown) => {
-            throw toApiError(op, err, id);
-          }),
-        );
+        const answer = await localRead(input, req.originalUrl).catch((err: unknown) => {
+          throw toApiError(op, err, id);
+        });
+        sendJson(res, 200, answer.body, answer.revision);
       } else {
         const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
         if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
         if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+        const ifMatch = req.headers["if-match"];
+        if (ifMatch && op.http.method !== "GET") headers[IF_MATCH_HEADER] = ifMatch;
         const body = requestBody(op, input);
         // Straight to the owner when known; else, or
         // when it did not serve, through the shared subject, where any actor routes it.
@@ -128,9 +130,13 @@ function operationRoute(op: Operation, options: RouteOptions) {
             attemptMs: waitMs === undefined ? attemptMs : undefined,
             headers,
           }));
+        const stored = reply.status === 200 ? reply.stored : undefined;
+        // Seen before it is answered: a read here after this answer never finds what it replaced.
+        if (stored && op.http.method !== "GET") options.localReads?.written(stored.record, stored.revision);
         // A refusal that names its wait (TaskObjectBusy) says it as HTTP does too.
         if (reply.status === 429) setRetryAfter(res, reply.data);
-        sendJson(res, reply.status, reply.data);
+        if (reply.status === 200 && noContent) sendNoContent(res);
+        else sendJson(res, reply.status, reply.data, stored?.revision);
       }
     } catch (err) {
       sendError(res, err, { op: op.name, requestId: id });

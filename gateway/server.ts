@@ -6,7 +6,7 @@ import { MisdirectedRequest, Unauthorized, type OpenApiInfo, type Operation } fr
 import { log, recordHttp } from "../platform/index.ts";
 import { setPrincipal, type ApiKeys } from "./api-keys.ts";
 import { answerClientError } from "./client-error.ts";
-import { applyCors, corsHeaders } from "./cors.ts";
+import { allowedMethods, applyCors, corsHeaders } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
 import { hostCheck } from "./host-check.ts";
@@ -52,6 +52,10 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
   const router = buildRouter(options.operations, { ...options, stopping: stopping.signal });
   const api = options.operations[0]?.api ?? "";
   const servesHost = hostCheck(options.hostNames);
+  const cors = {
+    authorization: options.apiKeys !== undefined,
+    methods: allowedMethods(options.operations.map((op) => op.http.method)),
+  };
   const answerDocs = docsResponder(options.operations, options.info, { apiKeys: options.apiKeys !== undefined });
   let closing = false;
   const ready = () => !closing && options.nats.connected();
@@ -71,7 +75,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
         if (options.cors) corsHeaders(res);
         return sendError(res, MisdirectedRequest.make({ message: MISDIRECTED }));
       }
-      if (options.cors && applyCors(req, res, { authorization: options.apiKeys !== undefined })) return;
+      if (options.cors && applyCors(req, res, cors)) return;
       if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
       if (options.apiKeys) {
         const principal = options.apiKeys.principalOf(req);
@@ -112,9 +116,9 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
 }
 
 /** A read found before at this URL, sent as it is (counted and logged like any answer). */
-function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body }: AnsweredRead): void {
+function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body, revision }: AnsweredRead): void {
   const started = performance.now();
-  sendJson(res, 200, body);
+  sendJson(res, 200, body, revision);
   const seconds = (performance.now() - started) / 1000;
   recordHttp(op.api, op.name, 200, seconds);
   if (log.isLevelEnabled("debug"))

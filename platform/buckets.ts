@@ -7,7 +7,7 @@ import type { Requester } from "./requester.ts";
 import { tracedMethods } from "./tracing.ts";
 import { versionedStore, type VersionedStore } from "./lease-store.ts";
 
-/** Bucket names; records never change after creation, so one revision of history is enough. */
+/** Bucket names; a record's last revision is all that is read, so one revision of history is enough. */
 export const bucketNames = {
   tasks: "tasks",
   taskObjects: "taskobjects",
@@ -35,6 +35,16 @@ export interface BucketOptions {
  * roles may create consumers (a push consumer's deliver subject is not visible to permissions).
  */
 export const jobsCreatedSubject = (prefix = "") => (prefix ? `${prefix}.jobs.created` : "jobs.created");
+
+/**
+ * The core subject below which the server republishes every write of the tasks and task-object
+ * buckets as it stores it, headers only (`<this>.<bucket>.<key>`, header `Nats-Sequence`: the
+ * revision): the feed from which gateways drop the read answers they keep.
+ */
+export const recordChangesSubject = (prefix = "") => (prefix ? `${prefix}.records.changed` : "records.changed");
+
+/** The buckets whose writes `recordChangesSubject` carries. */
+const changeFedBuckets: readonly BucketName[] = ["tasks", "taskObjects"];
 
 export type BucketName = keyof typeof bucketNames;
 
@@ -67,10 +77,10 @@ export async function openBuckets<K extends BucketName = BucketName>(
   const kvm = new Kvm(nc);
   const open = async (key: BucketName) => {
     const name = bucketNames[key];
-    const settings = key === "jobs" ? { republish: jobsRepublish(options.prefix) } : {};
+    const settings = republishOf(key, options.prefix);
     const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
     // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
-    if (key === "jobs") await ensureStreamSettings(nc, `KV_${name}`, settings);
+    if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
     return kv;
   };
   const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
@@ -78,8 +88,12 @@ export async function openBuckets<K extends BucketName = BucketName>(
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
 }
 
-function jobsRepublish(prefix: string | undefined): Republish {
-  return { src: `$KV.${bucketNames.jobs}.>`, dest: `${jobsCreatedSubject(prefix)}.>` };
+/** Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers only. */
+function republishOf(key: BucketName, prefix: string | undefined): { republish?: Republish } {
+  const src = `$KV.${bucketNames[key]}.>`;
+  if (key === "jobs") return { republish: { src, dest: `${jobsCreatedSubject(prefix)}.>` } };
+  if (!changeFedBuckets.includes(key)) return {};
+  return { republish: { src, dest: `${recordChangesSubject(prefix)}.${bucketNames[key]}.>`, headers_only: true } };
 }
 
 /** Updates `stream` where its config differs from `settings` (compared as JSON). */

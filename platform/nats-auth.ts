@@ -23,6 +23,7 @@ import {
   instanceLogStream,
   instanceLogSubjects,
   jobsCreatedSubject,
+  recordChangesSubject,
   snapshotObjectBucket,
 } from "./buckets.ts";
 
@@ -189,7 +190,8 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
     gateway: {
       // Besides the operations, the reads it serves itself from storage.
       publish: { allow: [...ops.gateway.publish, ...ACTOR_BUCKETS.flatMap(kvRead)] },
-      subscribe: { allow: [...ops.gateway.subscribe, inbox("gateway")] },
+      // The change feed of the records whose reads it keeps.
+      subscribe: { allow: [...ops.gateway.subscribe, `${recordChangesSubject(prefix)}.>`, inbox("gateway")] },
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {

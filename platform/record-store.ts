@@ -1,18 +1,49 @@
-// Immutable records in a KV bucket through the lean requester: direct gets and create-only
-// writes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream `KV_<bucket>`), so
-// any KV client sees the same data.
+// Records in a KV bucket through the lean requester: direct gets, create-only writes and
+// revision-checked deletes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream
+// `KV_<bucket>`), so any KV client sees the same data.
 import { headers } from "@nats-io/transport-node";
 import { NoRespondersError, type Requester } from "./requester.ts";
 
-/** Outcome of a create: written, or the key held a record already. */
-export type CreateOutcome = "created" | "exists";
+/** Outcome of a create: written (at this revision), or the key held a record already. */
+export type CreateOutcome = { readonly revision: number } | "exists";
+
+/** Outcome of a revision-checked write: done (at this revision), or the key is no longer at the expected one. */
+export type WriteOutcome = { readonly revision: number } | "moved";
+
+/** A key's record and its revision (the stream sequence of its last write). */
+export interface StoredEntry {
+  readonly value: Uint8Array;
+  readonly revision: number;
+  /** The write id (`Nats-Msg-Id`) its last write was sent with, if any. */
+  readonly writtenBy?: string;
+}
+
+/** A key's last write, a deletion included. */
+export interface LastWrite {
+  readonly revision: number;
+  readonly deleted: boolean;
+  readonly writtenBy?: string;
+}
 
 export interface RecordStore {
   readonly bucket: string;
   /** The record's bytes, or `undefined` when the key is absent or deleted. */
   get(key: string): Promise<Uint8Array | undefined>;
+  /** The record and its revision, or `undefined` when the key is absent or deleted. */
+  entry(key: string): Promise<StoredEntry | undefined>;
   /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
   create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
+  /** The key's last write (a deletion too), or `undefined` when it never held anything. */
+  lastWrite(key: string): Promise<LastWrite | undefined>;
+  /**
+   * Replaces the record only if the key is still at `revision` (the server checks). `writeId`
+   * goes with the write (`Nats-Msg-Id`): a repeat of the same request finds it in `writtenBy`.
+   */
+  update(key: string, data: string | Uint8Array, revision: number, writeId?: string): Promise<WriteOutcome>;
+  /** Deletes the record only if the key is still at `revision` (the server checks), as `update` writes. */
+  delete(key: string, revision: number, writeId?: string): Promise<WriteOutcome>;
+  /** Every key starting with `prefix` that was ever written (deleted ones too), in sorted order. */
+  keys(prefix?: string): Promise<string[]>;
 }
 
 export interface RecordStoreOptions {
@@ -116,41 +147,104 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   const createHeaders = headers();
   createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
 
-  const leaderGet = async (key: string) => (await leaderEntry(requester, bucket, key, timeout))?.value;
   // A leader cut off from its peers answers as leader until it notices (10-20 s), while the
   // others elect a new one and take writes: its "not found" is confirmed only while it heard
   // from a majority within less than the shortest election timeout.
   const confirmedMiss = async (key: string) => {
-    const value = await leaderGet(key);
-    if (value === undefined && !(await leaderInTouch(requester, bucket, timeout)))
+    const found = asLastWrite(await leaderEntry(requester, bucket, key, timeout));
+    if (found === undefined && !(await leaderInTouch(requester, bucket, timeout)))
       throw new JetStreamRequestError(503, 0, "the stream leader lost touch with its peers: a miss is not confirmed");
-    return value;
+    return found;
+  };
+  const writeHeaders = (revision: number, writeId: string | undefined, operation?: string) => {
+    const h = headers();
+    h.set("Nats-Expected-Last-Subject-Sequence", String(revision));
+    if (writeId) h.set("Nats-Msg-Id", writeId);
+    if (operation) h.set("KV-Operation", operation);
+    return h;
+  };
+
+  /** The key's last message by direct get: a record, a deletion, or undefined when none was found. */
+  const lastMessage = async (key: string): Promise<(LastWrite & { value?: Uint8Array }) | undefined> => {
+    let msg;
+    try {
+      msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
+    } catch (err) {
+      // A stream without direct gets enabled has nobody on the direct subject.
+      if (err instanceof NoRespondersError) return asLastWrite(await leaderEntry(requester, bucket, key, timeout));
+      throw err;
+    }
+    const code = msg.headers?.code ?? 0;
+    if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
+    if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
+    const operation = msg.headers?.get("KV-Operation");
+    const deleted = operation === "DEL" || operation === "PURGE";
+    const revision = Number(msg.headers?.get("Nats-Sequence"));
+    const writtenBy = msg.headers?.get("Nats-Msg-Id") || undefined;
+    return { revision, deleted, writtenBy, ...(deleted ? {} : { value: msg.data }) };
+  };
+  const entry = async (key: string): Promise<StoredEntry | undefined> => {
+    const last = await lastMessage(key);
+    return last?.value === undefined
+      ? undefined
+      : { value: last.value, revision: last.revision, writtenBy: last.writtenBy };
   };
 
   return {
     bucket,
-    async get(key) {
-      let msg;
-      try {
-        msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
-      } catch (err) {
-        // A stream without direct gets enabled has nobody on the direct subject.
-        if (err instanceof NoRespondersError) return leaderGet(key);
-        throw err;
-      }
-      const code = msg.headers?.code ?? 0;
-      if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
-      if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
-      const operation = msg.headers?.get("KV-Operation");
-      if (operation === "DEL" || operation === "PURGE") return undefined;
-      return msg.data;
+    get: async (key) => (await entry(key))?.value,
+    entry,
+    async lastWrite(key) {
+      const last = await lastMessage(key);
+      return last && { revision: last.revision, deleted: last.deleted, writtenBy: last.writtenBy };
     },
     async create(key, data) {
-      const msg = await requester.request(subjectOf(key), data, timeout, createHeaders);
-      const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
-      if (!ack.error) return "created";
-      if (isWrongLastSequence(ack.error.err_code)) return "exists";
-      throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
+      return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ?? "exists";
+    },
+    async update(key, data, revision, writeId) {
+      return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId))) ?? "moved";
+    },
+    async keys(prefix = "") {
+      const keys: string[] = [];
+      const filter = `$KV.${bucket}.${prefix}>`;
+      // The server answers the subjects in pages (100,000 by default).
+      for (let offset = 0; ; ) {
+        const msg = await requester.request(
+          `$JS.API.STREAM.INFO.${stream}`,
+          JSON.stringify({ subjects_filter: filter, offset }),
+          timeout,
+        );
+        const info = msg.json<{
+          state?: { subjects?: Record<string, number> };
+          total?: number;
+          error?: { code: number; err_code: number; description: string };
+        }>();
+        if (info.error?.err_code === STREAM_NOT_FOUND) return [];
+        if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
+        const page = Object.keys(info.state?.subjects ?? {});
+        for (const subject of page) keys.push(subject.slice(bucket.length + 5));
+        offset += page.length;
+        if (page.length === 0 || offset >= (info.total ?? 0)) break;
+      }
+      return keys.sort();
+    },
+    async delete(key, revision, writeId) {
+      const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, writeId, "DEL"));
+      return stored(ack) ?? "moved";
     },
   };
+}
+
+/** A write's revision from its ack, or undefined when refused for its expected revision; other failures throw. */
+function stored(msg: { json<T>(): T }): { revision: number } | undefined {
+  const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
+  if (!ack.error) return { revision: ack.seq ?? 0 };
+  if (isWrongLastSequence(ack.error.err_code)) return undefined;
+  throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
+}
+
+/** A leader's entry as a last write (the leader's answer carries no write id). */
+function asLastWrite(entry: LeaderEntry | undefined): (LastWrite & { value?: Uint8Array }) | undefined {
+  if (!entry) return undefined;
+  return { revision: entry.revision, deleted: entry.value === undefined, value: entry.value };
 }

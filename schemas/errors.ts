@@ -64,6 +64,13 @@ export const DecodeIssue = Type.Object({
 });
 
 export const TaskNotFound = defineError("TaskNotFound", 404, { id: Type.String() }, ({ id }) => `no task "${id}"`);
+/** `If-Match` named another revision than the record's: `revision` is the record's current one. */
+export const PreconditionFailed = defineError(
+  "PreconditionFailed",
+  412,
+  { id: Type.String(), revision: Type.Integer() },
+  ({ id, revision }) => `task "${id}" is at revision ${revision}, not the one If-Match names`,
+);
 export const JobNotFound = defineError("JobNotFound", 404, { id: Type.String() }, ({ id }) => `no job "${id}"`);
 export const HttpApiDecodeError = defineError("HttpApiDecodeError", 400, {
   issues: Type.Array(DecodeIssue),

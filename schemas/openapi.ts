@@ -1,6 +1,15 @@
 // OpenAPI 3.1 documents derived from the operation contracts (never written by hand).
 import type { TObject, TSchema } from "@sinclair/typebox";
-import { commonErrors, PayloadTooLarge, Unauthorized, UnsupportedMediaType, type ErrorDef } from "./errors.ts";
+import {
+  commonErrors,
+  PayloadTooLarge,
+  PreconditionFailed,
+  Unauthorized,
+  UnsupportedMediaType,
+  type ErrorDef,
+} from "./errors.ts";
+import { answersNoContent } from "./replies.ts";
+import { Task } from "./tasks.ts";
 import type { Operation } from "./types.ts";
 
 type Json = Record<string, unknown>;
@@ -30,12 +39,29 @@ function parameters(op: Operation): Json[] {
       name: "Idempotency-Key",
       in: "header",
       required: false,
-      description: "A uuid v4 that becomes the new record's id; repeating the request answers the same record.",
+      description:
+        op.http.method === "POST"
+          ? "A uuid v4 that becomes the new record's id; repeating the request answers the same record."
+          : "A uuid v4 sent with the write; repeating the request answers as the first did, and writes once.",
       schema: { type: "string", format: "uuid" },
+    });
+  }
+  if (op.errors.includes(PreconditionFailed)) {
+    list.push({
+      name: "If-Match",
+      in: "header",
+      required: false,
+      description: 'The revision (an ETag, `"12"`) the record must still be at, else 412 PreconditionFailed.',
+      schema: { type: "string" },
     });
   }
   return list;
 }
+
+/** A Task answer carries its revision. */
+const etagHeader = {
+  ETag: { description: 'The task\'s revision (`"12"`), for If-Match.', schema: { type: "string" } },
+};
 
 function errorResponses(op: Operation): Json {
   const errors: ErrorDef[] = [...op.errors, ...commonErrors];
@@ -85,7 +111,15 @@ export function openApiDocument(operations: readonly Operation[], info: OpenApiI
         ? { requestBody: { required: true, content: { "application/json": { schema: plain(op.payload) } } } }
         : {}),
       responses: {
-        "200": { description: "Success", content: { "application/json": { schema: plain(op.success) } } },
+        ...(answersNoContent(op)
+          ? { "204": { description: "Success, no body" } }
+          : {
+              "200": {
+                description: "Success",
+                ...(op.success === Task ? { headers: etagHeader } : {}),
+                content: { "application/json": { schema: plain(op.success) } },
+              },
+            }),
         ...errorResponses(op),
         ...(apiKeys ? unauthorizedResponse : {}),
       },

@@ -123,6 +123,12 @@ export const ERROR_TAG_HEADER = "Nats-Service-Error";
 export const IDEMPOTENCY_KEY_HEADER = "Idempotency-Key";
 /** Request header carrying the caller's request id, so one request can be followed in logs. */
 export const REQUEST_ID_HEADER = "X-Request-Id";
+/** On a reply that is a stored record (or its deletion): the record's revision (HTTP: `ETag: "<revision>"`). */
+export const REVISION_HEADER = "Revision";
+/** On a reply that is a stored record (or its deletion): which one, as `<bucket>.<key>`. */
+export const RECORD_HEADER = "Record";
+/** On a write: the revision the record must still be at (HTTP `If-Match`), else 412 PreconditionFailed. */
+export const IF_MATCH_HEADER = "If-Match";
 /**
  * Request header naming the caller's principal, believed only on subjects its sender alone may
  * publish (`microvms.gateway.*` from the gateway, `microvms.host.*` between hosts).

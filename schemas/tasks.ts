@@ -1,7 +1,8 @@
 // Task API contracts: the object-store operations and the task-object (`/do`) operations.
 import { Type } from "@sinclair/typebox";
-import { TaskNotFound, TaskObjectBusy } from "./errors.ts";
+import { PreconditionFailed, TaskNotFound, TaskObjectBusy } from "./errors.ts";
 import { ownedByName, stateless } from "./placement.ts";
+import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
 
 /** A task as stored and answered. */
@@ -13,11 +14,39 @@ export const Task = Type.Object({
 
 const TaskIdParams = Type.Object({ id: Type.String() }, { additionalProperties: false });
 const CreateTaskPayload = Type.Object({ title: Type.String() }, { additionalProperties: false });
+/** The fields to change: at least one. */
+const UpdateTaskPayload = Type.Object(
+  { title: Type.Optional(Type.String()), completed: Type.Optional(Type.Boolean()) },
+  { additionalProperties: false, minProperties: 1 },
+);
 /** `?name=` selects the task object; any non-empty string up to 256 characters. */
 const TaskObjectQuery = Type.Object(
   { name: Type.Optional(Type.String({ minLength: 1, maxLength: 256, default: "default" })) },
   { additionalProperties: false },
 );
+
+/** `?limit=` (1-1000, default 100; a number over NATS) and `?cursor=` (from the page before) of a list. */
+const PageFields = {
+  limit: Type.Optional(
+    Type.Union([Type.Integer({ minimum: 1, maximum: 1000 }), Type.String({ pattern: "^(?:[1-9][0-9]{0,2}|1000)$" })], {
+      description: "tasks per page, 1-1000 (default 100)",
+    }),
+  ),
+  cursor: Type.Optional(
+    Type.String({ pattern: "^[A-Za-z0-9_-]{1,1400}$", description: "the `cursor` of the page before" }),
+  ),
+};
+const PageQuery = Type.Object(PageFields, { additionalProperties: false });
+const TaskObjectPageQuery = Type.Object(
+  { ...TaskObjectQuery.properties, ...PageFields },
+  { additionalProperties: false },
+);
+
+/** A page of tasks in a stable order (by key); `cursor` asks for the next, absent on the last page. */
+export const TaskPage = Type.Object({
+  items: Type.Array(Task),
+  cursor: Type.Optional(Type.String()),
+});
 
 export const getTask = {
   name: "getTask",
@@ -25,8 +54,8 @@ export const getTask = {
   http: { method: "GET", path: "/:id" },
   subject: "tasks.get",
   placement: stateless,
-  /** Tasks never change once created. */
-  reads: "immutable",
+  /** Changed only by updateTask and deleteTask, whose writes the bucket publishes. */
+  reads: "versioned",
   params: TaskIdParams,
   success: Task,
   errors: [TaskNotFound],
@@ -52,8 +81,8 @@ export const getTaskDO = {
   http: { method: "GET", path: "/do/:id" },
   subject: "taskobjects.{name}.get",
   placement: ownedByName("name"),
-  /** Records never change once created, and a create is answered after it is stored. */
-  reads: "immutable",
+  /** Changed only by the name's activation, whose writes the bucket publishes; a create is answered after it is stored. */
+  reads: "versioned",
   params: TaskIdParams,
   query: TaskObjectQuery,
   success: Task,
@@ -75,5 +104,99 @@ export const createTaskDO = {
   summary: "Create a task in the task object named by ?name= (default `default`)",
 } as const satisfies Operation;
 
-/** The Task API, in route order: `/do` routes before `/:id`. */
-export const taskApi = { createTask, getTaskDO, createTaskDO, getTask } as const;
+export const deleteTask = {
+  name: "deleteTask",
+  api: "task",
+  http: { method: "DELETE", path: "/:id" },
+  subject: "tasks.delete",
+  placement: stateless,
+  params: TaskIdParams,
+  success: NoContent,
+  errors: [TaskNotFound, PreconditionFailed],
+  idempotent: true,
+  summary: "Delete a task from the object store (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const updateTask = {
+  name: "updateTask",
+  api: "task",
+  http: { method: "PATCH", path: "/:id" },
+  subject: "tasks.update",
+  placement: stateless,
+  params: TaskIdParams,
+  payload: UpdateTaskPayload,
+  success: Task,
+  errors: [TaskNotFound, PreconditionFailed],
+  idempotent: true,
+  summary: "Change a task's title and/or completed (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const listTasks = {
+  name: "listTasks",
+  api: "task",
+  http: { method: "GET", path: "/" },
+  subject: "tasks.list",
+  placement: stateless,
+  query: PageQuery,
+  success: TaskPage,
+  errors: [],
+  summary: "A page of the object store's tasks (by key); `cursor` asks for the next page",
+} as const satisfies Operation;
+
+export const updateTaskDO = {
+  name: "updateTaskDO",
+  api: "task",
+  http: { method: "PATCH", path: "/do/:id" },
+  subject: "taskobjects.{name}.update",
+  placement: ownedByName("name"),
+  params: TaskIdParams,
+  query: TaskObjectQuery,
+  payload: UpdateTaskPayload,
+  success: Task,
+  errors: [TaskNotFound, PreconditionFailed, TaskObjectBusy],
+  idempotent: true,
+  summary: "Change a task of the task object named by ?name= (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const deleteTaskDO = {
+  name: "deleteTaskDO",
+  api: "task",
+  http: { method: "DELETE", path: "/do/:id" },
+  subject: "taskobjects.{name}.delete",
+  placement: ownedByName("name"),
+  params: TaskIdParams,
+  query: TaskObjectQuery,
+  success: NoContent,
+  errors: [TaskNotFound, PreconditionFailed, TaskObjectBusy],
+  idempotent: true,
+  summary: "Delete a task of the task object named by ?name= (`If-Match`: only at that revision)",
+} as const satisfies Operation;
+
+export const listTasksDO = {
+  name: "listTasksDO",
+  api: "task",
+  http: { method: "GET", path: "/do/tasks" },
+  subject: "taskobjects.{name}.list",
+  placement: ownedByName("name"),
+  query: TaskObjectPageQuery,
+  success: TaskPage,
+  errors: [TaskObjectBusy],
+  summary: "A page of the tasks of the task object named by ?name= (by key), from its owner",
+} as const satisfies Operation;
+
+/**
+ * The Task API, in route order: `/do` routes before `/:id`, and the static `/do/tasks`
+ * before `/do/:id` (a task id is never `tasks`: ids are uuids).
+ */
+export const taskApi = {
+  createTask,
+  listTasksDO,
+  getTaskDO,
+  updateTaskDO,
+  deleteTaskDO,
+  createTaskDO,
+  listTasks,
+  getTask,
+  updateTask,
+  deleteTask,
+} as const;

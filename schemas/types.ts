@@ -26,9 +26,12 @@ export type OwnedPlacement = Exclude<Placement, { kind: "stateless" }>;
 /**
  * A read that storage alone answers, in any process, without the owner. `immutable`: what it
  * reads never changes once created, so a found answer may be kept forever; `mutable`: it may
- * change (e.g. written by other services), so storage is asked every time.
+ * change (e.g. written by other services), so storage is asked every time; `versioned`: it
+ * changes only by revision-checked writes whose every change the bucket publishes, so a found
+ * answer may be kept until a change of its record is seen, and never longer than the reader's
+ * bound (a gateway's `READ_CACHE_STALE_MS`).
  */
-export type Reads = "immutable" | "mutable";
+export type Reads = "immutable" | "mutable" | "versioned";
 
 /** A declared operation. Input is the union of path params, query and payload fields. */
 export interface Operation {
@@ -49,7 +52,11 @@ export interface Operation {
   readonly payload?: TObject;
   readonly success: TSchema;
   readonly errors: readonly ErrorDef[];
-  /** The write creates a record whose id an `Idempotency-Key` header may fix. */
+  /**
+   * The write may be repeated under one `Idempotency-Key` (the gateway makes one per HTTP
+   * request): a create's key fixes the new record's id; an update's or delete's goes with its
+   * write, so a repeat answers that write instead of writing again.
+   */
   readonly idempotent?: boolean;
   readonly summary?: string;
   /** Largest request body over HTTP, above the gateway's default (still below NATS max_payload). */
@@ -86,6 +93,18 @@ export type OwnedOperations<Api extends Record<string, Operation>> = {
   [K in keyof Api as Api[K] extends { readonly placement: OwnedPlacement } ? K : never]: Api[K];
 };
 
+/** A stored record's place and revision (the stream sequence of its last write). */
+export interface StoredAt {
+  readonly bucket: string;
+  readonly key: string;
+  readonly revision: number;
+}
+
+/** What a storage read is given: where it says which stored record it answered, if one. */
+export interface StorageReadContext {
+  answered?: { stored?: StoredAt };
+}
+
 /**
  * What answers the reads of `Api` from storage alone, by operation key: each one the actor's
  * own read, run where storage is (e.g. in a gateway) without a request context.
@@ -93,7 +112,7 @@ export type OwnedOperations<Api extends Record<string, Operation>> = {
 export type StorageReads<Api extends Record<string, Operation>> = {
   readonly [K in keyof ReadOperations<Api>]?: (
     input: InputOf<ReadOperations<Api>[K]>,
-    context: {},
+    context: StorageReadContext,
   ) => Promise<SuccessOf<ReadOperations<Api>[K]>>;
 };
 

@@ -29,7 +29,11 @@ export function inputSchema(op: Operation): TObject {
       properties[key] = schema;
     }
   }
-  return Type.Object(properties, { additionalProperties: false });
+  // A payload that needs at least one of its (optional) fields, e.g. a PATCH's.
+  const atLeastOne = op.payload?.minProperties
+    ? { anyOf: Object.keys(op.payload.properties).map((key) => ({ required: [key] })) }
+    : {};
+  return Type.Object(properties, { additionalProperties: false, ...atLeastOne });
 }
 
 /** A compiled check that throws `HttpApiDecodeError` and returns the input, defaults applied. */

@@ -120,6 +120,39 @@ describe("cli", () => {
     assert.equal(unknown.stdout, "");
   });
 
+  it("cli - tasks update, ls and rm, in the object store and a task object; --if-match refuses a moved task", async () => {
+    for (const where of [[], ["--name", "cli-lists"]]) {
+      const task = await json("tasks", "create", "to finish", ...where);
+      const id = String(task.id);
+      const done = await taskctl("tasks", "update", id, "--completed", "yes", ...where);
+      assert.equal(done.code, 0, done.stderr);
+      assert.match(done.stdout, /completed\s+yes/);
+      const revision = /revision\s+(\d+)/.exec(done.stdout)?.[1];
+      assert.ok(revision, done.stdout);
+      const stale = await taskctl(
+        "tasks",
+        "update",
+        id,
+        "--title",
+        "x",
+        "--if-match",
+        String(Number(revision) - 1),
+        ...where,
+      );
+      assert.equal(stale.code, 1);
+      assert.match(stale.stderr, /revision/);
+      assert.equal((await taskctl("tasks", "update", id, "--completed", "maybe", ...where)).code, 2);
+      const listed = await json("tasks", "ls", "--limit", "1000", ...where);
+      assert.ok((listed.items as unknown as { id: string }[]).some((t) => t.id === id));
+      const text = await taskctl("tasks", "ls", ...where);
+      assert.match(text.stdout, new RegExp(`${id}  \\[x\\] to finish`));
+      const removed = await taskctl("tasks", "rm", id, "--if-match", revision, ...where);
+      assert.equal(removed.code, 0, removed.stderr);
+      assert.equal(removed.stdout.trim(), `deleted task ${id}`);
+      assert.equal((await taskctl("tasks", "get", id, ...where)).code, 1);
+    }
+  });
+
   it("cli - jobs create prints the id; jobs get reads the job; JSON is the raw answer", async () => {
     const created = await taskctl("jobs", "create", "render");
     assert.equal(created.code, 0, created.stderr);

@@ -46,6 +46,16 @@ describe("openapi", () => {
           assert.ok(entry!.responses[String(error.status)], `${op.name} documents ${error.tag}`);
         assert.ok(entry!.responses["400"] && entry!.responses["503"]);
       }
+      if (name === "task") {
+        const patch = doc.paths["/{id}"]!.patch as unknown as { parameters: { name: string; in: string }[] };
+        assert.ok(
+          patch.parameters.some((p) => p.name === "If-Match" && p.in === "header"),
+          "PATCH takes If-Match",
+        );
+        const read = doc.paths["/{id}"]!.get!.responses["200"] as { headers?: Record<string, unknown> };
+        assert.ok(read.headers?.ETag, "a Task answer documents its ETag");
+        assert.ok(doc.paths["/{id}"]!.delete!.responses["204"], "DELETE answers 204");
+      }
       const operationCount = Object.values(doc.paths).flatMap((p) => Object.keys(p)).length;
       assert.equal(operationCount, Object.keys(api).length, `${name}: nothing extra`);
     }

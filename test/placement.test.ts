@@ -57,6 +57,17 @@ async function crash(p: ActorProcess): Promise<number> {
   return Date.now();
 }
 
+/** Takes `name`'s lease for `owner` (as a process would after the holder was paused past it). */
+async function stealLease(name: string, owner: string): Promise<void> {
+  const { taskObjectLeases } = recordStores(client.requester);
+  let moved;
+  for (let i = 0; i < 5 && typeof moved !== "number"; i++) {
+    const entry = await taskObjectLeases.get(nameToken(name)); // the holder renews it meanwhile: retry
+    moved = await taskObjectLeases.put(nameToken(name), JSON.stringify({ owner, ttlMs: 60_000 }), entry.revision);
+  }
+  assert.equal(typeof moved, "number");
+}
+
 const startsOf = (name: string) => events.filter((e) => e.name === name && e.event === "start");
 
 before(async () => {
@@ -127,17 +138,7 @@ describe("placement", () => {
     const name = "fence-name";
     await api.createTaskDO({ title: "first", name });
     // Someone else takes the key (as a process would after `a` was paused past its lease).
-    const { taskObjectLeases } = recordStores(client.requester);
-    let moved;
-    for (let i = 0; i < 5 && typeof moved !== "number"; i++) {
-      const entry = await taskObjectLeases.get(nameToken(name)); // `a` renews it meanwhile: retry
-      moved = await taskObjectLeases.put(
-        nameToken(name),
-        JSON.stringify({ owner: "fence-thief", ttlMs: 60_000 }),
-        entry.revision,
-      );
-    }
-    assert.equal(typeof moved, "number");
+    await stealLease(name, "fence-thief");
     const id = crypto.randomUUID();
     // `a`'s next fence or renewal fails: it ends its activation; the request goes to the new
     // owner (no one serves its subject, and its lease is long), so nothing is written.
@@ -153,6 +154,23 @@ describe("placement", () => {
       undefined,
       "no record written by the fenced process",
     );
+    await a.actors.close();
+  });
+
+  it("placement - updates and deletes are refused, as creates are, once the lease moved: nothing written", async () => {
+    const a = await actorProcess("fence-writes-a");
+    const api = natsClient(taskApi, client.nc);
+    const name = "fence-writes";
+    const task = await api.createTaskDO({ title: "kept", name });
+    const { taskObjects } = recordStores(client.requester);
+    const key = `${nameToken(name)}.${task.id}`;
+    const before = await taskObjects.entry(key);
+    await stealLease(name, "fence-writes-thief");
+    const refused = (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable";
+    await assert.rejects(api.updateTaskDO({ id: task.id, name, completed: true }), refused);
+    await assert.rejects(api.deleteTaskDO({ id: task.id, name }), refused);
+    assert.equal(events.find((e) => e.name === name && e.event === "end")?.reason, "lost");
+    assert.equal((await taskObjects.entry(key))?.revision, before?.revision, "the record was not written");
     await a.actors.close();
   });
 

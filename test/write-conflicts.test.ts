@@ -48,7 +48,7 @@ describe("write conflicts", () => {
     const tasks = recordStore(requester, bucketNames.tasks, { replicas: 3 });
     const creates = await atOnce(() => tasks.create("one-task", new TextEncoder().encode("{}")));
     assert.deepEqual(
-      tally(creates, (c) => (c === "created" ? "written" : "conflict")),
+      tally(creates, (c) => (c === "exists" ? "conflict" : "written")),
       expected,
       "record store",
     );

@@ -1,5 +1,6 @@
 // Steady task-object load for fault tests: one worker per name, each creating a task (retried
-// with one Idempotency-Key until answered 200) and reading it back, through HTTP gateways.
+// with one Idempotency-Key until answered 200), reading it back and, with `updates`, completing
+// it (retried with If-Match of the create's revision until answered), through HTTP gateways.
 // Every attempt is recorded, so a read of an acknowledged create that answered 404 is seen.
 import assert from "node:assert/strict";
 import { ClientError, httpClient } from "../../client/index.ts";
@@ -12,13 +13,15 @@ export interface AnsweredWrite {
   id: string;
   title: string;
   at: number;
+  /** Its update (`<title> done`, completed) was answered 200: it must be what reads answer for ever after. */
+  updated?: boolean;
 }
 
 /** One attempt's outcome: when, which name, and the status or failure tag. */
 export interface Attempt {
   name: string;
-  /** A create, or a read of a create answered 200 (which must never answer 404). */
-  kind: "create" | "read";
+  /** A create, a read of a create answered 200 (which must never answer 404), or an update of it. */
+  kind: "create" | "read" | "update";
   at: number;
   ok: boolean;
   outcome: string;
@@ -44,6 +47,8 @@ export interface ObjectLoadOptions {
   readElsewhere?: boolean;
   /** API key for gateways that need one. */
   apiKey?: string;
+  /** Complete each task after reading it (default false): updates in the workload. */
+  updates?: boolean;
 }
 
 /** Starts one worker per name; worker i creates through gateway i mod n. */
@@ -88,15 +93,48 @@ export function startObjectLoad(
     for (let n = 0; running; n++) {
       const title = `${name} #${n}`;
       const idempotencyKey = crypto.randomUUID();
+      let revision = 0;
       const task = await untilAnswered(name, "create", writeVia, () =>
-        api.createTaskDO({ title, name }, { idempotencyKey }),
+        api.createTaskDO({ title, name }, { idempotencyKey, onRevision: (r) => (revision = r) }),
       );
       if (!task) return;
-      answered.push({ name, id: task.id, title, at: Date.now() });
+      const write: AnsweredWrite = { name, id: task.id, title, at: Date.now() };
+      answered.push(write);
       const read = await untilAnswered(name, "read", readVia, () => reader.getTaskDO({ id: task.id, name }));
       if (read && (read.id !== task.id || read.title !== title))
         throw new Error(`${name}: read ${JSON.stringify(read)} for ${JSON.stringify(task)}`);
+      if (options.updates && read) write.updated = await complete(api, reader, write, revision, writeVia);
     }
+  }
+
+  /**
+   * Completes `write` at the create's `revision`, until answered: a 412 after an attempt whose
+   * answer was lost is that attempt applied (once: the retry is refused), when the task reads done.
+   */
+  async function complete(
+    api: (typeof clients)[number],
+    reader: (typeof clients)[number],
+    write: AnsweredWrite,
+    revision: number,
+    via: number,
+  ): Promise<boolean> {
+    const { name, id } = write;
+    const done = { id, name, title: `${write.title} done`, completed: true };
+    // One key for every attempt: a repeat after a lost answer answers the first write.
+    const idempotencyKey = crypto.randomUUID();
+    const outcome = await untilAnswered(name, "update", via, async () => {
+      try {
+        return { updated: await api.updateTaskDO(done, { ifMatch: revision, idempotencyKey }) };
+      } catch (err) {
+        if (!(err instanceof ClientError) || err.status !== 412) throw err;
+        return { refused: await reader.getTaskDO({ id, name }) };
+      }
+    });
+    // Refused, and not done: another write moved it (which the load never sends).
+    const refused = outcome && "refused" in outcome ? outcome.refused : undefined;
+    if (refused && (refused.title !== done.title || !refused.completed))
+      throw new Error(`${name}: ${id} moved to ${JSON.stringify(refused)} by another write`);
+    return outcome !== undefined;
   }
 
   const workers = names.map((name, i) => worker(name, i));
@@ -108,6 +146,17 @@ export function startObjectLoad(
       await Promise.all(workers);
     },
   };
+}
+
+/**
+ * Whether `task` is what the load's answered `write` must read as now: done once its update
+ * was answered (applied once: its If-Match refused a second); either, if not answered.
+ */
+export function readsAsWritten(write: AnsweredWrite, task: { id: string; title: string; completed: boolean }): boolean {
+  const done = { id: write.id, title: `${write.title} done`, completed: true };
+  const created = { id: write.id, title: write.title, completed: false };
+  const same = (a: typeof task, b: typeof task) => a.id === b.id && a.title === b.title && a.completed === b.completed;
+  return same(task, done) || (!write.updated && same(task, created));
 }
 
 /**

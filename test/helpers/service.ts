@@ -1,4 +1,5 @@
 // The whole service in the test process: private NATS, actors, and both HTTP APIs on port 0.
+import { headers as natsHeaders } from "@nats-io/transport-node";
 import { gatewayDispatch, startActors, type ActorOptions } from "../../actors/index.ts";
 import { createGateways, type ApiKeys } from "../../gateway/index.ts";
 import { connectNats, openBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
@@ -91,4 +92,21 @@ async function readBody(res: Response): Promise<unknown> {
   } catch {
     return text;
   }
+}
+
+/** A request over NATS as the test's own user: the error code, the `Revision` header and the JSON body. */
+export async function natsRequest(
+  svc: TestService,
+  subject: string,
+  body: unknown,
+  headerValues: Record<string, string> = {},
+) {
+  const hdrs = natsHeaders();
+  for (const [k, v] of Object.entries(headerValues)) hdrs.set(k, v);
+  const msg = await svc.handle.nc.request(subject, JSON.stringify(body), { timeout: 5_000, headers: hdrs });
+  return {
+    code: msg.headers?.get("Nats-Service-Error-Code") ?? "",
+    revision: msg.headers?.get("Revision") ?? "",
+    body: msg.json<Record<string, unknown> | null>(),
+  };
 }

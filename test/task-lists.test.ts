@@ -1,0 +1,148 @@
+// listTasks and listTasksDO over real HTTP, NATS and KV (pages, cursors, concurrent creates),
+// and the task-object writes (PATCH, DELETE /do/:id?name=) with their errors.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { nameToken } from "../schemas/index.ts";
+import { lifo } from "./helpers/defer.ts";
+import { getJson, natsRequest, postJson, startService, type TestService } from "./helpers/service.ts";
+
+type Task = { id: string; title: string; completed: boolean };
+type Page = { items: Task[]; cursor?: string };
+
+describe("task lists", () => {
+  const defer = lifo(after);
+  let svc: TestService;
+  before(async () => {
+    svc = await startService(defer);
+  });
+
+  const request = (subject: string, body: unknown, h: Record<string, string> = {}) =>
+    natsRequest(svc, subject, body, h);
+
+  /** Every page of `url` (which has a query string) at `limit`, while `during` runs after the first. */
+  async function allPages(url: string, limit: number, during?: () => Promise<unknown>) {
+    const seen: Task[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    let running: Promise<unknown> | undefined;
+    do {
+      const res = await getJson(`${url}&limit=${limit}${cursor ? `&cursor=${cursor}` : ""}`);
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      const page = res.body as Page;
+      assert.ok(page.items.length <= limit);
+      seen.push(...page.items);
+      cursor = page.cursor;
+      pages++;
+      running ??= during?.();
+    } while (cursor);
+    await running;
+    return { seen, pages };
+  }
+
+  for (const [label, base, create] of [
+    ["listTasks", (u: string) => `${u}/?`, (u: string, title: string) => postJson(`${u}/`, { title })],
+    [
+      "listTasksDO",
+      (u: string) => `${u}/do/tasks?name=lists`,
+      (u: string, title: string) => postJson(`${u}/do?name=lists`, { title }),
+    ],
+  ] as const) {
+    it(`task lists - ${label} pages cover every task once while creates run`, async () => {
+      const before = await Promise.all(Array.from({ length: 45 }, (_, i) => create(svc.taskUrl, `before ${i}`)));
+      const ids = before.map((r) => (r.body as Task).id);
+      const creating = () => Promise.all(Array.from({ length: 30 }, (_, i) => create(svc.taskUrl, `during ${i}`)));
+      const { seen, pages } = await allPages(base(svc.taskUrl), 7, creating);
+      const seenIds = seen.map((t) => t.id);
+      assert.equal(new Set(seenIds).size, seenIds.length, "a task listed twice");
+      for (const id of ids) assert.ok(seenIds.includes(id), `task ${id} missing`);
+      assert.ok(pages >= 7, `${pages} pages`);
+      const keys = seen.map((t) => t.id);
+      assert.deepEqual(keys, [...keys].sort(), "in key order");
+    });
+  }
+
+  it("task lists - the last page has no cursor; a bad cursor or limit is 400", async () => {
+    await postJson(`${svc.taskUrl}/do?name=short`, { title: "one" });
+    const page = (await getJson(`${svc.taskUrl}/do/tasks?name=short`)).body as Page;
+    assert.equal(page.items.length, 1);
+    assert.equal(page.cursor, undefined);
+    const listed = (await getJson(`${svc.taskUrl}/do/tasks?name=lists&limit=1`)).body as Page;
+    for (const query of [
+      "cursor=***",
+      "cursor=bm90LWEta2V5",
+      `cursor=${listed.cursor}&name=short`,
+      "limit=0",
+      "limit=1001",
+      "limit=ten",
+    ]) {
+      const res = await getJson(`${svc.taskUrl}/do/tasks?${query}`);
+      assert.equal(res.status, 400, query);
+      assert.equal((res.body as { _tag: string })._tag, "HttpApiDecodeError", query);
+    }
+    assert.equal((await getJson(`${svc.taskUrl}/?cursor=${listed.cursor}`)).status, 400);
+    await Promise.all([1, 2, 3].map((i) => postJson(`${svc.taskUrl}/`, { title: `plain ${i}` })));
+    const nats = await request("tasks.list", { limit: 2 });
+    assert.equal((nats.body as Page).items.length, 2);
+    assert.equal((await request("tasks.list", { limit: 2000 })).code, "400");
+  });
+
+  it("task lists - task-object PATCH and DELETE with ETag, If-Match 412 and 404, over HTTP", async () => {
+    const created = await postJson(`${svc.taskUrl}/do?name=writes`, { title: "do it" });
+    const task = created.body as Task;
+    const etag = created.headers.get("etag")!;
+    const url = `${svc.taskUrl}/do/${task.id}?name=writes`;
+    const patch = (body: unknown, h: Record<string, string> = {}) =>
+      fetch(url, {
+        method: "PATCH",
+        headers: { "content-type": "application/json", ...h },
+        body: JSON.stringify(body),
+      });
+    const done = await patch({ completed: true }, { "if-match": etag });
+    assert.equal(done.status, 200);
+    assert.deepEqual(await done.json(), { ...task, completed: true });
+    assert.notEqual(done.headers.get("etag"), etag);
+    assert.deepEqual((await getJson(url)).body, { ...task, completed: true });
+    const stale = await patch({ title: "late" }, { "if-match": etag });
+    assert.equal(stale.status, 412);
+    assert.equal(((await stale.json()) as { _tag: string })._tag, "PreconditionFailed");
+    assert.equal((await patch({})).status, 400);
+    assert.equal((await getJson(`${svc.taskUrl}/do/${task.id}?name=elsewhere`)).status, 404);
+    assert.equal((await fetch(`${svc.taskUrl}/do/${task.id}?name=elsewhere`, { method: "DELETE" })).status, 404);
+    const staleDelete = await fetch(url, { method: "DELETE", headers: { "if-match": etag } });
+    assert.equal(staleDelete.status, 412);
+    const deleted = await fetch(url, { method: "DELETE", headers: { "if-match": done.headers.get("etag")! } });
+    assert.equal(deleted.status, 204);
+    assert.equal((await getJson(url)).status, 404);
+    assert.equal((await fetch(url, { method: "DELETE" })).status, 404);
+  });
+
+  it("task lists - task-object update, delete and list over NATS, from the owner's memory", async () => {
+    const token = nameToken("nats-writes");
+    const task = (await request(`taskobjects.${token}.create`, { title: "n" })).body as Task;
+    const read = await request(`taskobjects.${token}.get`, { id: task.id }); // kept by the owner now
+    const updated = await request(
+      `taskobjects.${token}.update`,
+      { id: task.id, title: "m" },
+      { "If-Match": read.revision },
+    );
+    assert.deepEqual(updated.body, { ...task, title: "m" });
+    assert.deepEqual((await request(`taskobjects.${token}.get`, { id: task.id })).body, { ...task, title: "m" });
+    const stale = await request(`taskobjects.${token}.delete`, { id: task.id }, { "If-Match": read.revision });
+    assert.deepEqual([stale.code, stale.body?._tag], ["412", "PreconditionFailed"]);
+    assert.deepEqual((await request(`taskobjects.${token}.list`, {})).body, { items: [{ ...task, title: "m" }] });
+    assert.deepEqual((await request(`taskobjects.${token}.delete`, { id: task.id })).body, null);
+    assert.equal((await request(`taskobjects.${token}.get`, { id: task.id })).code, "404");
+    assert.equal((await request(`taskobjects.${token}.update`, { id: task.id, title: "x" })).code, "404");
+    assert.deepEqual((await request(`taskobjects.${token}.list`, {})).body, { items: [] });
+    for (const [verb, body] of [
+      ["update", { id: task.id }],
+      ["update", { id: task.id, completed: "yes" }],
+      ["delete", {}],
+      ["list", { limit: 0 }],
+      ["list", { cursor: "!" }],
+    ] as const) {
+      const bad = await request(`taskobjects.${token}.${verb}`, body);
+      assert.deepEqual([bad.code, bad.body?._tag], ["400", "HttpApiDecodeError"], `${verb} ${JSON.stringify(body)}`);
+    }
+  });
+});
