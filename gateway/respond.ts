@@ -30,9 +30,7 @@ export function sendError(res: ServerResponse, err: unknown, context: { op?: str
     return;
   }
   if (failure.status === ServiceUnavailable.status) res.setHeader("retry-after", "1");
-  // A refusal that names its wait (TaskObjectBusy) says it as HTTP does too.
-  const retryAfter = (failure.body as { retryAfterSeconds?: unknown }).retryAfterSeconds;
-  if (typeof retryAfter === "number") res.setHeader("retry-after", String(retryAfter));
+  setRetryAfter(res, failure.body);
   // The client may still be sending an oversized body: answer, drain (bounded), then close.
   if (failure.status === PayloadTooLarge.status) {
     answerThenDrain(res, failure.status, JSON.stringify(failure.body));
@@ -46,13 +44,19 @@ function internal(err: unknown, context: { op?: string; requestId?: string }): A
   return InternalServerError.make({}, { cause: err });
 }
 
-/** `Retry-After` from an error body's `retryAfterSeconds` (an actor's 429), when it has one. */
-export function setRetryAfter(res: ServerResponse, body: Uint8Array): void {
-  try {
-    const seconds = (JSON.parse(Buffer.from(body).toString("utf8")) as { retryAfterSeconds?: unknown })
-      .retryAfterSeconds;
-    if (typeof seconds === "number") res.setHeader("retry-after", String(seconds));
-  } catch {
-    // Not JSON: no header.
+/**
+ * `Retry-After` from an error body's `retryAfterSeconds` (a refusal that names its wait, e.g.
+ * TaskObjectBusy), given as the value or as an actor's reply bytes; nothing when it has none.
+ */
+export function setRetryAfter(res: ServerResponse, body: unknown): void {
+  let value = body;
+  if (body instanceof Uint8Array) {
+    try {
+      value = JSON.parse(Buffer.from(body).toString("utf8"));
+    } catch {
+      return; // not JSON: no header
+    }
   }
+  const seconds = (value as { retryAfterSeconds?: unknown } | null)?.retryAfterSeconds;
+  if (typeof seconds === "number") res.setHeader("retry-after", String(seconds));
 }

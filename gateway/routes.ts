@@ -79,6 +79,16 @@ function operationRoute(op: Operation, options: RouteOptions) {
   return (req: Request, res: ServerResponse) =>
     traced(spanName, SpanKind.SERVER, req.headers, () => answer(req, res), { "operation.name": op.name });
 
+  /** The NATS headers of a request to the actors: its id, and what the operation takes of HTTP's. */
+  function requestHeaders(req: Request, id: string): Record<string, string> {
+    const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
+    if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
+    if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+    const ifMatch = req.headers["if-match"];
+    if (ifMatch && op.http.method !== "GET") headers[IF_MATCH_HEADER] = ifMatch;
+    return headers;
+  }
+
   async function answer(req: Request, res: ServerResponse) {
     const started = performance.now();
     const id = requestId(req);
@@ -91,8 +101,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
       }
       const input = decode({ ...req.params, ...req.query, ...payload });
       if (op.follow && (input as { follow?: unknown }).follow !== undefined) {
-        const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
-        if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+        const headers = requestHeaders(req, id);
         await follow(op.follow, res, options.stopping, (next) =>
           forward(options.nats, requestSubject(target, next, options.prefix), requestBody(op, next), {
             timeoutMs: options.requestTimeoutMs + (op.waitMsOf?.(next) ?? 0),
@@ -106,11 +115,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
         });
         sendJson(res, 200, answer.body, answer.revision);
       } else {
-        const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
-        if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
-        if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
-        const ifMatch = req.headers["if-match"];
-        if (ifMatch && op.http.method !== "GET") headers[IF_MATCH_HEADER] = ifMatch;
+        const headers = requestHeaders(req, id);
         const body = requestBody(op, input);
         // Straight to the owner when known; else, or
         // when it did not serve, through the shared subject, where any actor routes it.

@@ -83,15 +83,16 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       };
       // The caller's lines or nothing: a line on its subject proves the instance is the caller's
       // (it outlives the record); else the record must say so, or it is 404.
-      const owned = async () =>
-        (await host.logs.has(principal, microvmIdentifier)) ||
-        (await readOwned(host.store, microvmIdentifier, principal), true);
+      const mustOwn = async () => {
+        if (!(await host.logs.has(principal, microvmIdentifier)))
+          await readOwned(host.store, microvmIdentifier, principal);
+      };
       if (since !== undefined && input.waitSeconds !== undefined) {
-        await owned();
+        await mustOwn();
         return host.logs.read(principal, microvmIdentifier, { ...read, waitMs: Number(input.waitSeconds) * 1000 });
       }
       const page = await host.logs.read(principal, microvmIdentifier, read);
-      if (page.lines.length === 0) await owned();
+      if (page.lines.length === 0) await mustOwn();
       return page;
     },
     ...instanceHandlers(host),
