@@ -13,7 +13,12 @@ const defer = lifo(after);
 let svc: MicrovmService;
 
 before(async () => {
-  svc = await startMicrovmService(defer, { quotaPerPrincipal: 50 });
+  svc = await startMicrovmService(defer, {
+    quotaPerPrincipal: 50,
+    // Every start of the slow image is cold: once its first start left a launch snapshot (same
+    // module bytes, another principal), a later one would be restored and never run out its wait.
+    limits: { launchSnapshots: false },
+  });
 });
 after(assertNoInstanceLeft);
 
