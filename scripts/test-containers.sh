@@ -34,6 +34,8 @@ trap sweep EXIT
 
 status=0
 TEST_NATS=testcontainers TESTCONTAINERS_RYUK_DISABLED=true node --import tsx --test --test-concurrency=1 \
+  --test-reporter=tap --test-reporter-destination=stdout \
+  --test-reporter=./test/helpers/failure-summary.mjs --test-reporter-destination=stdout \
   test/task-api.test.ts test/job-api.test.ts test/nats-direct.test.ts test/malformed-requests.test.ts \
   test/client.test.ts test/api-keys.test.ts test/oversized-body.test.ts \
   test/containers/*.test.ts || status=$?

@@ -65,7 +65,9 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     // runs `up` again, and says so; a restart can meet the same race, so the unhealthy nodes are
     // restarted in turn (seen on 2.10 under a CPU hog: nats-2 restarted twice while nats-1 stayed
     // without a meta leader).
-    for (let restarts = 0; ; restarts++) {
+    // Any other failure of `up` is printed with the containers' state and last log lines, and
+    // the project is taken down and brought up once more; a second such failure fails the suite.
+    for (let restarts = 0, fresh = 0; ; restarts++) {
       const failed = await project.compose("up", "--detach", "--no-build", "--pull", "never", "--wait").then(
         () => undefined,
         (err: Error) => err,
@@ -80,7 +82,13 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
       }
       const state = await project.compose("ps", "--all").catch(() => "");
       const logs = await project.compose("logs", "--no-color", "--tail", "5").catch(() => "");
-      throw new Error(`${failed.message.split("\n").slice(-3).join("\n")}\n${state}\n${logs}`);
+      const why = `${failed.message.split("\n").slice(-3).join("\n")}\n${state}\n${logs}`;
+      if (fresh++ === 0) {
+        console.log(`# compose up failed; down -v and up again:\n${why.replace(/^/gm, "#   ")}`);
+        await project.compose("down", "--volumes", "--remove-orphans", "--timeout", "5");
+        continue;
+      }
+      throw new Error(why);
     }
     console.log(`# compose up --wait: ${Date.now() - started} ms`);
   });

@@ -1,13 +1,13 @@
 // compose.yaml run by Docker Compose as a project of its own: generated passwords and API key,
 // free loopback ports, and the docker and compose commands the container tests use.
 import { execFile } from "node:child_process";
+import { createServer } from "node:net";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { newApiKey } from "../../gateway/index.ts";
-import { freePort } from "../../platform/index.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -62,6 +62,26 @@ export interface ComposeProject {
   down(): Promise<void>;
 }
 
+/**
+ * A free loopback port below Linux's ephemeral range (32768-60999): published by Docker seconds
+ * later, a port from that range may meanwhile be taken as the local end of an outgoing connection.
+ */
+async function publishablePort(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const server = createServer();
+    server.listen(port, "127.0.0.1");
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once("listening", () => resolve(true));
+      server.once("error", () => resolve(false));
+    });
+    if (bound) {
+      await new Promise((r) => server.close(r));
+      return port;
+    }
+  }
+}
+
 /** Writes `.env` and `api-keys` for a project named `name` on free loopback ports. */
 export async function composeProject(name: string, env: Record<string, string> = {}): Promise<ComposeProject> {
   const dir = await mkdtemp(join(tmpdir(), "compose-test-"));
@@ -76,13 +96,13 @@ export async function composeProject(name: string, env: Record<string, string> =
   const ports: Record<string, string> = {};
   const nats: Record<string, string> = {};
   for (const node of [1, 2, 3]) {
-    const port = await freePort();
+    const port = await publishablePort();
     ports[`NATS_${node}_PORT`] = String(port);
     nats[`nats-${node}`] = `nats://127.0.0.1:${port}`;
   }
   const gateways: ComposeProject["gateways"] = [];
   for (const gateway of [1, 2]) {
-    const [task, job, microvm] = [await freePort(), await freePort(), await freePort()];
+    const [task, job, microvm] = [await publishablePort(), await publishablePort(), await publishablePort()];
     Object.assign(ports, {
       [`GATEWAY_${gateway}_TASK_PORT`]: `127.0.0.1:${task}`,
       [`GATEWAY_${gateway}_JOB_PORT`]: `127.0.0.1:${job}`,
