@@ -29,11 +29,14 @@ const TaskObjectQuery = Type.Object(
 /** `/do/objects/:name`: the task object described. */
 const TaskObjectParams = Type.Object({ name: Type.String(TaskObjectName) }, { additionalProperties: false });
 
-/** `?limit=` (1-1000, default 100; a number over NATS) and `?cursor=` (from the page before) of a list. */
+/**
+ * `?limit=` (1-1000, default 100; a number over NATS) and `?cursor=` (from the page before) of
+ * a list of tasks or of task objects.
+ */
 const PageFields = {
   limit: Type.Optional(
     Type.Union([Type.Integer({ minimum: 1, maximum: 1000 }), Type.String({ pattern: "^(?:[1-9][0-9]{0,2}|1000)$" })], {
-      description: "tasks per page, 1-1000 (default 100)",
+      description: "items per page, 1-1000 (default 100)",
     }),
   ),
   cursor: Type.Optional(
