@@ -4,11 +4,20 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jobApi, nameToken, serviceNames, taskApi, type ReadOperations } from "../schemas/index.ts";
-import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
+import {
+  bucketNames,
+  log,
+  Requester,
+  versionedStore,
+  type BatchPublisher,
+  type RecordStores,
+  type VersionedStore,
+} from "../platform/index.ts";
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
 import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
 import { serveApi, type ApiHandlers } from "./serve.ts";
+import { taskObjectDirectory } from "./task-object-directory.ts";
 import { nameOwners, taskObjectHandlers, taskObjectReader, type TaskObjectStates } from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
 
@@ -123,6 +132,11 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     ...taskHandlers(stores.tasks),
     ...jobHandlers(stores.jobs),
     ...taskObjectHandlers(deps),
+    // Counted at the stream leader: exact after every acknowledged write.
+    ...taskObjectDirectory({
+      records: versionedStore(requester, bucketNames.taskObjects),
+      leases: stores.taskObjectLeases,
+    }),
   };
   // Every operation on its shared subject, in a queue group of all actor processes; the
   // task-object ones also on this process's own subjects, each request routed to its name's owner.

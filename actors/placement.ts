@@ -8,10 +8,15 @@ import { nameToken, TaskObjectBusy } from "../schemas/index.ts";
 import { CONFLICT, log, recordBusy, recordQueueDepth, setActivations, type VersionedStore } from "../platform/index.ts";
 import { Mailboxes } from "./mailbox.ts";
 
-/** The lease key's value: who holds the name, and for how long after each renewal. */
-interface LeaseValue {
+/**
+ * The lease key's value: who holds the name, for how long after each renewal, and since when
+ * (epoch ms on the holder's clock, when its activation claimed the name; absent from leases
+ * written before it was added).
+ */
+export interface LeaseValue {
   owner: string;
   ttlMs: number;
+  since?: number;
 }
 
 /**
@@ -96,6 +101,8 @@ export class Activation {
     readonly claimRevision: number,
     sentAt: number,
     readonly ttlMs: number,
+    /** What its claim and every renewal write in the lease key (a `LeaseValue`). */
+    readonly value: string,
   ) {
     this.revision = claimRevision;
     this.lastRenewal = sentAt;
@@ -140,7 +147,6 @@ export class Placement {
   readonly #onActivation?: (event: ActivationEvent) => void;
   readonly #logWrites: boolean;
   readonly #maxPending: number;
-  readonly #value: string;
   readonly #mailboxes = new Mailboxes();
   readonly #active = new Map<string, Activation>();
   readonly #elsewhere = new Map<string, Sighting>();
@@ -160,7 +166,6 @@ export class Placement {
     this.#onActivation = options.onActivation;
     this.#logWrites = options.logWrites ?? false;
     this.#maxPending = options.maxPending ?? DEFAULT_MAX_PENDING;
-    this.#value = JSON.stringify({ owner: this.ownerId, ttlMs: this.#ttlMs } satisfies LeaseValue);
     this.#timer = setInterval(() => this.#tick(), Math.min(250, Math.floor(this.#renewMs / 2))).unref();
   }
 
@@ -319,12 +324,13 @@ export class Placement {
 
   async #claim(name: string, key: string, revision: number): Promise<Route> {
     const sentAt = performance.now();
-    const written = await this.#leases.put(key, this.#value, revision);
+    const value = JSON.stringify({ owner: this.ownerId, ttlMs: this.#ttlMs, since: Date.now() } satisfies LeaseValue);
+    const written = await this.#leases.put(key, value, revision);
     if (written === CONFLICT) {
       this.#elsewhere.delete(name);
       return { kind: "wait", until: performance.now() }; // someone else moved first: read again
     }
-    const activation = new Activation(name, key, written, sentAt, this.#ttlMs);
+    const activation = new Activation(name, key, written, sentAt, this.#ttlMs, value);
     this.#elsewhere.delete(name);
     this.#active.set(name, activation);
     setActivations(this.#active.size);
@@ -338,7 +344,7 @@ export class Placement {
       onSend?.();
       if (!activation.live) throw new LeaseLost(activation.name);
       const sentAt = performance.now();
-      const written = await this.#leases.put(activation.key, this.#value, activation.revision);
+      const written = await this.#leases.put(activation.key, activation.value, activation.revision);
       if (written === CONFLICT) {
         this.#end(activation, "lost");
         throw new LeaseLost(activation.name);
@@ -427,11 +433,13 @@ export function leaseOwner(data: Uint8Array | undefined): string | undefined {
   return data ? parseLease(data)?.owner : undefined;
 }
 
-function parseLease(data: Uint8Array): LeaseValue | undefined {
+/** A lease key's value, or undefined when it is not a lease. */
+export function parseLease(data: Uint8Array): LeaseValue | undefined {
   try {
     const value = JSON.parse(Buffer.from(data).toString("utf8")) as Partial<LeaseValue>;
     if (typeof value.owner !== "string" || typeof value.ttlMs !== "number") return undefined;
-    return { owner: value.owner, ttlMs: value.ttlMs };
+    const since = typeof value.since === "number" && Number.isFinite(value.since) ? { since: value.since } : {};
+    return { owner: value.owner, ttlMs: value.ttlMs, ...since };
   } catch {
     return undefined;
   }

@@ -4,7 +4,7 @@
 import type { AllowedPort } from "../schemas/index.ts";
 import type { ApiName, CommandSpec, OptionSpec, OptionValues } from "./cli-spec.ts";
 import { imageCommands } from "./cli-images.ts";
-import { fields, idlePolicyText, microvmTable, microvmText, taskText, visible } from "./cli-output.ts";
+import { fields, idlePolicyText, microvmTable, microvmText, taskObjectLine, taskText, visible } from "./cli-output.ts";
 
 export type { ApiName, Apis, CommandSpec, OptionSpec, OptionValues, Outcome } from "./cli-spec.ts";
 
@@ -41,6 +41,26 @@ function allowedPorts(options: OptionValues): AllowedPort[] {
       throw new UsageError(`--port needs a port number or a range START-END, got "${raw}"`);
     return { port: Number(raw) };
   });
+}
+
+/** `--limit` and `--cursor` of a list command whose items are `what`. */
+const pageOptions = (what: string): Record<string, OptionSpec> => ({
+  limit: { type: "string", value: "N", description: `${what} per page, 1-1000 (default 100)` },
+  cursor: { type: "string", value: "CURSOR", description: "the page after the one that printed it" },
+});
+
+/** A list's page request from `--limit` and `--cursor`. */
+function pageInput(options: OptionValues) {
+  return {
+    limit: options.limit === undefined ? undefined : integer(options, "limit", 100),
+    cursor: options.cursor as string | undefined,
+  };
+}
+
+/** A page as lines, then the cursor of the next one; `none` when it is empty. */
+function pageText(lines: string[], cursor: string | undefined, none: string): string {
+  if (cursor) lines.push(`next page: --cursor ${cursor}`);
+  return lines.join("\n") || none;
 }
 
 const ifMatchOption: OptionSpec = {
@@ -156,21 +176,46 @@ export const commands: readonly CommandSpec[] = [
     args: [],
     api: "task",
     summary: "List tasks, a page at a time (in key order); prints the cursor of the next page",
-    options: {
-      name: nameOption,
-      limit: { type: "string", value: "N", description: "tasks per page, 1-1000 (default 100)" },
-      cursor: { type: "string", value: "CURSOR", description: "the page after the one that printed it" },
-    },
+    options: { name: nameOption, ...pageOptions("tasks") },
     async run(client, _args, options) {
       const name = options.name as string | undefined;
-      const page = {
-        limit: options.limit === undefined ? undefined : integer(options, "limit", 100),
-        cursor: options.cursor as string | undefined,
-      };
+      const page = pageInput(options);
       const answer = name === undefined ? await client.listTasks(page) : await client.listTasksDO({ ...page, name });
       const lines = answer.items.map((t) => `${t.id}  ${t.completed ? "[x]" : "[ ]"} ${t.title}`);
-      if (answer.cursor) lines.push(`next page: --cursor ${answer.cursor}`);
-      return { json: answer, text: lines.join("\n") || "no tasks" };
+      return { json: answer, text: pageText(lines, answer.cursor, "no tasks") };
+    },
+  }),
+  define({
+    group: "objects",
+    name: "ls",
+    args: [],
+    api: "task",
+    summary: "List the task objects that store tasks or are active (by name token); prints the cursor of the next page",
+    options: pageOptions("objects"),
+    async run(client, _args, options) {
+      const answer = await client.listTaskObjects(pageInput(options));
+      return { json: answer, text: pageText(answer.items.map(taskObjectLine), answer.cursor, "no task objects") };
+    },
+  }),
+  define({
+    group: "objects",
+    name: "get",
+    args: ["NAME"],
+    api: "task",
+    summary: "Describe a task object: how many tasks it stores, and which process holds its activation",
+    async run(client, [name]) {
+      // An empty name would be the list's path (`/do/objects/`): refuse it here.
+      if (!name) throw new UsageError("objects get needs a NAME of 1-256 characters");
+      const info = await client.getTaskObject({ name });
+      return {
+        json: info,
+        text: fields([
+          ["name", visible(info.name)],
+          ["tasks", info.tasks],
+          ["active on", info.activeOn ?? "none (idle)"],
+          ...(info.leaseAgeMs === undefined ? [] : [["active for", `${info.leaseAgeMs} ms`] as const]),
+        ]),
+      };
     },
   }),
   define({

@@ -21,6 +21,12 @@ export function taskText(task: { id: string; title: string; completed: boolean }
   ]);
 }
 
+/** A task object: its name, its tasks, and where it is active (names shown with control characters visible). */
+export function taskObjectLine(o: { name: string; tasks: number; activeOn?: string; leaseAgeMs?: number }): string {
+  const where = o.activeOn === undefined ? "idle" : `active on ${o.activeOn} for ${o.leaseAgeMs ?? 0} ms`;
+  return `${visible(o.name)}  ${o.tasks} task${o.tasks === 1 ? "" : "s"}  ${where}`;
+}
+
 export function idlePolicyText(p: IdlePolicy): string {
   return `suspends after ${p.maxIdleDurationSeconds} s idle, terminates after ${p.suspendedDurationSeconds} s suspended, auto-resume ${p.autoResumeEnabled ? "on" : "off"}`;
 }
@@ -86,6 +92,8 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
   switch (body._tag) {
     case "TaskNotFound":
       return `no task with id ${body.id}${context.name === undefined ? "" : ` in task object "${context.name}"`}`;
+    case "TaskObjectNotFound":
+      return `no task object named "${visible(String(body.name))}" (it has no tasks and no activation)`;
     case "JobNotFound":
       return `no job with id ${body.id}`;
     case "MicrovmNotFound":

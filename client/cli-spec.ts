@@ -25,7 +25,7 @@ export interface Outcome {
 export type OptionValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
 
 export interface CommandSpec<A extends ApiName = ApiName> {
-  readonly group: "tasks" | "jobs" | "microvm" | "image";
+  readonly group: "tasks" | "objects" | "jobs" | "microvm" | "image";
   readonly name: string;
   /** Positional arguments, all required (placeholders for the help). */
   readonly args: readonly string[];

@@ -2,7 +2,13 @@
 // writes and deletes that the server applies only at an expected revision (compare-and-set).
 // Wire-level like record-store.ts, so any KV client sees the same keys.
 import { headers } from "@nats-io/transport-node";
-import { isWrongLastSequence, JetStreamRequestError, leaderEntry, type LeaderEntry } from "./record-store.ts";
+import {
+  bucketKeys,
+  isWrongLastSequence,
+  JetStreamRequestError,
+  leaderEntry,
+  type LeaderEntry,
+} from "./record-store.ts";
 import type { Requester } from "./requester.ts";
 
 /** A key as the stream leader holds it: revision 0 = never written; no value = deleted. */
@@ -19,6 +25,8 @@ export interface VersionedStore {
   put(key: string, value: string, revision: number): Promise<number | typeof CONFLICT>;
   /** Deletes the key if it is still at `revision`. */
   delete(key: string, revision: number): Promise<number | typeof CONFLICT>;
+  /** Every key starting with `prefix` ever written (deleted ones too), sorted (`bucketKeys`). */
+  keys(prefix?: string): Promise<string[]>;
 }
 
 export function versionedStore(requester: Requester, bucket: string, timeoutMs = 2_000): VersionedStore {
@@ -46,5 +54,6 @@ export function versionedStore(requester: Requester, bucket: string, timeoutMs =
     get: async (key) => (await leaderEntry(requester, bucket, key, timeoutMs)) ?? { revision: 0 },
     put: (key, value, revision) => write(key, value, revision),
     delete: (key, revision) => write(key, "", revision, "DEL"),
+    keys: (prefix = "") => bucketKeys(requester, bucket, prefix, timeoutMs),
   };
 }

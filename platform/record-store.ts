@@ -87,6 +87,8 @@ const STREAM_NOT_FOUND = 10059;
 export interface LeaderEntry {
   readonly revision: number;
   readonly value?: Uint8Array;
+  /** When the server stored that message (epoch ms, the server's clock). */
+  readonly time?: number;
 }
 
 /**
@@ -105,7 +107,7 @@ export async function leaderEntry(
     timeoutMs,
   );
   const reply = msg.json<{
-    message?: { seq: number; data?: string; hdrs?: string };
+    message?: { seq: number; data?: string; hdrs?: string; time?: string };
     error?: { code: number; err_code: number; description: string };
   }>();
   if (reply.error?.err_code === NO_MESSAGE_FOUND || reply.error?.err_code === STREAM_NOT_FOUND) return undefined;
@@ -117,8 +119,10 @@ export async function leaderEntry(
     );
   }
   const hdrs = reply.message.hdrs ? Buffer.from(reply.message.hdrs, "base64").toString() : "";
-  if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return { revision: reply.message.seq };
-  return { revision: reply.message.seq, value: Buffer.from(reply.message.data ?? "", "base64") };
+  const stamped = reply.message.time === undefined ? Number.NaN : Date.parse(reply.message.time);
+  const at = { revision: reply.message.seq, ...(Number.isNaN(stamped) ? {} : { time: stamped }) };
+  if (/KV-Operation:\s*(DEL|PURGE)/i.test(hdrs)) return at;
+  return { ...at, value: Buffer.from(reply.message.data ?? "", "base64") };
 }
 
 /** Peers heard from within this long count toward the leader's majority (elections wait 4-9 s). */
@@ -204,35 +208,42 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
     async update(key, data, revision, writeId) {
       return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId))) ?? "moved";
     },
-    async keys(prefix = "") {
-      const keys: string[] = [];
-      const filter = `$KV.${bucket}.${prefix}>`;
-      // The server answers the subjects in pages (100,000 by default).
-      for (let offset = 0; ; ) {
-        const msg = await requester.request(
-          `$JS.API.STREAM.INFO.${stream}`,
-          JSON.stringify({ subjects_filter: filter, offset }),
-          timeout,
-        );
-        const info = msg.json<{
-          state?: { subjects?: Record<string, number> };
-          total?: number;
-          error?: { code: number; err_code: number; description: string };
-        }>();
-        if (info.error?.err_code === STREAM_NOT_FOUND) return [];
-        if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
-        const page = Object.keys(info.state?.subjects ?? {});
-        for (const subject of page) keys.push(subject.slice(bucket.length + 5));
-        offset += page.length;
-        if (page.length === 0 || offset >= (info.total ?? 0)) break;
-      }
-      return keys.sort();
-    },
+    keys: (prefix = "") => bucketKeys(requester, bucket, prefix, timeout),
     async delete(key, revision, writeId) {
       const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, writeId, "DEL"));
       return stored(ack) ?? "moved";
     },
   };
+}
+
+/**
+ * Every key of `bucket` starting with `prefix` that was ever written (deleted ones too: their
+ * delete marker is the key's last message), sorted: the subjects of the bucket's stream, read
+ * from its stream info (no consumer), whose cost grows with the number of keys.
+ */
+export async function bucketKeys(requester: Requester, bucket: string, prefix: string, timeoutMs: number) {
+  const keys: string[] = [];
+  const filter = `$KV.${bucket}.${prefix}>`;
+  // The server answers the subjects in pages (100,000 by default).
+  for (let offset = 0; ; ) {
+    const msg = await requester.request(
+      `$JS.API.STREAM.INFO.KV_${bucket}`,
+      JSON.stringify({ subjects_filter: filter, offset }),
+      timeoutMs,
+    );
+    const info = msg.json<{
+      state?: { subjects?: Record<string, number> };
+      total?: number;
+      error?: { code: number; err_code: number; description: string };
+    }>();
+    if (info.error?.err_code === STREAM_NOT_FOUND) return [];
+    if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
+    const page = Object.keys(info.state?.subjects ?? {});
+    for (const subject of page) keys.push(subject.slice(bucket.length + 5));
+    offset += page.length;
+    if (page.length === 0 || offset >= (info.total ?? 0)) break;
+  }
+  return keys.sort();
 }
 
 /** A write's revision from its ack, or undefined when refused for its expected revision; other failures throw. */

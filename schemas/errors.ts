@@ -163,6 +163,13 @@ export const TaskObjectBusy = defineError("TaskObjectBusy", 429, {
   retryAfterSeconds: Type.Integer({ minimum: 1 }),
   message: Type.String(),
 });
+/** No task object of that name: it stores no task and no process holds its activation. */
+export const TaskObjectNotFound = defineError(
+  "TaskObjectNotFound",
+  404,
+  { name: Type.String() },
+  ({ name }) => `no task object "${name}": it has no tasks and no activation`,
+);
 export const NotOwner = defineError("NotOwner", 503, {}, () => "this process does not own the task object");
 /**
  * Between a gateway and an actor process only: the name's owner is silent and `process` will

@@ -1,6 +1,6 @@
 // Task API contracts: the object-store operations and the task-object (`/do`) operations.
 import { Type } from "@sinclair/typebox";
-import { PreconditionFailed, TaskNotFound, TaskObjectBusy } from "./errors.ts";
+import { PreconditionFailed, TaskNotFound, TaskObjectBusy, TaskObjectNotFound } from "./errors.ts";
 import { ownedByName, stateless } from "./placement.ts";
 import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
@@ -19,17 +19,24 @@ const UpdateTaskPayload = Type.Object(
   { title: Type.Optional(Type.String()), completed: Type.Optional(Type.Boolean()) },
   { additionalProperties: false, minProperties: 1 },
 );
-/** `?name=` selects the task object; any non-empty string up to 256 characters. */
+/** A task object's name: any non-empty string up to 256 characters. */
+const TaskObjectName = { minLength: 1, maxLength: 256 } as const;
+/** `?name=` selects the task object (default `default`). */
 const TaskObjectQuery = Type.Object(
-  { name: Type.Optional(Type.String({ minLength: 1, maxLength: 256, default: "default" })) },
+  { name: Type.Optional(Type.String({ ...TaskObjectName, default: "default" })) },
   { additionalProperties: false },
 );
+/** `/do/objects/:name`: the task object described. */
+const TaskObjectParams = Type.Object({ name: Type.String(TaskObjectName) }, { additionalProperties: false });
 
-/** `?limit=` (1-1000, default 100; a number over NATS) and `?cursor=` (from the page before) of a list. */
+/**
+ * `?limit=` (1-1000, default 100; a number over NATS) and `?cursor=` (from the page before) of
+ * a list of tasks or of task objects.
+ */
 const PageFields = {
   limit: Type.Optional(
     Type.Union([Type.Integer({ minimum: 1, maximum: 1000 }), Type.String({ pattern: "^(?:[1-9][0-9]{0,2}|1000)$" })], {
-      description: "tasks per page, 1-1000 (default 100)",
+      description: "items per page, 1-1000 (default 100)",
     }),
   ),
   cursor: Type.Optional(
@@ -45,6 +52,26 @@ const TaskObjectPageQuery = Type.Object(
 /** A page of tasks in a stable order (by key); `cursor` asks for the next, absent on the last page. */
 export const TaskPage = Type.Object({
   items: Type.Array(Task),
+  cursor: Type.Optional(Type.String()),
+});
+
+/** What a task object holds now, and where it is active. */
+export const TaskObjectInfo = Type.Object({
+  name: Type.String(),
+  tasks: Type.Integer({ minimum: 0, description: "tasks the object stores now" }),
+  activeOn: Type.Optional(
+    Type.String({
+      description: "the actor process (host-pid-suffix) holding its activation; absent when none holds it",
+    }),
+  ),
+  leaseAgeMs: Type.Optional(
+    Type.Integer({ minimum: 0, description: "how long that activation has held the name (ms); absent when none" }),
+  ),
+});
+
+/** A page of task objects in a stable order (by name token); `cursor` asks for the next, absent on the last page. */
+export const TaskObjectPage = Type.Object({
+  items: Type.Array(TaskObjectInfo),
   cursor: Type.Optional(Type.String()),
 });
 
@@ -184,13 +211,41 @@ export const listTasksDO = {
   summary: "A page of the tasks of the task object named by ?name= (by key), from its owner",
 } as const satisfies Operation;
 
+export const listTaskObjects = {
+  name: "listTaskObjects",
+  api: "task",
+  http: { method: "GET", path: "/do/objects" },
+  subject: "taskobjects.list",
+  // Any actor answers from storage: listing objects must not activate them.
+  placement: stateless,
+  query: PageQuery,
+  success: TaskObjectPage,
+  errors: [],
+  summary: "A page of the task objects that store tasks or are active (by name token); `cursor` asks for the next",
+} as const satisfies Operation;
+
+export const getTaskObject = {
+  name: "getTaskObject",
+  api: "task",
+  http: { method: "GET", path: "/do/objects/:name" },
+  subject: "taskobjects.{name}.info",
+  // Any actor answers from storage: describing an object must not activate it.
+  placement: stateless,
+  params: TaskObjectParams,
+  success: TaskObjectInfo,
+  errors: [TaskObjectNotFound],
+  summary: "How many tasks a task object stores, and which process holds its activation",
+} as const satisfies Operation;
+
 /**
- * The Task API, in route order: `/do` routes before `/:id`, and the static `/do/tasks`
- * before `/do/:id` (a task id is never `tasks`: ids are uuids).
+ * The Task API, in route order: `/do` routes before `/:id`, and the static `/do/tasks` and
+ * `/do/objects` before `/do/:id` (a task id is never `tasks` or `objects`: ids are uuids).
  */
 export const taskApi = {
   createTask,
   listTasksDO,
+  listTaskObjects,
+  getTaskObject,
   getTaskDO,
   updateTaskDO,
   deleteTaskDO,

@@ -4,6 +4,7 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { nameToken } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
+import { allPages } from "./helpers/pages.ts";
 import { getJson, natsRequest, postJson, startService, type TestService } from "./helpers/service.ts";
 
 type Task = { id: string; title: string; completed: boolean };
@@ -19,26 +20,6 @@ describe("task lists", () => {
   const request = (subject: string, body: unknown, h: Record<string, string> = {}) =>
     natsRequest(svc, subject, body, h);
 
-  /** Every page of `url` (which has a query string) at `limit`, while `during` runs after the first. */
-  async function allPages(url: string, limit: number, during?: () => Promise<unknown>) {
-    const seen: Task[] = [];
-    let cursor: string | undefined;
-    let pages = 0;
-    let running: Promise<unknown> | undefined;
-    do {
-      const res = await getJson(`${url}&limit=${limit}${cursor ? `&cursor=${cursor}` : ""}`);
-      assert.equal(res.status, 200, JSON.stringify(res.body));
-      const page = res.body as Page;
-      assert.ok(page.items.length <= limit);
-      seen.push(...page.items);
-      cursor = page.cursor;
-      pages++;
-      running ??= during?.();
-    } while (cursor);
-    await running;
-    return { seen, pages };
-  }
-
   for (const [label, base, create] of [
     ["listTasks", (u: string) => `${u}/?`, (u: string, title: string) => postJson(`${u}/`, { title })],
     [
@@ -51,7 +32,7 @@ describe("task lists", () => {
       const before = await Promise.all(Array.from({ length: 45 }, (_, i) => create(svc.taskUrl, `before ${i}`)));
       const ids = before.map((r) => (r.body as Task).id);
       const creating = () => Promise.all(Array.from({ length: 30 }, (_, i) => create(svc.taskUrl, `during ${i}`)));
-      const { seen, pages } = await allPages(base(svc.taskUrl), 7, creating);
+      const { seen, pages } = await allPages<Task>(base(svc.taskUrl), 7, creating);
       const seenIds = seen.map((t) => t.id);
       assert.equal(new Set(seenIds).size, seenIds.length, "a task listed twice");
       for (const id of ids) assert.ok(seenIds.includes(id), `task ${id} missing`);
