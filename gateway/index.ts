@@ -2,7 +2,8 @@
 // generic adapter: what it may answer itself (storage reads) and how it finds owners (a routing
 // policy) are handed in by `main.ts`; it knows only the contracts and the platform.
 import { jobApi, microvmApi, taskApi, type StorageReads } from "../schemas/index.ts";
-import { recordChangesSubject, type NatsHandle } from "../platform/index.ts";
+import { changeFedBucketNames, type NatsHandle } from "../platform/index.ts";
+import { followChanges } from "./change-feed.ts";
 import type { ApiKeys } from "./api-keys.ts";
 import { localReads, type LocalReads } from "./local-reads.ts";
 import { ownerRouting, type RoutingPolicy } from "./owner-routing.ts";
@@ -65,8 +66,9 @@ export function createGateways(options: GatewayOptions): {
   reads?: LocalReads;
 } {
   const reads =
-    options.storageReads && localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries });
-  if (reads) followChanges(options.nats, options.prefix ?? "", reads);
+    options.storageReads &&
+    localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries, feed: true });
+  if (reads) followChanges(options.nats, options.prefix ?? "", reads, { buckets: changeFedBucketNames });
   const common = {
     nats: options.nats,
     prefix: options.prefix ?? "",
@@ -91,19 +93,4 @@ export function createGateways(options: GatewayOptions): {
       hostNames: [...(options.hostNames ?? []), ...(options.microvmHostNames ?? [])],
     }),
   };
-}
-
-/**
- * Drops kept read answers as the buckets publish writes of their records (for as long as the
- * connection lives). A notice lost (core NATS) leaves an answer kept no longer than its bound.
- */
-function followChanges(nats: NatsHandle, prefix: string, reads: LocalReads): void {
-  const root = recordChangesSubject(prefix);
-  nats.nc.subscribe(`${root}.>`, {
-    callback: (err, msg) => {
-      if (err) return;
-      const revision = Number(msg.headers?.get("Nats-Sequence"));
-      if (revision > 0) reads.written(msg.subject.slice(root.length + 1), revision);
-    },
-  });
 }

@@ -2,8 +2,10 @@
 // the operations whose contract declares `reads`, with the functions `main.ts` hands in. A
 // found answer of an `immutable` or `versioned` read is kept in a bounded cache by URL and sent
 // again without routing, decoding or a KV read; a `versioned` one only until a write of its
-// record is seen (this gateway's own writes, and the bucket's change feed) and never longer than
-// `staleMs`. A `mutable` read asks storage every time; a "not found" is never kept.
+// record is seen (this gateway's own writes, and the bucket's change feed). With the feed's
+// check (`feed: true`, change-feed.ts) it is sent only while a check that began less than
+// `staleMs` ago found every write of its bucket seen; without it, for at most `staleMs` after
+// it was read. A `mutable` read asks storage every time; a "not found" is never kept.
 import { EventEmitter } from "node:events";
 import { LRUCache } from "lru-cache";
 import {
@@ -30,6 +32,11 @@ export interface LocalReadOptions<Api extends Record<string, Operation>> {
   cacheBytes?: number;
   /** How long a `versioned` answer may be kept (default `READ_CACHE_STALE_MS`). */
   staleMs?: number;
+  /**
+   * The change feed is checked (`confirmed`, `forget`): a `versioned` answer is kept until its
+   * record is written and sent while its bucket was confirmed within `staleMs`, not by age.
+   */
+  feed?: boolean;
 }
 
 /** A read's answer: its JSON bytes and, when it is a stored record, its revision. */
@@ -69,9 +76,26 @@ export interface LocalReads {
   revisionSeen(record: string): number | undefined;
   /** Emits `"written"` (record, revision) once `written` has taken effect. */
   readonly events: EventEmitter;
+  /**
+   * Every write of `bucket` acknowledged before `checkedAt` (a `performance.now()` instant) has
+   * been seen: its kept answers may be sent until `checkedAt + staleMs` (`feed` only).
+   */
+  confirmed(bucket: string, checkedAt: number): void;
+  /** Writes of `bucket` may have gone unseen: its kept answers are dropped, reads in flight not kept. */
+  forget(bucket: string): void;
 }
 
 type StorageRead = (input: InputOf<Operation>, context: StorageReadContext) => Promise<SuccessOf<Operation>>;
+
+/**
+ * The longest a `versioned` answer is kept with the feed checked: past it, one read again from a
+ * replica that served it while it had not applied a write older than the writes this gateway's
+ * revision floors remember (`floors`) is not sent on.
+ */
+const FEED_KEPT_MS = 30_000;
+
+/** The bucket of a record name (`<bucket>.<key>`). */
+const bucketOf = (record: string) => record.slice(0, record.indexOf("."));
 
 /** Reads of a record found older than a write this gateway saw: tried this often, this far apart. */
 const BEHIND_ATTEMPTS = 10;
@@ -100,9 +124,16 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
   // The newest revision seen written per record: a read finding an older one is behind.
   const floors = new LRUCache<string, number>({ max: Math.max(entries, 10_000) });
   const events = new EventEmitter();
+  // With the feed checked: when each bucket was last confirmed, and how many times a bucket was
+  // forgotten (a read that began before a `forget` is not kept).
+  const confirmedAt = new Map<string, number>();
+  let forgotten = 0;
+  /** Whether a kept `versioned` answer of `record` may be sent now (feed checked). */
+  const current = (record: string) => performance.now() - (confirmedAt.get(bucketOf(record)) ?? -Infinity) < staleMs;
 
   const keep = (cacheKey: string, answer: AnsweredRead, startedAt: number) => {
-    const ttl = answer.op.reads === "versioned" ? staleMs - (performance.now() - startedAt) : undefined;
+    const versioned = answer.op.reads === "versioned";
+    const ttl = !versioned ? undefined : options.feed ? FEED_KEPT_MS : staleMs - (performance.now() - startedAt);
     if (!cache || (ttl !== undefined && ttl < 1)) return;
     cache.set(cacheKey, answer, { ttl });
     let keys = byRecord.get(answer.record);
@@ -118,6 +149,7 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
       const kept = op.reads !== "mutable";
       return async (input, url) => {
         const startedAt = performance.now();
+        const generation = forgotten;
         for (let attempt = 1; ; attempt++) {
           const context: StorageReadContext = { answered: {} };
           const value = await read(input, context);
@@ -130,12 +162,16 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
             continue;
           }
           const body = Buffer.from(JSON.stringify(value));
-          if (kept && record) keep(`${op.api} ${url}`, { op, body, revision: stored.revision, record }, startedAt);
+          if (kept && record && generation === forgotten)
+            keep(`${op.api} ${url}`, { op, body, revision: stored.revision, record }, startedAt);
           return { body, revision: stored?.revision };
         }
       };
     },
-    recall: (api, url) => cache?.get(`${api} ${url}`),
+    recall(api, url) {
+      const kept = cache?.get(`${api} ${url}`);
+      return kept && options.feed && kept.op.reads === "versioned" && !current(kept.record) ? undefined : kept;
+    },
     revisionSeen: (record) => floors.get(record),
     written(record, revision) {
       if (revision > (floors.get(record) ?? 0)) floors.set(record, revision);
@@ -143,6 +179,16 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
         if ((cache?.peek(key)?.revision ?? 0) < revision) cache?.delete(key);
       }
       events.emit("written", record, revision);
+    },
+    confirmed(bucket, checkedAt) {
+      if (checkedAt > (confirmedAt.get(bucket) ?? -Infinity)) confirmedAt.set(bucket, checkedAt);
+    },
+    forget(bucket) {
+      forgotten++;
+      confirmedAt.delete(bucket);
+      for (const [record, keys] of [...byRecord]) {
+        if (bucketOf(record) === bucket) for (const key of [...keys]) cache?.delete(key);
+      }
     },
   };
 }

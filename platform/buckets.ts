@@ -45,6 +45,8 @@ export const recordChangesSubject = (prefix = "") => (prefix ? `${prefix}.record
 
 /** The buckets whose writes `recordChangesSubject` carries. */
 const changeFedBuckets: readonly BucketName[] = ["tasks", "taskObjects"];
+/** The names of the buckets whose writes `recordChangesSubject` carries. */
+export const changeFedBucketNames: readonly string[] = changeFedBuckets.map((key) => bucketNames[key]);
 
 export type BucketName = keyof typeof bucketNames;
 

@@ -28,8 +28,8 @@ export type OwnedPlacement = Exclude<Placement, { kind: "stateless" }>;
  * reads never changes once created, so a found answer may be kept forever; `mutable`: it may
  * change (e.g. written by other services), so storage is asked every time; `versioned`: it
  * changes only by revision-checked writes whose every change the bucket publishes, so a found
- * answer may be kept until a change of its record is seen, and never longer than the reader's
- * bound (a gateway's `READ_CACHE_STALE_MS`).
+ * answer may be kept until a change of its record is seen, and sent only while the reader knows
+ * it has seen every change up to less than its bound ago (a gateway's `READ_CACHE_STALE_MS`).
  */
 export type Reads = "immutable" | "mutable" | "versioned";
 

@@ -200,6 +200,42 @@ describe("task updates", () => {
     });
   }
 
+  it(`task updates - a gateway that gets no change notice at all still answers a PATCH's task within ${READ_CACHE_STALE_MS} ms, and keeps answers while nothing is written`, async () => {
+    // Its feed subscription is refused (a prefix the gateway role may not subscribe under), so
+    // every notice is lost: only the feed's check can tell it that its bucket moved.
+    const nats = await connectNats({ ...svc.nats.login("gateway"), name: "test:gateway-deaf" });
+    try {
+      const deaf = createGateways({ nats, prefix: "deaf", ...gatewayDispatch(recordStores(nats.requester)) });
+      const port = await deaf.task.listen(0, "127.0.0.1");
+      try {
+        const { task } = await create("unheard");
+        const url = `http://127.0.0.1:${port}/${task.id}`;
+        // Kept once the bucket is confirmed (its first check): sent again from memory.
+        for (const deadline = performance.now() + 5_000; ; ) {
+          assert.deepEqual((await getJson(url)).body, task);
+          if (deaf.reads!.recall(taskApi.getTask.api, `/${task.id}`)) break;
+          assert.ok(performance.now() < deadline, "the deaf gateway never kept the answer");
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        const patched = await send(`${svc.taskUrl}/${task.id}`, "PATCH", { completed: true });
+        const acked = performance.now();
+        let body: unknown;
+        while (performance.now() - acked <= READ_CACHE_STALE_MS + 100) {
+          body = (await getJson(url)).body;
+          if ((body as Task).completed) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        const ms = performance.now() - acked;
+        console.log(`a gateway with no notices current ${ms.toFixed(1)} ms after the ack`);
+        assert.deepEqual(body, patched.body, `still the old task ${ms.toFixed(0)} ms after the PATCH`);
+      } finally {
+        await deaf.task.close();
+      }
+    } finally {
+      await nats.close();
+    }
+  });
+
   it("task updates - the typed clients send ifMatch and report the revision, over HTTP and NATS", async () => {
     for (const client of [httpClient(taskApi, svc.taskUrl), natsClient(taskApi, svc.handle.nc)]) {
       let revision = 0;
