@@ -198,7 +198,7 @@ describe("cli", () => {
 
   it("cli - bad usage is exit 2 with a message: unknown command, missing argument, unknown option", async () => {
     const cases: [string[], RegExp][] = [
-      [["nope"], /unknown command "nope"; the groups are tasks, jobs, microvm/],
+      [["nope"], /unknown command "nope"; the groups are tasks, objects, jobs, microvm, image /],
       [["tasks", "delete", "x"], /unknown command "tasks delete"[\s\S]*taskctl tasks get ID/],
       [["tasks", "get"], /tasks get needs ID/],
       [["jobs", "create"], /jobs create needs CONTENT/],
