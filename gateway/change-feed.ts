@@ -4,10 +4,11 @@
 // reconnect, a stream leader's failover), so the feed is checked: a bucket's stream sequences
 // come one after another, so a notice past the next one means some were lost; and every
 // `checkEveryMs` the stream's last sequence is asked for, which every notice up to it must
-// reach within `catchUpMs`. A bucket whose notices went missing is forgotten (its kept answers
-// dropped), and a kept answer is sent only while its bucket was confirmed within the bound
+// reach within `catchUpMs`, from a leader that heard from a majority of its peers lately. A
+// bucket whose notices went missing, or that could not be checked so, is forgotten (its kept
+// answers dropped), and a kept answer is sent only while its bucket was confirmed within the bound
 // (`LocalReads.confirmed`): a write acknowledged anywhere is seen here within that bound.
-import { recordChangesSubject, type NatsHandle } from "../platform/index.ts";
+import { inTouch, recordChangesSubject, type NatsHandle, type StreamInfoReply } from "../platform/index.ts";
 import type { LocalReads } from "./local-reads.ts";
 
 export interface ChangeFeedOptions {
@@ -53,8 +54,10 @@ export function followChanges(
   const lastSequence = async (bucket: string): Promise<number | undefined> => {
     try {
       const msg = await nats.requester.request(`$JS.API.STREAM.INFO.KV_${bucket}`, undefined, checkEveryMs * 4);
-      const last = msg.json<{ state?: { last_seq?: number } }>().state?.last_seq;
-      return typeof last === "number" ? last : undefined;
+      const info = msg.json<StreamInfoReply>();
+      // A leader cut off from its peers answers until it notices, while the others take writes.
+      const last = info.state?.last_seq;
+      return typeof last === "number" && !info.error && inTouch(info) ? last : undefined;
     } catch {
       return undefined;
     }

@@ -134,14 +134,23 @@ const IN_TOUCH_NS = 2_500_000_000;
  */
 export async function leaderInTouch(requester: Requester, bucket: string, timeoutMs: number): Promise<boolean> {
   const msg = await requester.request(`$JS.API.STREAM.INFO.KV_${bucket}`, undefined, timeoutMs);
-  const info = msg.json<{
-    cluster?: { replicas?: { current?: boolean; offline?: boolean; active?: number }[] };
-    error?: { code: number; err_code: number; description: string };
-  }>();
+  const info = msg.json<StreamInfoReply>();
   if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
+  return inTouch(info);
+}
+
+/** What the stream info reply says of a stream's cluster and state (or its error). */
+export interface StreamInfoReply {
+  cluster?: { replicas?: { current?: boolean; offline?: boolean; active?: number }[] };
+  state?: { last_seq?: number };
+  error?: { code: number; err_code: number; description: string };
+}
+
+/** Whether the leader that answered `info` heard from a majority lately (always, unreplicated). */
+export function inTouch(info: StreamInfoReply): boolean {
   const peers = info.cluster?.replicas ?? [];
-  const inTouch = peers.filter((peer) => !peer.offline && (peer.active ?? Number.POSITIVE_INFINITY) < IN_TOUCH_NS);
-  return (1 + inTouch.length) * 2 > peers.length + 1;
+  const heard = peers.filter((peer) => !peer.offline && (peer.active ?? Number.POSITIVE_INFINITY) < IN_TOUCH_NS);
+  return (1 + heard.length) * 2 > peers.length + 1;
 }
 
 export function recordStore(requester: Requester, bucket: string, options: RecordStoreOptions = {}): RecordStore {
