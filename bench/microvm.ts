@@ -10,7 +10,12 @@ import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";
-import { cleanUpRun, startMicrovmEnvironment, type MicrovmEnvironment } from "./microvm-environment.ts";
+import {
+  cleanUpRun,
+  startMicrovmEnvironment,
+  withMicrovmEnvironment,
+  type MicrovmEnvironment,
+} from "./microvm-environment.ts";
 import type { ProviderName } from "./microvm-instance-procs.ts";
 import { launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
 import { sequential, stubCall } from "./microvm-http.ts";
@@ -126,28 +131,12 @@ export const runMicrovmBench: BenchRun = async (options, header, startedAt) => {
 /** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
 const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
 
-/** One provider's service, `measure` on it, then the run's clean-up (also on error and Ctrl-C). */
-async function onOneProvider<T>(
-  options: Parameters<typeof startMicrovmEnvironment>[0],
-  intro: string,
-  measure: (env: MicrovmEnvironment) => Promise<T>,
-): Promise<T> {
-  const env = await startMicrovmEnvironment(options);
-  const cleanUp = cleanUpOnInterrupt(() => cleanUpRun([env]));
-  console.log(`${options.provider}: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${intro}…`);
-  try {
-    return await measure(env);
-  } finally {
-    await cleanUp();
-  }
-}
-
 /** `--microvm-snapshots`: the snapshot rows only, on one gvisor-provider service. */
 export const runSnapshotBench: BenchRun = async (options, header, startedAt) => {
   const gvisor = await checkGvisor();
   if (!gvisor.ok) throw new Error(`gvisor cannot run here: ${gvisor.reason}`);
   const settings = microvmSettings(options).snapshots;
-  const snapshots = await onOneProvider(
+  const snapshots = await withMicrovmEnvironment(
     { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
     `${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together`,
     (env) => measureSnapshots(env, settings),
@@ -159,7 +148,7 @@ export const runSnapshotBench: BenchRun = async (options, header, startedAt) => 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */
 export const runImageBench: BenchRun = async (options, header, startedAt) => {
   const samples = microvmSettings(options).images;
-  const images = await onOneProvider(
+  const images = await withMicrovmEnvironment(
     { provider: "sandbox", maxInstances: 10 },
     `${samples} images, each pushed, launched uncached, then cached`,
     (env) => measureImages(env, samples),
