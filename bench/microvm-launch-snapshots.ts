@@ -5,6 +5,7 @@
 // randomUUID(). Each sample says whether it imported its image, so neither series is mislabelled.
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { ClientError } from "../client/index.ts";
 import { connectMicrovm, bundleImageModule } from "../vm-runtime/index.ts";
 import { hostWorkDir } from "../vm-runtime/service/index.ts";
 import { root } from "./children.ts";
@@ -25,7 +26,7 @@ export interface LaunchFromSnapshotResults {
   mechanism: string;
   samples: number;
   /**
-   * createImage on both hosts at once, ms: its check imports the image in an instance, each host's
+   * createImage on the restoring host, ms: its check imports the image in an instance, the host's
    * first cold start of it, which the policy times like any (and may take the snapshot behind).
    */
   pushMs: number;
@@ -75,6 +76,25 @@ async function firstRpc(env: MicrovmEnvironment): Promise<Sample> {
     return { ms, restored: identity.importedAs === "", identity };
   } finally {
     await terminate(env.api, launched.microvmId);
+  }
+}
+
+/**
+ * createImage, once more (twice at most) when its check ran out of time: the check gives an
+ * instance 8 s to import, which this image can pass on 2 loaded cores (nothing here is timed).
+ */
+async function push(env: MicrovmEnvironment, module: string) {
+  for (let attempt = 1; ; attempt++) {
+    const started = performance.now();
+    try {
+      const image = await env.api.createImage({ name: IMAGE_NAME, module });
+      return { image, ms: performance.now() - started };
+    } catch (err) {
+      const message = err instanceof ClientError ? String((err.error as { message?: unknown }).message) : "";
+      if (attempt === 3 || !/within \d+ s/.test(message)) throw err;
+      console.log(`  createImage ${IMAGE_NAME}: ${message}; again (attempt ${attempt + 1} of 3)`);
+      await pause(5_000);
+    }
   }
 }
 
@@ -153,12 +173,8 @@ async function compare(
   samples: number,
 ): Promise<LaunchFromSnapshotResults> {
   const module = await bundleImageModule(join(root, IMAGE_FILE));
-  const pushStarted = performance.now();
-  const [image] = await Promise.all([
-    restoring.api.createImage({ name: IMAGE_NAME, module }),
-    cold.api.createImage({ name: IMAGE_NAME, module }),
-  ]);
-  const pushMs = performance.now() - pushStarted;
+  const { image, ms: pushMs } = await push(restoring, module);
+  await push(cold, module);
   // Unmeasured, while the restoring host may still be taking its snapshot.
   await firstRpc(cold);
   const warmupColdMs = await untilRestored(restoring);
@@ -197,7 +213,8 @@ export async function measureLaunchFromSnapshot(
       (cold) => compare(restoring, cold, samples),
     );
   } catch (err) {
-    return { error: (err as Error).message };
+    const detail = err instanceof ClientError ? `: ${JSON.stringify(err.error)}` : "";
+    return { error: `${(err as Error).message}${detail}` };
   }
 }
 
@@ -209,7 +226,7 @@ export function formatLaunchFromSnapshot(row: LaunchFromSnapshotRow): string {
   return [
     `${title}, ${row.image}, ${row.samples} of each taking turns`,
     `mechanism: ${row.mechanism}`,
-    `createImage ${row.pushMs} ms (its check is each host's first cold start of the image); unmeasured launches ` +
+    `createImage ${row.pushMs} ms (its check is the host's first cold start of the image); unmeasured launches ` +
       `on the restoring host that were still cold before its first restore: ${row.warmupColdMs.map((ms) => `${ms} ms`).join(", ") || "none"}`,
     "",
     "| RunMicrovm → first RPC | p50 | p99 |",
