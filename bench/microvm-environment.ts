@@ -3,14 +3,15 @@
 // as the task bench's are, on free ports it reports (MICROVM_API_PORT too), a temporary
 // DATA_DIR (token key, host lock, bundles), a raised MICROVM_MAX_INSTANCES and quota, one provider
 // (MICROVM_PROVIDER) and a host id of its own (so its sandbox cgroups can be found); and the
-// run's clean-up: every environment closed, then no instance process of the run left.
+// run's clean-up: every environment closed, then no instance process of the run left; one service
+// for a measurement with its own clean-up (withMicrovmEnvironment).
 import { rm } from "node:fs/promises";
 import { basename } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { natsClient } from "../client/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
 import { microvmApi } from "../schemas/index.ts";
-import { exitedChildren, once, tempDir, type Child } from "./children.ts";
+import { cleanUpOnInterrupt, exitedChildren, once, tempDir, type Child } from "./children.ts";
 import {
   hostCgroupKey,
   instancesOf,
@@ -176,4 +177,20 @@ async function assertNoInstanceLeft(markers: string[], hostIds: string[]): Promi
       `instance processes left after the bench (killed now): ${left.map((p) => `${p.pid} ${p.cmdline}`).join("; ")}`,
     );
   console.log(`\ncleanup: ${launchedIds.size} instances launched, all terminated; no instance process left`);
+}
+
+/** One provider's service, `measure` on it, then its clean-up (also on error and Ctrl-C). */
+export async function withMicrovmEnvironment<T>(
+  options: MicrovmEnvironmentOptions,
+  intro: string,
+  measure: (env: MicrovmEnvironment) => Promise<T>,
+): Promise<T> {
+  const env = await startMicrovmEnvironment(options);
+  const cleanUp = cleanUpOnInterrupt(() => cleanUpRun([env]));
+  console.log(`${options.provider}: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${intro}…`);
+  try {
+    return await measure(env);
+  } finally {
+    await cleanUp();
+  }
 }

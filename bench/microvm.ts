@@ -2,7 +2,8 @@
 // under every provider in the same run (process, sandbox, and gvisor where runsc runs), each
 // behind a service of its own: launch → first RPC, RPC through the proxy, suspend/resume, image
 // push, memory per live instance and how latency changes with 1, 10, 50 instances; then each
-// wall's cost as ratios (sandbox / process, gvisor / sandbox) against the issues' targets.
+// wall's cost as ratios (sandbox / process, gvisor / sandbox) against the issues' targets; and on
+// gvisor its snapshots, suspend/resume and launch from a snapshot vs cold start.
 // Every instance is terminated and every child stopped, also on error and Ctrl-C.
 import { openBuckets } from "../platform/index.ts";
 import { cleanUpOnInterrupt } from "./children.ts";
@@ -10,7 +11,12 @@ import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";
-import { cleanUpRun, startMicrovmEnvironment, type MicrovmEnvironment } from "./microvm-environment.ts";
+import {
+  cleanUpRun,
+  startMicrovmEnvironment,
+  withMicrovmEnvironment,
+  type MicrovmEnvironment,
+} from "./microvm-environment.ts";
 import type { ProviderName } from "./microvm-instance-procs.ts";
 import { launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
 import { sequential, stubCall } from "./microvm-http.ts";
@@ -20,6 +26,7 @@ import { targets } from "./microvm-report.ts";
 import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from "./microvm-rpc.ts";
 import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
 import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
+import { formatLaunchFromSnapshot, measureLaunchFromSnapshot } from "./microvm-launch-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
 import type { BenchOptions, BenchRun } from "./options.ts";
 import { saveResults } from "./results.ts";
@@ -126,40 +133,28 @@ export const runMicrovmBench: BenchRun = async (options, header, startedAt) => {
 /** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
 const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
 
-/** One provider's service, `measure` on it, then the run's clean-up (also on error and Ctrl-C). */
-async function onOneProvider<T>(
-  options: Parameters<typeof startMicrovmEnvironment>[0],
-  intro: string,
-  measure: (env: MicrovmEnvironment) => Promise<T>,
-): Promise<T> {
-  const env = await startMicrovmEnvironment(options);
-  const cleanUp = cleanUpOnInterrupt(() => cleanUpRun([env]));
-  console.log(`${options.provider}: service pid ${env.servicePid}, nats-server pid ${env.natsPid}; ${intro}…`);
-  try {
-    return await measure(env);
-  } finally {
-    await cleanUp();
-  }
-}
-
 /** `--microvm-snapshots`: the snapshot rows only, on one gvisor-provider service. */
 export const runSnapshotBench: BenchRun = async (options, header, startedAt) => {
   const gvisor = await checkGvisor();
   if (!gvisor.ok) throw new Error(`gvisor cannot run here: ${gvisor.reason}`);
   const settings = microvmSettings(options).snapshots;
-  const snapshots = await onOneProvider(
+  const { snapshots, launchFromSnapshot } = await withMicrovmEnvironment(
     { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
-    `${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together`,
-    (env) => measureSnapshots(env, settings),
+    `${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together, then launch from snapshot vs cold start`,
+    async (env) => ({
+      snapshots: await measureSnapshots(env, settings),
+      launchFromSnapshot: await measureLaunchFromSnapshot(env, settings.samples),
+    }),
   );
   console.log(`\nsnapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots)}`);
-  await saveResults({ ...header, settings, snapshots }, startedAt, "microvm-snapshots", "");
+  console.log(`\n${formatLaunchFromSnapshot(launchFromSnapshot)}`);
+  await saveResults({ ...header, settings, snapshots, launchFromSnapshot }, startedAt, "microvm-snapshots", "");
 };
 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */
 export const runImageBench: BenchRun = async (options, header, startedAt) => {
   const samples = microvmSettings(options).images;
-  const images = await onOneProvider(
+  const images = await withMicrovmEnvironment(
     { provider: "sandbox", maxInstances: 10 },
     `${samples} images, each pushed, launched uncached, then cached`,
     (env) => measureImages(env, samples),
@@ -234,6 +229,10 @@ async function measureAll(
       `snapshots (gvisor): ${snapshotSettings.samples} cold launches and suspend/resume cycles taking turns, then ${snapshotSettings.suspended} instances suspended together…`,
     );
   const snapshots = envs.gvisor ? await measureSnapshots(envs.gvisor, snapshotSettings) : undefined;
+  if (envs.gvisor) console.log("launch from snapshot vs cold start (gvisor): a slow-importing image…");
+  const launchFromSnapshot = envs.gvisor
+    ? await measureLaunchFromSnapshot(envs.gvisor, snapshotSettings.samples)
+    : undefined;
 
   console.log(
     `images: ${settings.images} pushed per provider (checked in an instance), each launched uncached then cached…`,
@@ -273,5 +272,13 @@ async function measureAll(
   const comparison = comparisonRows(results);
   printProviderResults(providers, results, directPaths, settings.rpc, comparison);
   if (snapshots) console.log(`\n## gvisor snapshots (sandbox image)\n\n${formatSnapshots(snapshots)}`);
-  return { providers: results, direct: directPaths, comparison, verdicts: verdicts(comparison), snapshots };
+  if (launchFromSnapshot) console.log(`\n## gvisor ${formatLaunchFromSnapshot(launchFromSnapshot)}`);
+  return {
+    providers: results,
+    direct: directPaths,
+    comparison,
+    verdicts: verdicts(comparison),
+    snapshots,
+    launchFromSnapshot,
+  };
 }

@@ -95,8 +95,9 @@ Options:
                        runsc runs) in one run and each wall's cost as ratios (sandbox/process,
                        gvisor/sandbox): launch → first RPC, RPC via the proxy, suspend/resume,
                        image push, memory per instance at 1/10/50 live, against issues 11, 13
-                       and 23's targets (~15 min on a loaded 2-core machine; --quick ~4 min;
-                       --cpu-prof DIR profiles the services). Not in the default run.
+                       and 23's targets, and gvisor's snapshot rows (those of --microvm-snapshots)
+                       (~15 min on a loaded 2-core machine; --quick ~4 min; --cpu-prof DIR
+                       profiles the services). Not in the default run.
   --microvm-flags      node-flag experiment: RSS, start and RPC latency of the sandbox runtime
                        started by hand under each candidate set of node flags
   --microvm-images     only the image rows of --microvm, on the sandbox provider: createImage
@@ -104,8 +105,12 @@ Options:
                        cached (9 samples; --quick 3)
   --microvm-snapshots  only the snapshot rows of --microvm, on the gvisor provider: SuspendMicrovm,
                        ResumeMicrovm → first RPC, auto-resume, bytes per snapshot, against cold
-                       RunMicrovm → first RPC in the same run (10 cycles; --quick 5), and what
-                       50 SUSPENDED instances hold on the host against the same 50 RUNNING
+                       RunMicrovm → first RPC in the same run (10 cycles; --quick 5), what
+                       50 SUSPENDED instances hold on the host against the same 50 RUNNING, and
+                       launch from snapshot vs cold start: RunMicrovm → first RPC of a slow-
+                       importing image (test/images/heavy-init.ts) restored from its launch
+                       snapshot against cold on a second service with MICROVM_LAUNCH_SNAPSHOTS=0,
+                       taking turns (10 each; --quick 5), their ratio and the snapshot's bytes
   --cli                taskctl's start-up instead: median wall time of node -e 0, taskctl
                        --help, taskctl tasks get to a closed port (and the same through tsx),
                        interleaved, --rounds runs each (default 15; --quick 5)

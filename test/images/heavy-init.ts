@@ -1,6 +1,8 @@
 // Test-only image with a heavy import: it bundles Ajv and compiles a few hundred JSON schemas
 // while it is imported (what an image doing real work at start-up costs a cold start), then
-// validates with them per call. The launch snapshot measurements use it beside `sandbox`.
+// validates with them per call. The launch snapshot measurements use it beside `sandbox`, and
+// the bench's launch-from-snapshot row (bench/microvm-launch-snapshots.ts) through `identity`.
+import { randomUUID } from "node:crypto";
 import { Ajv } from "ajv";
 import { defineImage } from "../../vm-runtime/image.ts";
 
@@ -25,8 +27,13 @@ const validators = Array.from({ length: SCHEMAS }, (_, i) =>
   }),
 );
 
+/** Who imported the module: the instance's own id on a cold start, "" in a launch snapshot's template. */
+const importedAs = process.env.MICROVM_ID ?? "";
+const importUuid = randomUUID();
+
 export default defineImage({
   methods: {
+    identity: { handler: () => ({ importedAs, importUuid, uuid: randomUUID() }) },
     hello: { handler: (name: unknown) => `hello, ${String(name)}` },
     check: {
       handler: (index: unknown, value: unknown) => validators[Number(index) % SCHEMAS]!(value),
