@@ -185,16 +185,16 @@ describe("task updates", () => {
           method === "PATCH" ? { completed: true } : undefined,
         );
         const acked = performance.now();
-        // Waits for the other gateway's notice, at most the bound.
+        // Waits for the other gateway's notice, at most the bound: the read sent then must answer
+        // the write (sent at the bound, it must too, notice or not).
         await Promise.race([seenAfter(held), once(AbortSignal.timeout(READ_CACHE_STALE_MS), "abort")]);
-        const read = await getJson(url);
         const ms = performance.now() - acked;
+        const read = await getJson(url);
         console.log(
           `${label}: the other gateway current ${ms.toFixed(1)} ms after the ack (the ${method} took ${(acked - started).toFixed(1)} ms)`,
         );
         if (method === "DELETE") assert.deepEqual([answer.status, read.status], [204, 404]);
         else assert.deepEqual(read.body, { ...task, completed: true });
-        assert.ok(ms <= READ_CACHE_STALE_MS + 100, `${ms} ms`);
       }
       assert.equal((await getJson(`${svc.taskUrl}${path}`)).status, 404);
     });
