@@ -4,8 +4,8 @@
 import autocannon from "autocannon";
 import type { EventEmitter } from "node:events";
 import { createTally } from "./latency.ts";
-import type { HttpLoadSpec, LoadResult, LoadSettings } from "./types.ts";
-import { runWrkLoad, wrkVersion } from "./wrk-load.ts";
+import type { HttpLoadSpec, HttpPoolSpec, LoadResult, LoadSettings, PoolLoadResult } from "./types.ts";
+import { runWrkLoad, runWrkPoolLoad, wrkVersion } from "./wrk-load.ts";
 
 export type HttpDriverName = "wrk" | "autocannon";
 
@@ -29,6 +29,18 @@ const jsonHeaders = { "content-type": "application/json" };
 
 export function runHttpLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
   return (chosen ?? chooseHttpDriver()).name === "wrk" ? runWrkLoad(spec, settings) : runAutocannonLoad(spec, settings);
+}
+
+/**
+ * Sends each of `spec.requests` at most once. Under autocannon, which cannot stop early, the
+ * requests past the pool's end go to a path that answers 404, counted as non-2xx.
+ */
+export async function runHttpPoolLoad(spec: HttpPoolSpec, settings: LoadSettings): Promise<PoolLoadResult> {
+  if ((chosen ?? chooseHttpDriver()).name === "wrk") return runWrkPoolLoad(spec, settings);
+  let i = 0;
+  const past = { method: "GET", path: "/bench-pool-exhausted" } as const;
+  const result = await runAutocannonLoad({ url: spec.url, next: () => spec.requests[i++] ?? past }, settings);
+  return { ...result, exhausted: i > spec.requests.length, unsent: spec.requests.slice(i) };
 }
 
 function runAutocannonLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {

@@ -63,6 +63,9 @@ Options:
   --only a,b,...       only these workloads (the bare node:http baseline always runs):
                        createTask, getTask, getTaskMissing, createTaskDO,
                        createTaskDO:hot (all on one name), getTaskDO,
+                       updateTask, updateTaskDO, listTasksDO (a page of 100), getTaskObject,
+                       and only when named here: listTasks, listTaskObjects (pages of 100),
+                       deleteTask, deleteTaskDO (see below),
                        createJob, createTask:always, createJob:always, getJob,
                        createTask:r3, createJob:r3, createTask:r3:always, createJob:r3:always,
                        nats:createTask, nats:getTask, createTask:noauth, getTask:noauth,
@@ -74,7 +77,13 @@ Options:
                        NATS auth off; the :traced ones against the same service with
                        OTEL_EXPORTER_OTLP_ENDPOINT set, every span exported to a sink in
                        the bench; the others' has NATS_SYNC as set, else 1s, e.g.
-                       NATS_SYNC=2m for nats-server's own default)
+                       NATS_SYNC=2m for nats-server's own default).
+                       listTasks and listTaskObjects read every key of their bucket for
+                       each page, so they measure what the rows before them created: run
+                       them apart from the create and delete rows (--seed N sets the tasks
+                       listTasks reads). In deleteTask and deleteTaskDO each DELETE removes
+                       a task created for it before the load, unmeasured (every answer a
+                       204); topping up that pool takes about as long as the load itself
   --pair-baseline      measure the baseline again right before each workload and take each
                        ratio against that one (twice the time; steadier on a shared machine)
   --nats-compare PATH  start the service's stacks (the :always and :r3 ones when asked for)

@@ -28,10 +28,21 @@ export async function measure(run: Runner, groups: ProcessGroups, settings: Load
   }
 }
 
+/** `measure`, after the runner's unmeasured `beforeEach` (a failure there is the load's). */
+async function readyThenMeasure(run: Runner, groups: ProcessGroups, settings: LoadSettings): Promise<Outcome> {
+  try {
+    await run.beforeEach?.(settings);
+  } catch (err) {
+    return { error: `before the load: ${(err as Error)?.message ?? String(err)}` };
+  }
+  return measure(run, groups, settings);
+}
+
 const objectNames = Array.from({ length: 20 }, (_, k) => `bench-${k}`);
 
+/** The workloads `--only` names, in their order; without it, all but the opt-in ones. */
 export function selectWorkloads(only: string[] | undefined): Workload[] {
-  if (!only) return workloads;
+  if (!only) return workloads.filter((w) => !w.optIn);
   const known = new Map(workloads.map((w) => [w.name, w]));
   const unknown = only.filter((name) => !known.has(name) && name !== baseline.name);
   if (unknown.length)
@@ -79,7 +90,14 @@ export async function runRounds(
   if (options.warmup > 0) {
     console.log(`warm-up: ${options.warmup} s per workload (not measured)`);
     for (const run of prepared.values()) {
-      if (typeof run === "function") await run({ ...settings, duration: options.warmup }).catch(() => {});
+      if (typeof run !== "function") continue;
+      const warmup = { ...settings, duration: options.warmup };
+      try {
+        await run.beforeEach?.(warmup);
+        await run(warmup);
+      } catch {
+        // Not measured: a failing workload fails in the rounds.
+      }
     }
   }
 
@@ -100,7 +118,7 @@ export async function runRounds(
       }
       const outcome =
         typeof run === "function"
-          ? await measure(run, groupsOf(workload), settings)
+          ? await readyThenMeasure(run, groupsOf(workload), settings)
           : { error: `setup failed: ${run.message}` };
       results[workload.name] = outcome;
       const base = baselineBefore[workload.name] ?? results[baseline.name];

@@ -24,30 +24,53 @@ export interface SeedOptions {
   objectNames: string[];
 }
 
-async function postJson(url: string, body: unknown): Promise<unknown> {
-  const res = await fetch(url, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body),
+/** Answers worth another try while seeding: the service is busy (a 504's create may be done; a spare record is harmless). */
+const BUSY = new Set([503, 504]);
+const SEED_ATTEMPTS = 3;
+
+async function postJson(url: string, body: unknown, attempts = 1): Promise<unknown> {
+  for (let n = 1; ; n++) {
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (res.status === 200) return JSON.parse(text);
+    if (n >= attempts || !BUSY.has(res.status))
+      throw new Error(`POST ${url} answered ${res.status}: ${text.slice(0, 200)}`);
+    await pause(1_000);
+  }
+}
+
+/** `count` new tasks over HTTP, `concurrency` creates in flight: their ids. */
+export function seedTasks(taskUrl: string, count: number, concurrency = 32): Promise<string[]> {
+  return inPool(
+    count,
+    concurrency,
+    async () => ((await postJson(`${taskUrl}/`, { title: "bench" }, SEED_ATTEMPTS)) as { id: string }).id,
+  );
+}
+
+/** `count` new tasks spread over the task objects `objectNames` in turn. */
+export function seedDoTasks(
+  taskUrl: string,
+  objectNames: string[],
+  count: number,
+  concurrency = 32,
+): Promise<DoTask[]> {
+  return inPool(count, concurrency, async (i) => {
+    const name = objectNames[i % objectNames.length]!;
+    const task = (await postJson(`${taskUrl}/do?name=${name}`, { title: "bench" }, SEED_ATTEMPTS)) as { id: string };
+    return { name, id: task.id };
   });
-  const text = await res.text();
-  if (res.status !== 200) throw new Error(`POST ${url} answered ${res.status}: ${text.slice(0, 200)}`);
-  return JSON.parse(text);
 }
 
 export function createSeeds(options: SeedOptions): Seeds {
   const { taskUrl, jobUrl, count, objectNames } = options;
   return {
-    taskIds: once(() =>
-      inPool(count, 32, async () => ((await postJson(`${taskUrl}/`, { title: "bench" })) as { id: string }).id),
-    ),
-    doTasks: once(() =>
-      inPool(count, 32, async (i) => {
-        const name = objectNames[i % objectNames.length]!;
-        const task = (await postJson(`${taskUrl}/do?name=${name}`, { title: "bench" })) as { id: string };
-        return { name, id: task.id };
-      }),
-    ),
+    taskIds: once(() => seedTasks(taskUrl, count)),
+    doTasks: once(() => seedDoTasks(taskUrl, objectNames, count)),
     jobIds: once(() => inPool(count, 32, async () => (await postJson(`${jobUrl}/`, { content: "bench" })) as string)),
   };
 }

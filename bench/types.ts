@@ -43,7 +43,7 @@ export type ProcessGroups = Record<string, number[]>;
 
 /** One HTTP request of a load run. */
 export interface HttpRequestSpec {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "PATCH" | "DELETE";
   path: string;
   body?: string;
 }
@@ -58,3 +58,12 @@ export interface HttpLoadSpec {
   /** A non-2xx status that is the right answer (404 for a missing id). */
   expectedStatus?: number;
 }
+
+/** Requests each sent at most once, e.g. deletes of records seeded for them. */
+export interface HttpPoolSpec {
+  url: string;
+  requests: HttpRequestSpec[];
+}
+
+/** A pool load's result: `exhausted` when the pool ran out before the duration did; the requests not sent. */
+export type PoolLoadResult = LoadResult & { exhausted: boolean; unsent: HttpRequestSpec[] };

@@ -1,11 +1,12 @@
-// The workloads: the bare node:http baseline, each HTTP operation of both APIs, and the
-// direct-NATS create and get. `prepare` seeds what a workload reads and returns its runner.
+// The workloads: the bare node:http baseline, each HTTP operation of both APIs (updates,
+// deletes and lists in crud-workloads.ts), and the direct-NATS create and get. `prepare`
+// seeds what a workload reads and returns its runner.
 import { createTask, getTask, requestSubject } from "../schemas/index.ts";
-import { runHttpLoad } from "./http-load.ts";
+import { crudWorkloads } from "./crud-workloads.ts";
 import { runNatsLoad } from "./nats-load.ts";
+import { cycle, http, httpFixed, type Runner } from "./runners.ts";
 import type { AlwaysStack, Environment, ServiceGroup } from "./environment.ts";
 import type { Seeds } from "./seed.ts";
-import type { HttpRequestSpec, LoadResult, LoadSettings } from "./types.ts";
 
 /** The environment's URLs and connection (the :always, :r3 and :noauth stacks' too), and the seeded records. */
 export interface WorkloadContext
@@ -20,7 +21,7 @@ export interface WorkloadContext
   compared?: WorkloadContext;
 }
 
-export type Runner = (settings: LoadSettings) => Promise<LoadResult>;
+export type { Runner };
 
 export interface Workload {
   name: string;
@@ -29,27 +30,13 @@ export interface Workload {
   serviceGroup: ServiceGroup;
   /** Runs on the `--nats-compare` stacks: their processes are the ones measured. */
   onCompared?: boolean;
+  /** Runs only when named in `--only` (it seeds what it consumes: slow). */
+  optIn?: boolean;
   prepare(ctx: WorkloadContext): Promise<Runner>;
 }
 
 const taskBody = JSON.stringify({ title: "bench" });
 const jobBody = JSON.stringify({ content: "bench" });
-
-/** Cycles through `items` across calls. */
-function cycle<T>(items: readonly T[]): () => T {
-  if (items.length === 0) throw new Error("nothing to cycle over: the seeding created no records");
-  let i = 0;
-  return () => items[i++ % items.length]!;
-}
-
-function http(url: string, next: () => HttpRequestSpec, expectedStatus?: number): Runner {
-  return (settings) => runHttpLoad({ url, next, expectedStatus }, settings);
-}
-
-/** The same request every time. */
-function httpFixed(url: string, request: HttpRequestSpec): Runner {
-  return (settings) => runHttpLoad({ url, next: () => request, fixed: true }, settings);
-}
 
 function alwaysStack(ctx: WorkloadContext): AlwaysStack {
   if (!ctx.always) throw new Error("the NATS_SYNC=always stack was not started");
@@ -175,6 +162,7 @@ export const workloads: Workload[] = [
       });
     },
   },
+  ...crudWorkloads,
   {
     name: "createJob",
     summary: "POST / {content} on the Job API",

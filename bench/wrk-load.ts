@@ -5,7 +5,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { tempDir } from "./children.ts";
-import type { HttpLoadSpec, HttpRequestSpec, LoadResult, LoadSettings } from "./types.ts";
+import type { HttpLoadSpec, HttpPoolSpec, HttpRequestSpec, LoadResult, LoadSettings, PoolLoadResult } from "./types.ts";
 
 /** Requests sampled from a dynamic `next()`: enough to cycle over every seeded record. */
 const SAMPLED_REQUESTS = 20_000;
@@ -62,19 +62,59 @@ function script(spec: HttpLoadSpec): string {
       `response = function(status) if status == ${spec.expectedStatus} then expected = expected + 1 end end`,
     );
   }
-  lines.push(
-    `local threads = {}`,
-    `setup = function(thread) table.insert(threads, thread) end`,
-    `done = function(summary, latency, requests)`,
-    `  local expected_total = 0`,
-    `  for _, t in ipairs(threads) do expected_total = expected_total + (t:get("expected") or 0) end`,
-    `  local e = summary.errors`,
-    `  io.write(string.format('${RESULT_MARK}{"requests":%d,"micros":%d,"p50":%d,"p99":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"expected":%d}\\n',`,
-    `    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), e.connect, e.read, e.write, e.status, e.timeout, expected_total))`,
-    `end`,
-  );
+  lines.push(...summaryLua);
   return lines.join("\n");
 }
+
+/**
+ * The pool script: each thread reads its share of the requests (every `threads`-th line of
+ * `file`, "METHOD PATH") and sends each once; a thread that runs out stops, so no request
+ * is sent twice (a second DELETE would be a 404), and says so in the summary.
+ */
+function poolScript(file: string, threads: number): string {
+  return [
+    `local mine = {}`,
+    `taken = 0`,
+    `exhausted = 0`,
+    // setup() runs in the main state before each thread's init(): it hands out the shares.
+    `local parts = 0`,
+    `setup = function(thread) thread:set("part", parts); parts = parts + 1; table.insert(threads, thread) end`,
+    `init = function(args)`,
+    `  local k = 0`,
+    `  for line in io.lines(${lua(file)}) do`,
+    `    if k % ${threads} == part then`,
+    `      local method, path = line:match("^(%S+) (.+)$")`,
+    `      table.insert(mine, wrk.format(method, path))`,
+    `    end`,
+    `    k = k + 1`,
+    `  end`,
+    `end`,
+    `request = function()`,
+    `  if taken < #mine then taken = taken + 1; return mine[taken] end`,
+    // stop() ends the thread's loop before this request's answer is read: it is not counted.
+    `  if exhausted == 0 then exhausted = 1; wrk.thread:stop() end`,
+    `  return wrk.format("GET", "/bench-pool-exhausted")`,
+    `end`,
+    ...summaryLua,
+  ].join("\n");
+}
+
+/** Threads are collected in setup(); done() sums their counters into one JSON line. */
+const summaryLua = [
+  `threads = {}`,
+  `setup = setup or function(thread) table.insert(threads, thread) end`,
+  `done = function(summary, latency, requests)`,
+  `  local expected_total, exhausted_total, taken = 0, 0, {}`,
+  `  for _, t in ipairs(threads) do`,
+  `    expected_total = expected_total + (t:get("expected") or 0)`,
+  `    exhausted_total = exhausted_total + (t:get("exhausted") or 0)`,
+  `    table.insert(taken, t:get("taken") or 0)`,
+  `  end`,
+  `  local e = summary.errors`,
+  `  io.write(string.format('${RESULT_MARK}{"requests":%d,"micros":%d,"p50":%d,"p99":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"expected":%d,"exhausted":%d,"taken":[%s]}\\n',`,
+  `    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), e.connect, e.read, e.write, e.status, e.timeout, expected_total, exhausted_total, table.concat(taken, ",")))`,
+  `end`,
+];
 
 interface WrkSummary {
   requests: number;
@@ -87,6 +127,10 @@ interface WrkSummary {
   status: number;
   timeout: number;
   expected: number;
+  /** Pool loads: threads that ran out of requests. */
+  exhausted: number;
+  /** Pool loads: requests each thread took from its share (sent, answered or not). */
+  taken: number[];
 }
 
 function toResult(s: WrkSummary, expectedStatus: number | undefined): LoadResult {
@@ -118,13 +162,35 @@ function toResult(s: WrkSummary, expectedStatus: number | undefined): LoadResult
   };
 }
 
-/** One wrk run: two threads (one per core), `connections` keep-alive connections, whole seconds. */
+/** One wrk run of `spec`'s requests: two threads (one per core), `connections` keep-alive connections, whole seconds. */
 export async function runWrkLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
+  const summary = await runWrk(spec.url, settings, async () => script(spec));
+  return toResult(summary, spec.expectedStatus);
+}
+
+/** One wrk run sending each of `spec.requests` at most once (a thread stops when its share runs out). */
+export async function runWrkPoolLoad(spec: HttpPoolSpec, settings: LoadSettings): Promise<PoolLoadResult> {
+  const summary = await runWrk(spec.url, settings, async (dir, threads) => {
+    const file = join(dir, "requests.txt");
+    await writeFile(file, spec.requests.map((r) => `${r.method} ${r.path}\n`).join(""));
+    return poolScript(file, threads);
+  });
+  // Thread t took the first taken[t] of the requests i with i % threads === t.
+  const threads = summary.taken.length;
+  const unsent = spec.requests.filter((_, i) => Math.floor(i / threads) >= (summary.taken[i % threads] ?? 0));
+  return { ...toResult(summary, undefined), exhausted: summary.exhausted > 0, unsent };
+}
+
+async function runWrk(
+  url: string,
+  settings: LoadSettings,
+  scriptIn: (dir: string, threads: number) => Promise<string>,
+): Promise<WrkSummary> {
   const dir = await tempDir("bench-wrk-");
   try {
-    const file = join(dir.path, "load.lua");
-    await writeFile(file, script(spec));
     const threads = Math.min(2, settings.connections);
+    const file = join(dir.path, "load.lua");
+    await writeFile(file, await scriptIn(dir.path, threads));
     const args = [
       "-t",
       String(threads),
@@ -136,7 +202,7 @@ export async function runWrkLoad(spec: HttpLoadSpec, settings: LoadSettings): Pr
       "10s",
       "-s",
       file,
-      spec.url,
+      url,
     ];
     const output = await new Promise<string>((resolve, reject) => {
       const child = spawn("wrk", args, { stdio: ["ignore", "pipe", "pipe"] });
@@ -150,7 +216,7 @@ export async function runWrkLoad(spec: HttpLoadSpec, settings: LoadSettings): Pr
     });
     const line = output.split("\n").find((l) => l.startsWith(RESULT_MARK));
     if (!line) throw new Error(`wrk printed no summary: ${output.slice(-500)}`);
-    return toResult(JSON.parse(line.slice(RESULT_MARK.length)) as WrkSummary, spec.expectedStatus);
+    return JSON.parse(line.slice(RESULT_MARK.length)) as WrkSummary;
   } finally {
     await dir.remove();
   }
