@@ -58,7 +58,16 @@ async function contextOf(env: Environment, count: number): Promise<WorkloadConte
   const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count, objectNames });
   const noAuthSeeds = createSeeds({ taskUrl: env.noAuthTaskUrl, jobUrl: env.jobUrl, count, objectNames });
   const tracedSeeds = env.traced && createSeeds({ ...env.traced, count, objectNames });
-  return { ...env, seeds, noAuthSeeds, ...(tracedSeeds ? { tracedSeeds } : {}), objectNames };
+  const anchorUrl = env.anchorUrl;
+  const anchorSeeds = anchorUrl && createSeeds({ taskUrl: anchorUrl, jobUrl: anchorUrl, count, objectNames });
+  return {
+    ...env,
+    seeds,
+    noAuthSeeds,
+    ...(tracedSeeds ? { tracedSeeds } : {}),
+    ...(anchorSeeds ? { anchorSeeds } : {}),
+    objectNames,
+  };
 }
 
 export async function runRounds(
