@@ -1,7 +1,7 @@
 // The no-hop anchor's side in the bench (the server itself is anchor-server.ts): its own nkey
 // login on the main stack's nats-server, allowed its bucket only as the actors' user is theirs,
 // and the environment its process starts with.
-import { writeFile } from "node:fs/promises";
+import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import * as nkeys from "@nats-io/nkeys";
 import { kvOwn, publicKeyOf, type NkeyUser } from "../platform/index.ts";
@@ -19,6 +19,7 @@ export interface AnchorLogin {
 export async function anchorLogin(authDir: string): Promise<AnchorLogin> {
   const seed = new TextDecoder().decode(nkeys.createUser().getSeed());
   const seedFile = join(authDir, "anchor.nk");
+  await mkdir(authDir, { recursive: true, mode: 0o700 });
   await writeFile(seedFile, `${seed}\n`, { mode: 0o600 });
   const permissions = {
     publish: { allow: [...kvOwn(anchorBucket), "$JS.API.INFO"] },
