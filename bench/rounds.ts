@@ -31,12 +31,25 @@ export async function measure(run: Runner, groups: ProcessGroups, settings: Load
 const objectNames = Array.from({ length: 20 }, (_, k) => `bench-${k}`);
 
 export function selectWorkloads(only: string[] | undefined): Workload[] {
-  if (!only) return workloads;
+  if (!only) return anchorsBesideTwins(workloads);
   const known = new Map(workloads.map((w) => [w.name, w]));
   const unknown = only.filter((name) => !known.has(name) && name !== baseline.name);
   if (unknown.length)
     throw new UsageError(`unknown workload(s) ${unknown.join(", ")}; known: ${[...known.keys()].join(", ")}`);
-  return workloads.filter((w) => only.includes(w.name));
+  return anchorsBesideTwins(workloads.filter((w) => only.includes(w.name)));
+}
+
+/** Each `anchor:<op>` row right after the service's `<op>` row when both run (measured and printed side by side). */
+function anchorsBesideTwins(selected: readonly Workload[]): Workload[] {
+  const isAnchor = (w: Workload) => w.serviceGroup === "anchor";
+  const anchorOf = new Map(selected.filter(isAnchor).map((w) => [w.name.replace(/^anchor:/, ""), w]));
+  const paired = new Set<Workload>();
+  const rows = selected.flatMap((w) => {
+    const anchor = isAnchor(w) ? undefined : anchorOf.get(w.name);
+    if (anchor) paired.add(anchor);
+    return isAnchor(w) ? [] : anchor ? [w, anchor] : [w];
+  });
+  return [...rows, ...selected.filter((w) => isAnchor(w) && !paired.has(w))];
 }
 
 async function prepareAll(selected: Workload[], ctx: WorkloadContext): Promise<Map<Workload, Runner | Error>> {

@@ -1,11 +1,12 @@
 // The bench's no-hop anchor (bench/anchor-server.ts) as the bench starts it: bundled, on a
-// nats-server with the service's per-role users plus the anchor's own login.
+// nats-server with the service's per-role users plus the anchor's own login; and where its rows run.
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { it } from "node:test";
 import { anchorEnv, anchorLogin } from "../bench/anchor.ts";
+import { selectWorkloads } from "../bench/rounds.ts";
 import { callerEnv, startBuiltServer } from "../bench/stacks.ts";
 import { authDirOf, authorizationConfig, ensureNatsCredentials, startNatsServer } from "../platform/index.ts";
 
@@ -34,4 +35,12 @@ it("bench anchor - creates a task in its own bucket under its own login, reads i
   assert.equal((await fetch(`${url}/${crypto.randomUUID()}`)).status, 404);
   const untitled = await fetch(`${url}/`, { method: "POST", body: JSON.stringify({ title: 1 }) });
   assert.equal(untitled.status, 400);
+});
+
+it("bench anchor - each anchor: row runs right after the service's row of the same name", () => {
+  const only = ["anchor:getTaskMissing", "anchor:createTask", "createTask", "getTaskMissing", "anchor:getTask"];
+  assert.deepEqual(
+    selectWorkloads(only).map((w) => w.name),
+    ["createTask", "anchor:createTask", "getTaskMissing", "anchor:getTaskMissing", "anchor:getTask"],
+  );
 });
