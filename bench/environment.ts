@@ -5,7 +5,9 @@
 // for the `:noauth` rows) and, for the `:always` workloads, a second authenticated nats-server
 // with NATS_SYNC=always and its own one-process service; for the `:r3` workloads, two 3-node
 // clusters (R3 buckets), one per NATS_SYNC (`1s`, `always`), each with its own one-process
-// service. With `natsBinary`, every nats-server of it runs that binary (`--nats-compare`).
+// service; for the `anchor:` workloads, the no-hop anchor (anchor-server.ts) on the main stack's
+// nats-server with a login of its own. With `natsBinary`, every nats-server of it runs that
+// binary (`--nats-compare`).
 // `close()` stops them all and removes the stores.
 import { once } from "node:events";
 import { createServer } from "node:http";
@@ -19,14 +21,16 @@ import {
   ensureNatsCredentials,
   parseNatsSync,
   type NatsHandle,
+  type NkeyUser,
 } from "../platform/index.ts";
 import type { RoleSet } from "../cluster/index.ts";
+import { anchorEnv, anchorLogin } from "./anchor.ts";
 import { exitedChildren, runningPids, stopAll, tempDir, type Child } from "./children.ts";
 import { callerEnv, profileFlags, startBuiltServer, startNats, startNatsR3, startService } from "./stacks.ts";
 import type { ProcessGroups } from "./types.ts";
 
 /** Whose RSS and CPU count as "service" (and "nats") for a row. */
-export type ServiceGroup = "service" | "bare" | "always" | "noAuth" | "traced" | "r3" | "r3Always";
+export type ServiceGroup = "service" | "bare" | "anchor" | "always" | "noAuth" | "traced" | "r3" | "r3Always";
 
 export interface EnvironmentOptions {
   /** Run the gateway and the actors as two processes instead of one. */
@@ -43,6 +47,8 @@ export interface EnvironmentOptions {
   traced?: boolean;
   /** Another nats-server binary for every server of this environment (default: `natsServerPath()`). */
   natsBinary?: string;
+  /** Also start the no-hop anchor (polka straight to KV) on the main stack's nats-server. */
+  anchor?: boolean;
 }
 
 /** The NATS_SYNC=always stack's API URLs. */
@@ -58,6 +64,8 @@ export interface Environment {
   taskUrl: string;
   jobUrl: string;
   bareUrl: string;
+  /** The no-hop anchor's Task-like API, when started. */
+  anchorUrl?: string;
   /** The NATS_SYNC=always stack, when started. */
   always?: AlwaysStack;
   /** The R3 stacks by NATS_SYNC, when started. */
@@ -110,18 +118,20 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     const authorization = authorizationConfig(credentials);
     const binary = options.natsBinary;
     const nodeFlags = [...(options.nodeFlags ?? []), ...profileFlags(options.cpuProfDir)];
-    // Every authenticated server names the same generated users (the same public keys).
+    const anchor = options.anchor ? await anchorLogin(authDir) : undefined;
+    // Every authenticated server names the same generated users (the same public keys); `users`: more.
     const stack = async (
       name: string,
       dir: string,
-      nats: { sync: string; auth: boolean; r3?: boolean },
+      nats: { sync: string; auth: boolean; r3?: boolean; users?: NkeyUser[] },
       roleSets: RoleSet[] = [ONE_PROCESS],
       env: Record<string, string> = {},
     ): Promise<Stack & { natsUrl: string }> => {
       const natsDir = join(storeDir, `${dir}-nats`);
+      const auth = nats.users ? authorizationConfig(credentials, "", nats.users) : authorization;
       const server = nats.r3
-        ? await startNatsR3(natsDir, { sync: nats.sync, authorization, credentials, binary })
-        : await startNats(natsDir, { sync: nats.sync, authorization: nats.auth ? authorization : undefined, binary });
+        ? await startNatsR3(natsDir, { sync: nats.sync, authorization: auth, credentials, binary })
+        : await startNats(natsDir, { sync: nats.sync, authorization: nats.auth ? auth : undefined, binary });
       const natsUrl = "server" in server ? server.server.url : server.url;
       const service = await startService({
         name,
@@ -144,7 +154,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     const main = await stack(
       "service",
       "main",
-      { sync: mainSync(), auth: true },
+      { sync: mainSync(), auth: true, users: anchor && [anchor.user] },
       options.splitRoles ? ["actors", "gateway"] : [ONE_PROCESS],
     );
     const always = options.syncAlways
@@ -155,6 +165,13 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       ? await stack("service (R3, always)", "r3-always", { sync: "always", auth: true, r3: true })
       : undefined;
     const { child: bare, port: barePort } = await startBuiltServer("bare", "bench/bare-server.ts", callerEnv());
+    // The same writes and reads with no actor hop, on the main stack's nats-server (its NATS_SYNC).
+    const anchorServer =
+      anchor &&
+      (await startBuiltServer("anchor", "bench/anchor-server.ts", {
+        ...callerEnv(),
+        ...anchorEnv(main.natsUrl, anchor),
+      }));
     // The same service with NATS auth off, for the auth cost in the same run.
     const noAuth = await stack("service noauth", "noauth", { sync: mainSync(), auth: false });
     // The same service exporting every span (OTLP/HTTP), for tracing's cost in the same run.
@@ -167,7 +184,12 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
     // Direct NATS load runs as another service would: the `internal` user.
     handle = await connectNats({ servers: main.natsUrl, name: "bench", credentials: credentials.internal });
     const stacks: Partial<Record<ServiceGroup, Stack>> = { service: main, always, noAuth, traced, r3, r3Always };
-    const children = [bare, ...Object.values(stacks).flatMap((s) => (s ? [...s.nats, ...s.service] : []))];
+    const own = { bare: bare.pid, anchor: anchorServer?.child.pid };
+    const children = [
+      bare,
+      ...(anchorServer ? [anchorServer.child] : []),
+      ...Object.values(stacks).flatMap((s) => (s ? [...s.nats, ...s.service] : [])),
+    ];
     const urls = (s: Stack) => ({ taskUrl: s.taskUrl, jobUrl: s.jobUrl });
     return {
       natsUrl: main.natsUrl,
@@ -175,15 +197,17 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       taskUrl: main.taskUrl,
       jobUrl: main.jobUrl,
       bareUrl: `http://127.0.0.1:${barePort}`,
+      anchorUrl: anchorServer && `http://127.0.0.1:${anchorServer.port}`,
       always: always && urls(always),
       r3: r3 && r3Always && { "1s": urls(r3), always: urls(r3Always) },
       noAuthTaskUrl: noAuth.taskUrl,
       traced: traced && sink && { ...urls(traced), exported: sink.exported },
       nc: handle.nc,
       groups: (group) => {
-        // The bare row: its server, and the main stack's nats-server.
-        const of = group === "bare" ? main : stacks[group];
-        return { service: group === "bare" ? [bare.pid] : pidsOf(of?.service), nats: pidsOf(of?.nats) };
+        // The bare and anchor rows: their server, and the main stack's nats-server.
+        if (group === "bare" || group === "anchor")
+          return { service: own[group] ? [own[group]] : [], nats: pidsOf(main.nats) };
+        return { service: pidsOf(stacks[group]?.service), nats: pidsOf(stacks[group]?.nats) };
       },
       deaths: () => exitedChildren(children),
       close,

@@ -83,7 +83,14 @@ Options:
                        them apart from the create and delete rows (--seed N sets the tasks
                        listTasks reads). In deleteTask and deleteTaskDO each DELETE removes
                        a task created for it before the load, unmeasured (every answer a
-                       204); topping up that pool takes about as long as the load itself
+                       204); topping up that pool takes about as long as the load itself.
+                       anchor:createTask, anchor:getTask, anchor:getTaskMissing: the same
+                       three on the no-hop anchor, a polka server writing straight to JetStream
+                       KV (kv.create, kv.get; no actor, no cache) in its own bucket on the
+                       service's nats-server with a login of its own, started only when an
+                       anchor: row runs. The service's stack runs as npm start runs it: the
+                       nats-server npm start finds (NATS_SERVER_BIN, .tools/, PATH), one nkey
+                       user per role, NATS_SYNC as set, else 1s.
   --pair-baseline      measure the baseline again right before each workload and take each
                        ratio against that one (twice the time; steadier on a shared machine)
   --nats-compare PATH  start the service's stacks (the :always and :r3 ones when asked for)

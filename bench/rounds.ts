@@ -42,12 +42,25 @@ const objectNames = Array.from({ length: 20 }, (_, k) => `bench-${k}`);
 
 /** The workloads `--only` names, in their order; without it, all but the opt-in ones. */
 export function selectWorkloads(only: string[] | undefined): Workload[] {
-  if (!only) return workloads.filter((w) => !w.optIn);
+  if (!only) return anchorsBesideTwins(workloads.filter((w) => !w.optIn));
   const known = new Map(workloads.map((w) => [w.name, w]));
   const unknown = only.filter((name) => !known.has(name) && name !== baseline.name);
   if (unknown.length)
     throw new UsageError(`unknown workload(s) ${unknown.join(", ")}; known: ${[...known.keys()].join(", ")}`);
-  return workloads.filter((w) => only.includes(w.name));
+  return anchorsBesideTwins(workloads.filter((w) => only.includes(w.name)));
+}
+
+/** Each `anchor:<op>` row right after the service's `<op>` row when both run (measured and printed side by side). */
+function anchorsBesideTwins(selected: readonly Workload[]): Workload[] {
+  const isAnchor = (w: Workload) => w.serviceGroup === "anchor";
+  const anchorOf = new Map(selected.filter(isAnchor).map((w) => [w.name.replace(/^anchor:/, ""), w]));
+  const paired = new Set<Workload>();
+  const rows = selected.flatMap((w) => {
+    const anchor = isAnchor(w) ? undefined : anchorOf.get(w.name);
+    if (anchor) paired.add(anchor);
+    return isAnchor(w) ? [] : anchor ? [w, anchor] : [w];
+  });
+  return [...rows, ...selected.filter((w) => isAnchor(w) && !paired.has(w))];
 }
 
 async function prepareAll(selected: Workload[], ctx: WorkloadContext): Promise<Map<Workload, Runner | Error>> {
@@ -69,7 +82,16 @@ async function contextOf(env: Environment, count: number): Promise<WorkloadConte
   const seeds = createSeeds({ taskUrl: env.taskUrl, jobUrl: env.jobUrl, count, objectNames });
   const noAuthSeeds = createSeeds({ taskUrl: env.noAuthTaskUrl, jobUrl: env.jobUrl, count, objectNames });
   const tracedSeeds = env.traced && createSeeds({ ...env.traced, count, objectNames });
-  return { ...env, seeds, noAuthSeeds, ...(tracedSeeds ? { tracedSeeds } : {}), objectNames };
+  const anchorUrl = env.anchorUrl;
+  const anchorSeeds = anchorUrl && createSeeds({ taskUrl: anchorUrl, jobUrl: anchorUrl, count, objectNames });
+  return {
+    ...env,
+    seeds,
+    noAuthSeeds,
+    ...(tracedSeeds ? { tracedSeeds } : {}),
+    ...(anchorSeeds ? { anchorSeeds } : {}),
+    objectNames,
+  };
 }
 
 export async function runRounds(

@@ -2,6 +2,7 @@
 // --growth the RSS and read latency as records pile up, with --microvm the microVM
 // facility, or with --placement task objects on the cluster with 1 vs 2 actor processes.
 // See docs/performance.md.
+import { anchorBucket } from "./anchor.ts";
 import { installShutdownHandlers } from "./children.ts";
 import { startEnvironment, mainSync, type Environment } from "./environment.ts";
 import { runCliBench } from "./cli-start.ts";
@@ -11,6 +12,7 @@ import { helpText, isUsageError, parseOptions, type BenchOptions } from "./optio
 import { runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
 import { natsServerLabel, type ComparedServer } from "./nats-compare.ts";
+import { natsServerPath } from "../platform/index.ts";
 import { runPlacementBench } from "./placement.ts";
 import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
 import { formatTable } from "./report.ts";
@@ -70,6 +72,9 @@ async function main() {
   // The traced stack (tracing on, spans exported to a sink here): only when a :traced row runs.
   const traced =
     !options.growth && (options.only === undefined || options.only.some((name) => name.includes(":traced")));
+  // The no-hop anchor (polka straight to KV): only when an anchor: row runs.
+  const anchor =
+    !options.growth && (options.only === undefined || options.only.some((name) => name.startsWith("anchor:")));
   const environment = {
     traced,
     splitRoles: options.splitRoles,
@@ -77,12 +82,13 @@ async function main() {
     nodeFlags: options.nodeFlags,
     syncAlways: !options.growth,
     r3,
+    anchor,
   };
   env = await startEnvironment(environment);
   if (options.natsCompare && comparedLabel && !options.growth) {
     compared = {
       label: comparedLabel,
-      env: await startEnvironment({ ...environment, traced: false, natsBinary: options.natsCompare }),
+      env: await startEnvironment({ ...environment, traced: false, anchor: false, natsBinary: options.natsCompare }),
     };
     console.log(
       `the "@${comparedLabel}" rows: the same stacks on ${options.natsCompare} (service pid ${compared.env.groups("service").service.join(",")}, ` +
@@ -90,12 +96,16 @@ async function main() {
     );
   }
   console.log(
-    `service pid ${env.groups("service").service.join(",")}, nats-server pid ${env.groups("service").nats} (NATS_SYNC=${mainSync()}), bare pid ${env.groups("bare").service}, ` +
+    `service pid ${env.groups("service").service.join(",")}, nats-server pid ${env.groups("service").nats} (${natsServerPath()} as npm start finds it, one nkey user per role, NATS_SYNC=${mainSync()}), bare pid ${env.groups("bare").service}, ` +
       `auth-off service pid ${env.groups("noAuth").service.join(",")}`,
   );
   if (env.r3)
     console.log(
       `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ${env.groups("r3").nats.join(",")}) and always (${env.groups("r3Always").nats.join(",")})`,
+    );
+  if (env.anchorUrl)
+    console.log(
+      `the anchor: workloads: the no-hop anchor, pid ${env.groups("anchor").service.join(",")} (polka straight to KV, bucket ${anchorBucket}), on the service's nats-server with a login of its own`,
     );
   if (env.traced)
     console.log(

@@ -1,6 +1,6 @@
 // The workloads: the bare node:http baseline, each HTTP operation of both APIs (updates,
-// deletes and lists in crud-workloads.ts), and the direct-NATS create and get. `prepare`
-// seeds what a workload reads and returns its runner.
+// deletes and lists in crud-workloads.ts), the direct-NATS create and get, and the no-hop
+// anchor's. `prepare` seeds what a workload reads and returns its runner.
 import { createTask, getTask, requestSubject } from "../schemas/index.ts";
 import { crudWorkloads } from "./crud-workloads.ts";
 import { runNatsLoad } from "./nats-load.ts";
@@ -10,11 +10,16 @@ import type { Seeds } from "./seed.ts";
 
 /** The environment's URLs and connection (the :always, :r3 and :noauth stacks' too), and the seeded records. */
 export interface WorkloadContext
-  extends Pick<Environment, "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "traced" | "nc"> {
+  extends Pick<
+    Environment,
+    "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "traced" | "nc" | "anchorUrl"
+  > {
   /** The records of the auth-off service, and of the main one. */
   noAuthSeeds: Seeds;
   /** The traced stack's records, when it runs. */
   tracedSeeds?: Seeds;
+  /** The no-hop anchor's tasks, when it runs. */
+  anchorSeeds?: Seeds;
   seeds: Seeds;
   objectNames: string[];
   /** The same stacks on the `--nats-compare` server, when started. */
@@ -200,7 +205,34 @@ export const workloads: Workload[] = [
       return (settings) => runNatsLoad(ctx.nc, { subject, next }, settings);
     },
   },
+  {
+    name: "anchor:createTask",
+    summary: "POST / {title} on the no-hop anchor: polka validating the title and kv.create (compare with createTask)",
+    serviceGroup: "anchor",
+    prepare: async (ctx) => httpFixed(anchorUrlOf(ctx), { method: "POST", path: "/", body: taskBody }),
+  },
+  {
+    name: "anchor:getTask",
+    summary: "GET /<id> on the no-hop anchor over its seeded tasks: kv.get, no cache (compare with getTask)",
+    serviceGroup: "anchor",
+    async prepare(ctx) {
+      const url = anchorUrlOf(ctx);
+      const next = cycle(await ctx.anchorSeeds!.taskIds());
+      return http(url, () => ({ method: "GET", path: `/${next()}` }));
+    },
+  },
+  {
+    name: "anchor:getTaskMissing",
+    summary: "GET /<random uuid v4> on the no-hop anchor; 404 is the expected answer (compare with getTaskMissing)",
+    serviceGroup: "anchor",
+    prepare: async (ctx) => http(anchorUrlOf(ctx), () => ({ method: "GET", path: `/${crypto.randomUUID()}` }), 404),
+  },
 ];
+
+function anchorUrlOf(ctx: WorkloadContext): string {
+  if (!ctx.anchorUrl) throw new Error("the anchor: rows need the no-hop anchor (started when one of them runs)");
+  return ctx.anchorUrl;
+}
 
 function tracedOf(ctx: WorkloadContext): NonNullable<WorkloadContext["traced"]> {
   if (!ctx.traced) throw new Error("the :traced rows need the traced stack (started when one of them runs)");

@@ -102,7 +102,7 @@ function kvRead(bucket: string): string[] {
 }
 
 /** Owning a bucket: read, write its keys, create it at start. */
-function kvOwn(bucket: string): string[] {
+export function kvOwn(bucket: string): string[] {
   const stream = `KV_${bucket}`;
   return [...kvRead(bucket), `$KV.${bucket}.>`, `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`];
 }
