@@ -4,7 +4,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
+import { Kvm, KvWatchInclude, type KV } from "@nats-io/kv";
 import { natsClient } from "../client/index.ts";
 import { MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { connectNats, bucketNames } from "../platform/index.ts";
@@ -27,6 +27,7 @@ let svc: MicrovmService;
 /** A second connection: it shares nothing with the host but NATS. */
 let observer: MicrovmClient;
 let observerStore: MicrovmStore;
+let observerKv: KV;
 
 before(async () => {
   // A quota well above what the two-host test may launch before one host holds two instances.
@@ -34,7 +35,8 @@ before(async () => {
   const second = await connectNats({ ...svc.nats.login("admin"), name: "observer" });
   defer(() => second.close());
   observer = natsClient(microvmApi, second.nc);
-  observerStore = new MicrovmStore(await new Kvm(second.nc).open(bucketNames.microvms), second.nc);
+  observerKv = await new Kvm(second.nc).open(bucketNames.microvms);
+  observerStore = new MicrovmStore(observerKv, second.nc);
 });
 after(assertNoInstanceLeft);
 
@@ -134,11 +136,26 @@ describe("microvm lifecycle", () => {
     const pids = await Promise.all(
       mine.map(async (id) => (await waitForState(observer, id, ["RUNNING"])) && (await stored(id)).handle!.pid!),
     );
+    // Every write of the records, seen as it happens: a record ended first may be past this
+    // service's 2 s retention, and deleted by the other host's sweep, before the close returns.
+    const lastWrite = new Map<string, [string, string | undefined]>();
+    const watch = await observerKv.watch({ include: KvWatchInclude.UpdatesOnly });
+    const watching = (async () => {
+      for await (const entry of watch) {
+        if (entry.operation !== "PUT") continue;
+        const record = entry.json<MicrovmRecord>();
+        if (mine.includes(record.microvmId)) lastWrite.set(record.microvmId, [record.state, record.stateReason]);
+      }
+    })();
     await host.close();
-    for (const id of mine) {
-      const vm = await observer.getMicrovm({ microvmIdentifier: id });
-      assert.deepEqual([vm.state, vm.stateReason], ["TERMINATED", "HostShutdown"]);
+    // The close returns once each instance's record was written: its write reaches the watch next.
+    for (const deadline = Date.now() + 10_000; mine.some((id) => lastWrite.get(id)?.[0] !== "TERMINATED"); ) {
+      assert.ok(Date.now() < deadline, `records after the close: ${JSON.stringify([...lastWrite])}`);
+      await new Promise((r) => setTimeout(r, 50));
     }
+    watch.stop();
+    await watching;
+    for (const id of mine) assert.deepEqual(lastWrite.get(id), ["TERMINATED", "HostShutdown"], id);
     for (const pid of pids) assert.ok(isGone(pid));
     await Promise.all(
       ids.filter((id) => !mine.includes(id)).map((id) => api.terminateMicrovm({ microvmIdentifier: id })),
