@@ -207,7 +207,7 @@ export async function listRecords<T>(
 }
 
 /** A list's cursor: the last key a page looked at, opaque to callers. */
-const cursorOf = (key: string): string => Buffer.from(key, "utf8").toString("base64url");
+export const cursorOf = (key: string): string => Buffer.from(key, "utf8").toString("base64url");
 
 /** The key a cursor names, when it is one `listRecords` gave for keys of one level below `prefix`. */
 export function keyOfCursor(cursor: string, prefix: string): string | undefined {

@@ -14,6 +14,7 @@ import {
 } from "../schemas/index.ts";
 import { parseLease } from "./placement.ts";
 import type { Handler } from "./serve.ts";
+import { cursorOf } from "./records.ts";
 import { pageOf } from "./tasks.ts";
 
 type Info = Static<typeof TaskObjectInfo>;
@@ -108,6 +109,7 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
         );
         for (const info of described) if (info) items.push(info);
       }
+      // The cursor `listRecords` gives (`pageOf` reads it back): the last token looked at.
       return looked < tokens.length ? { items, cursor: cursorOf(tokens[looked - 1]!) } : { items };
     },
   };
@@ -133,9 +135,6 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
     return byToken;
   }
 }
-
-/** A list's cursor, as `listRecords` makes them (`pageOf` reads it back): the last token looked at. */
-const cursorOf = (token: string): string => Buffer.from(token, "utf8").toString("base64url");
 
 /** `fn` of every item, at most `limit` at a time, in the items' order. */
 async function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {

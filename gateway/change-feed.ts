@@ -20,16 +20,8 @@ export interface ChangeFeedOptions {
   catchUpMs?: number;
 }
 
-/**
- * Follows the feed and checks it for as long as the connection lives; returns a function that
- * stops the checks.
- */
-export function followChanges(
-  nats: NatsHandle,
-  prefix: string,
-  reads: LocalReads,
-  options: ChangeFeedOptions,
-): () => void {
+/** Follows the feed and checks it for as long as the connection lives. */
+export function followChanges(nats: NatsHandle, prefix: string, reads: LocalReads, options: ChangeFeedOptions): void {
   const root = recordChangesSubject(prefix);
   const checkEveryMs = options.checkEveryMs ?? 250;
   const catchUpMs = options.catchUpMs ?? 200;
@@ -80,18 +72,14 @@ export function followChanges(
     reads.confirmed(bucket, startedAt);
   };
 
-  let stopped = false;
   const loop = async (bucket: string) => {
-    while (!stopped && !nats.nc.isClosed()) {
+    while (!nats.nc.isClosed()) {
       const next = performance.now() + checkEveryMs;
       await check(bucket);
       await pause(Math.max(0, next - performance.now()));
     }
   };
   for (const bucket of options.buckets) void loop(bucket);
-  return () => {
-    stopped = true;
-  };
 }
 
 const pause = (ms: number) =>
