@@ -4,7 +4,7 @@
 import { cycle, http, httpFixed, pooled, type Runner } from "./runners.ts";
 import { seedDoTasks, seedTasks } from "./seed.ts";
 import type { HttpRequestSpec } from "./types.ts";
-import type { Workload } from "./workloads.ts";
+import type { Workload } from "./workload.ts";
 
 /** A page as the rows ask for it. */
 const PAGE = 100;
