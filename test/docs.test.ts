@@ -4,10 +4,11 @@
 // The service runs as `npm start` runs it (the esbuild bundle `npm run build` makes, on plain
 // node, with its own private nats-server and DATA_DIR `.data`) in a scratch directory that mirrors the checkout with symlinks, and the snippets run
 // in that same directory, so `.data/nats-url`, `./client/index.ts` and `npx taskctl` mean what
-// they mean to a user. Two things differ from a user's machine, both stated here: the APIs
+// they mean to a user. Three things differ from a user's machine, each stated here: the APIs
 // listen on free ports, so `:8787`, `:8788` and `:8789` in a snippet are replaced by those
 // ports (and TASK_API_URL / JOB_API_URL / MICROVM_API_URL point taskctl at them); and curl
-// runs with `--fail-with-body`, so a snippet whose request answers an HTTP error fails.
+// runs with `--fail-with-body`, so a snippet whose request answers an HTTP error fails; and
+// `npx taskctl` runs the package's bin without npm's start (below).
 //
 // Markers, on the line before a fence:
 //   <!-- not run: <reason> -->   the block is skipped; the reason is printed
@@ -152,6 +153,16 @@ async function liveInstances(): Promise<number> {
   return live;
 }
 
+// `npx taskctl` runs the package's bin, which npx finds in package.json; npm's own start costs
+// about 1.5 s of CPU per call here, some 90 s over the docs, so the snippets' shell runs the
+// same bin directly. That npx finds it is checked once, for real ("npx taskctl runs the
+// package's bin" below).
+const taskctlBin = join(
+  root,
+  (JSON.parse(await readFile(join(root, "package.json"), "utf8")) as { bin: { taskctl: string } }).bin.taskctl,
+);
+const npxTaskctl = `npx() { if [ "\${1:-}" = taskctl ]; then shift; node ${JSON.stringify(taskctlBin)} "$@"; else command npx "$@"; fi; }`;
+
 /** The snippet with the documented default ports replaced by the service's. */
 function localized(code: string): string {
   return code.replace(/(?<=[:/])(8787|8788|8789)\b/g, (port) => ports[port]!);
@@ -201,6 +212,7 @@ describe("docs", () => {
       if (shell.length > 0) {
         const script = [
           "set -euo pipefail",
+          npxTaskctl,
           ...shell.map((b) => `# ${b.file}:${b.line}\n${b.httpErrors ? withoutFail(b.code) : localized(b.code)}`),
         ].join("\n");
         const result = await run("bash", ["-c", script], work, env);
@@ -221,6 +233,15 @@ describe("docs", () => {
       );
     });
   }
+
+  it("docs - npx taskctl runs the package's bin, which the snippets' shell calls directly", async () => {
+    const real = await run("npx", ["taskctl", "--version"], work, env);
+    const direct = await run("bash", ["-c", `${npxTaskctl}\nnpx taskctl --version`], work, env);
+    assert.equal(real.code, 0, real.output);
+    assert.equal(direct.code, 0, direct.output);
+    assert.match(real.output, /\d+\.\d+\.\d+/);
+    assert.equal(direct.output, real.output);
+  });
 
   it("docs - the service is still serving after every snippet", async () => {
     const res = await fetch(`${service.taskUrl}/readyz`);
