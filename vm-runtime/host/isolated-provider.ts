@@ -13,6 +13,7 @@ import { checkpointing } from "./isolated-checkpoint.ts";
 import { launchKey, launchSnapshots, type LaunchSnapshotOptions, type LaunchSnapshots } from "./launch-snapshots.ts";
 import type { Launched, Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
 import { uidPool } from "./instance-uids.ts";
+import { isProcessAlive } from "./proc.ts";
 import type { InstanceNode } from "./node-args.ts";
 import { outputDrained, waitForExit, waitForHealth, watchOutput, type OutputSink } from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
@@ -517,7 +518,9 @@ export async function createIsolatedProvider(
       const own = new Set([...tracked].map((entry) => entry.cgroup.name));
       for (const group of cgroups.existing()) {
         if (own.has(group.name)) continue;
-        const pids = group.pids();
+        // A zombie is still listed until it is reaped (by init, on its own time): it is not a
+        // process left running.
+        const pids = group.pids().filter((pid) => isProcessAlive(pid));
         await group.kill();
         await group.remove();
         if (pids.length > 0) killed.push({ pids });
