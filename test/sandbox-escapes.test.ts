@@ -8,7 +8,7 @@
 import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
@@ -27,7 +27,7 @@ import {
 } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { rpc, callInstance } from "./helpers/instance-rpc.ts";
-import { cgroupPidsOfHostKey, isGone } from "./helpers/microvm.ts";
+import { cgroupListing, cgroupPidsOfHostKey, isGone } from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 import { testImages } from "./images/paths.ts";
@@ -265,7 +265,7 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
         assert.deepEqual(outlived, [], "processes of the killed host's groups outlived it by 2 s");
         // What the next start of that host does: reclaim finds its (empty) groups and directories.
         const again = await wall.create({ hostKey: `${hostKey}-killed`, workDir: join(dir, "again") });
-        const listed = listedProcesses(killedKey); // before reclaim kills them: what each one was
+        const listed = cgroupListing(killedKey); // before reclaim kills them: what each one was
         const reclaimed = await again.reclaim();
         assert.deepEqual(
           reclaimed,
@@ -343,40 +343,4 @@ function processTree(root: number): number[] {
     pending.push(...(children.get(pid) ?? []));
   }
   return found;
-}
-
-/** Each pid any cgroup hierarchy lists for the host's groups, with its state and command line. */
-function listedProcesses(hostKey: string): string[] {
-  const roots = existsSync("/sys/fs/cgroup/cgroup.controllers")
-    ? ["/sys/fs/cgroup"]
-    : ["memory", "cpu", "pids", "freezer"].map((controller) => `/sys/fs/cgroup/${controller}`);
-  const found: string[] = [];
-  for (const root of roots) {
-    const hostDir = join(root, "typed-service-microvms", hostKey);
-    let groups: string[] = [];
-    try {
-      groups = readdirSync(hostDir);
-    } catch {
-      continue;
-    }
-    for (const group of groups)
-      for (const pid of readFileSafe(join(hostDir, group, "cgroup.procs"))
-        .split("\n")
-        .filter(Boolean)) {
-        const stat = readFileSafe(`/proc/${pid}/stat`);
-        const state = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
-        const command = readFileSafe(`/proc/${pid}/cmdline`).replaceAll("\0", " ").trim();
-        found.push(`${root.split("/").pop()}/${group}: ${pid} ${state} ${command}`);
-      }
-  }
-  return found;
-}
-
-/** A /proc or cgroup file's text, or "(gone)". */
-function readFileSafe(path: string): string {
-  try {
-    return readFileSync(path, "utf8");
-  } catch {
-    return "(gone)";
-  }
 }

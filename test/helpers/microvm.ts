@@ -193,10 +193,12 @@ export interface CgroupPidsOptions {
   readonly microvmId?: string;
 }
 
+const cgroupV2 = () => existsSync("/sys/fs/cgroup/cgroup.controllers");
+const hostCgroupDir = (root: string, hostKey: string) => join(root, "typed-service-microvms", hostKey);
+
 /** The same for a provider created with this `hostKey` itself (not a service's work directory). */
 export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions = {}): number[] | undefined {
-  const root = existsSync("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer";
-  const hostDir = join(root, "typed-service-microvms", hostKey);
+  const hostDir = hostCgroupDir(cgroupV2() ? "/sys/fs/cgroup" : "/sys/fs/cgroup/freezer", hostKey);
   const pids: number[] = [];
   if (!existsSync(hostDir)) return undefined;
   for (const group of readdirSync(hostDir, { withFileTypes: true })) {
@@ -214,6 +216,29 @@ export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions 
     );
   }
   return pids;
+}
+
+/**
+ * Every pid any hierarchy lists in the groups of a provider created with this `hostKey` (zombies
+ * too), each as "<hierarchy>/<group>: <pid> <state> <command line>": what a failure names.
+ */
+export function cgroupListing(hostKey: string): string[] {
+  const roots = cgroupV2()
+    ? ["/sys/fs/cgroup"]
+    : ["memory", "cpu", "pids", "freezer"].map((c) => `/sys/fs/cgroup/${c}`);
+  const found: string[] = [];
+  for (const root of roots) {
+    const hostDir = hostCgroupDir(root, hostKey);
+    if (!existsSync(hostDir)) continue;
+    for (const group of readdirSync(hostDir, { withFileTypes: true })) {
+      if (!group.isDirectory()) continue;
+      for (const pid of (readText(join(hostDir, group.name, "cgroup.procs")) ?? "").split("\n").filter(Boolean)) {
+        const command = (readText(`/proc/${pid}/cmdline`) ?? "").replaceAll("\0", " ").trim();
+        found.push(`${root.split("/").pop()}/${group.name}: ${pid} ${processState(Number(pid)) ?? "gone"} ${command}`);
+      }
+    }
+  }
+  return found;
 }
 
 /** Gone, or a zombie nobody has reaped yet. */
