@@ -7,7 +7,8 @@
 // clusters (R3 buckets), one per NATS_SYNC (`1s`, `always`), each with its own one-process
 // service; for the `anchor:` workloads, the no-hop anchor (anchor-server.ts) on the main stack's
 // nats-server with a login of its own. With `natsBinary`, every nats-server of it runs that
-// binary (`--nats-compare`).
+// binary (`--nats-compare`); with `checkout`, every service runs that checkout's main.ts
+// (`--service-compare`).
 // `close()` stops them all and removes the stores.
 import { once } from "node:events";
 import { createServer } from "node:http";
@@ -49,6 +50,8 @@ export interface EnvironmentOptions {
   natsBinary?: string;
   /** Also start the no-hop anchor (polka straight to KV) on the main stack's nats-server. */
   anchor?: boolean;
+  /** Another checkout whose `main.ts` every service of this environment runs (`--service-compare`). */
+  checkout?: string;
 }
 
 /** The NATS_SYNC=always stack's API URLs. */
@@ -141,6 +144,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
         nodeFlags,
         authDir: nats.auth ? authDir : undefined,
         env: { ...(nats.r3 ? { KV_REPLICAS: "3" } : {}), ...env },
+        checkout: options.checkout,
       });
       const natsChildren = "child" in server ? [server.child] : server.children;
       return {

@@ -42,6 +42,10 @@ export interface BenchOptions {
   driver?: "wrk" | "autocannon";
   /** Another nats-server binary: the service's stacks again on it, each row beside its twin. */
   natsCompare?: string;
+  /** Another checkout of this service: its stacks again running that main.ts, each row beside its twin. */
+  serviceCompare?: string;
+  /** Another checkout of this service whose main.ts the rows without a twin label run. */
+  serviceCheckout?: string;
 }
 
 /** One bench of `npm run bench`: the run's header (command, machine, options) goes into its results file. */
@@ -97,6 +101,14 @@ Options:
                        a second time with every nats-server running PATH, e.g. an older
                        release, and measure each row on them right after itself in every
                        round, as "<row> @v<version>" (bare, :noauth and :traced rows have no twin)
+  --service-compare DIR
+                       the same for the service: its stacks started a second time running
+                       DIR's main.ts (another commit's checkout with its node_modules, e.g.
+                       git worktree add /tmp/before <commit>), each row measured on them right
+                       after itself, as "<row> @<commit>" (bare and :traced rows have no twin)
+  --service-checkout DIR
+                       run DIR's main.ts instead of this checkout's for the rows without "@"
+                       (with --service-compare: two other commits paired in one run)
   --driver wrk|autocannon
                        HTTP load generator (default: wrk when installed, else autocannon)
   --seed N             records of each kind created for the read workloads (default 1000)
@@ -186,6 +198,8 @@ export function parseOptions(args: string[]): BenchOptions {
       driver: { type: "string" },
       "pair-baseline": { type: "boolean" },
       "nats-compare": { type: "string" },
+      "service-compare": { type: "string" },
+      "service-checkout": { type: "string" },
     },
   });
   const quick = values.quick ?? false;
@@ -220,6 +234,8 @@ export function parseOptions(args: string[]): BenchOptions {
     driver: driverOf(values.driver),
     pairBaseline: values["pair-baseline"] ?? false,
     natsCompare: values["nats-compare"],
+    serviceCompare: values["service-compare"],
+    serviceCheckout: values["service-checkout"],
   };
 }
 

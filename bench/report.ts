@@ -82,7 +82,7 @@ export function summarize(rounds: RoundRecord[], names: string[], baselineName: 
 }
 
 /** Service plus nats-server CPU seconds per completed request. */
-const cpuPerRequest = (m: Measurement) => ((m.cpuSeconds.service ?? 0) + (m.cpuSeconds.nats ?? 0)) / m.requests;
+export const cpuPerRequest = (m: Measurement) => ((m.cpuSeconds.service ?? 0) + (m.cpuSeconds.nats ?? 0)) / m.requests;
 
 /** A cell: `digits` decimals, "-" for a figure that is missing (NaN, undefined). */
 export const fixed = (digits: number) => (n: number | undefined) =>

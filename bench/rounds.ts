@@ -2,7 +2,7 @@
 // selected workload in turn (each followed by its `--nats-compare` twin), so drift on the
 // machine hits all of them alike. `measure`: one load with the processes' RSS and CPU meanwhile.
 import type { Environment } from "./environment.ts";
-import { withCompared, type ComparedServer } from "./nats-compare.ts";
+import { roundOrder, withCompared, type ComparedServer } from "./compared.ts";
 import { UsageError, type BenchOptions } from "./options.ts";
 import { progressLine, summarize, type Outcome, type RoundRecord, type SummaryRow } from "./report.ts";
 import { sampleUsage } from "./proc.ts";
@@ -99,7 +99,7 @@ export async function runRounds(
   options: BenchOptions,
   compared?: ComparedServer,
 ): Promise<RoundsOutcome> {
-  const selected = withCompared([baseline, ...selectWorkloads(options.only)], compared?.label);
+  const selected = withCompared([baseline, ...selectWorkloads(options.only)], compared);
   const context = await contextOf(env, options.seedCount);
   if (compared) context.compared = await contextOf(compared.env, options.seedCount);
   console.log(`setup: seeding ${options.seedCount} records per kind for the read workloads…`);
@@ -132,7 +132,8 @@ export async function runRounds(
     const results: RoundRecord["results"] = {};
     const baselineBefore: Record<string, Outcome> = {};
     const runBaseline = prepared.get(baseline);
-    for (const [workload, run] of prepared) {
+    for (const workload of roundOrder([...prepared.keys()], round)) {
+      const run = prepared.get(workload)!;
       // Paired: the baseline again right before each workload, so drift between the two is small.
       if (options.pairBaseline && workload !== baseline && typeof runBaseline === "function") {
         baselineBefore[workload.name] = await measure(runBaseline, groupsOf(baseline), settings);

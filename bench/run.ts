@@ -8,10 +8,10 @@ import { startEnvironment, mainSync, type Environment } from "./environment.ts";
 import { runCliBench } from "./cli-start.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
-import { helpText, isUsageError, parseOptions, type BenchOptions } from "./options.ts";
+import { helpText, isUsageError, parseOptions, UsageError, type BenchOptions } from "./options.ts";
 import { runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
-import { natsServerLabel, type ComparedServer } from "./nats-compare.ts";
+import { checkoutLabel, formatTwinPairs, natsServerLabel, twinPairs, type ComparedServer } from "./compared.ts";
 import { natsServerPath } from "../platform/index.ts";
 import { runPlacementBench } from "./placement.ts";
 import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
@@ -33,7 +33,18 @@ async function compare(
   console.log(formatTable(rows));
   for (const row of rows.filter((r) => r.failures.length))
     console.log(`\n${row.workload} failed: ${row.failures.join("; ")}`);
-  await saveResults({ ...header, rounds, summary: rows }, startedAt);
+  const pairs = compared
+    ? twinPairs(
+        rounds,
+        rows.map((r) => r.workload),
+        compared.label,
+      )
+    : undefined;
+  if (pairs) {
+    console.log(`\neach row against its twin "@${compared!.label}", per round (this ÷ twin), median (min-max):\n`);
+    console.log(formatTwinPairs(pairs));
+  }
+  await saveResults({ ...header, rounds, summary: rows, ...(pairs ? { pairs } : {}) }, startedAt);
 }
 
 async function main() {
@@ -44,7 +55,11 @@ async function main() {
     return;
   }
   if (!options.growth) selectWorkloads(options.only); // reject unknown names before starting anything
-  const comparedLabel = options.natsCompare ? natsServerLabel(options.natsCompare) : undefined;
+  if (options.natsCompare && options.serviceCompare)
+    throw new UsageError("--nats-compare and --service-compare: one twin per run, not both");
+  const comparedNats = options.natsCompare ? natsServerLabel(options.natsCompare) : undefined;
+  const comparedService = options.serviceCompare ? checkoutLabel(options.serviceCompare) : undefined;
+  const mainService = options.serviceCheckout ? checkoutLabel(options.serviceCheckout) : undefined;
   const startedAt = new Date();
   const machine = describeMachine();
   const command = `${process.env.NATS_SYNC ? `NATS_SYNC=${process.env.NATS_SYNC} ` : ""}${benchCommand(args)}`;
@@ -83,15 +98,28 @@ async function main() {
     syncAlways: !options.growth,
     r3,
     anchor,
+    checkout: mainService?.checkout,
   };
   env = await startEnvironment(environment);
-  if (options.natsCompare && comparedLabel && !options.growth) {
-    compared = {
-      label: comparedLabel,
-      env: await startEnvironment({ ...environment, traced: false, anchor: false, natsBinary: options.natsCompare }),
-    };
+  if (mainService)
+    console.log(`the rows without "@": the service running ${mainService.checkout}/main.ts (${mainService.label})`);
+  if ((comparedNats || comparedService) && !options.growth) {
+    const twin = { ...environment, traced: false, anchor: false };
+    compared = comparedNats
+      ? {
+          kind: "nats",
+          label: comparedNats,
+          env: await startEnvironment({ ...twin, natsBinary: options.natsCompare }),
+          // The same service: `--service-checkout`'s, when given.
+        }
+      : {
+          kind: "service",
+          label: comparedService!.label,
+          env: await startEnvironment({ ...twin, checkout: comparedService!.checkout }),
+        };
+    const on = comparedNats ? `on ${options.natsCompare}` : `running ${comparedService!.checkout}/main.ts`;
     console.log(
-      `the "@${comparedLabel}" rows: the same stacks on ${options.natsCompare} (service pid ${compared.env.groups("service").service.join(",")}, ` +
+      `the "@${compared.label}" rows: the same stacks ${on} (service pid ${compared.env.groups("service").service.join(",")}, ` +
         `nats-server pid ${compared.env.groups("service").nats}${compared.env.r3 ? `, R3 nats pids ${compared.env.groups("r3").nats.join(",")} and ${compared.env.groups("r3Always").nats.join(",")}` : ""})`,
     );
   }

@@ -68,13 +68,14 @@ export async function startNatsR3(
 }
 
 /**
- * Bundles `entry` with esbuild (dependencies stay in node_modules) so that it runs on plain
- * `node`, as `npm start` runs the service: no TypeScript loader in the measured process.
+ * Bundles `entry` of the checkout at `from` (default: this one) with esbuild (dependencies stay
+ * in that checkout's node_modules) so that it runs on plain `node`, as `npm start` runs the
+ * service: no TypeScript loader in the measured process.
  */
-async function bundle(entry: string): Promise<string> {
-  const outfile = join(root, "dist", `${basename(entry, ".ts")}.mjs`);
+async function bundle(entry: string, from = root): Promise<string> {
+  const outfile = join(from, "dist", `${basename(entry, ".ts")}.mjs`);
   await build({
-    entryPoints: [join(root, entry)],
+    entryPoints: [join(from, entry)],
     bundle: true,
     platform: "node",
     format: "esm",
@@ -176,6 +177,8 @@ export interface ServiceOptions {
   authDir?: string;
   /** Service settings on top of free ports. */
   env?: Record<string, string>;
+  /** The checkout whose `main.ts` runs (default: this one; `--service-compare`). */
+  checkout?: string;
 }
 
 /** `node --cpu-prof` into `dir`, when given. */
@@ -196,7 +199,7 @@ export async function startService(options: ServiceOptions) {
     MICROVM_API_PORT: "0",
     ...options.env,
   };
-  const entry = [...(options.nodeFlags ?? []), await bundle("main.ts")];
+  const entry = [...(options.nodeFlags ?? []), await bundle("main.ts", options.checkout)];
   const children: Child[] = [];
   let ports: GatewayPorts | undefined;
   for (const role of roleSets) {
@@ -210,6 +213,7 @@ export async function startService(options: ServiceOptions) {
         env,
         baseEnv: callerEnv(),
         entry,
+        cwd: options.checkout,
         detached: false,
         onSpawn,
         onLine: echoProblems,

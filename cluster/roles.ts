@@ -35,6 +35,8 @@ export interface RoleProcessOptions extends Pick<NodeProcessOptions, "name" | "o
    * The bench runs its esbuild bundle on plain node, as `npm start` does, with its own flags.
    */
   readonly entry?: readonly string[];
+  /** Working directory (default: this checkout's root; the bench's `--service-compare` runs another's). */
+  readonly cwd?: string;
   /**
    * In a session and process group of its own (default true): a terminal's Ctrl-C reaches the
    * runner only, which stops the roles in order. Linux's autogroup scheduler also gives a
@@ -62,7 +64,7 @@ export async function startRole(options: RoleProcessOptions): Promise<RoleProces
   const proc = await startNodeProcess({
     name: options.name,
     args: [...(options.entry ?? FROM_SOURCE), "--role", role],
-    cwd: root,
+    cwd: options.cwd ?? root,
     detached: options.detached ?? true,
     env: {
       ...(options.baseEnv ?? process.env),
