@@ -104,13 +104,13 @@ async function main() {
   if (mainService)
     console.log(`the rows without "@": the service running ${mainService.checkout}/main.ts (${mainService.label})`);
   if ((comparedNats || comparedService) && !options.growth) {
+    // The twin of a nats-server runs the same service (`--service-checkout`'s, when given).
     const twin = { ...environment, traced: false, anchor: false };
     compared = comparedNats
       ? {
           kind: "nats",
           label: comparedNats,
           env: await startEnvironment({ ...twin, natsBinary: options.natsCompare }),
-          // The same service: `--service-checkout`'s, when given.
         }
       : {
           kind: "service",
