@@ -1,6 +1,7 @@
 // The comparison run: seed, warm up, then rounds that each run the baseline and every
 // selected workload in turn (each beside its `--nats-compare` or `--service-compare` twin, the
-// two taking turns to go first), so drift on the machine hits all of them alike. `measure`: one load with the processes' RSS and CPU meanwhile.
+// two taking turns to go first), so drift on the machine hits all of them alike. `measure`:
+// one load with the processes' RSS and CPU meanwhile.
 import type { Environment } from "./environment.ts";
 import { roundOrder, withCompared, type ComparedServer } from "./compared.ts";
 import { UsageError, type BenchOptions } from "./options.ts";
