@@ -6,12 +6,11 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
-import type { Environment } from "./environment.ts";
+import type { Environment, ServiceGroup } from "./environment.ts";
 import { cpuPerRequest, fixed, markdownTable, type RoundRecord } from "./report.ts";
 import { median } from "./stats.ts";
 import type { Measurement } from "./types.ts";
 import { UsageError } from "./options.ts";
-import type { ServiceGroup } from "./environment.ts";
 import type { Workload } from "./workloads.ts";
 
 /**

@@ -23,6 +23,7 @@ import {
   readProcStat,
   SANDBOX_MARKER,
   GVISOR_MARKER,
+  V1_CONTROLLERS,
   WARM_PREFIX,
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
@@ -223,9 +224,7 @@ export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions 
  * too), each as "<hierarchy>/<group>: <pid> <state> <command line>": what a failure names.
  */
 export function cgroupListing(hostKey: string): string[] {
-  const roots = cgroupV2()
-    ? ["/sys/fs/cgroup"]
-    : ["memory", "cpu", "pids", "freezer"].map((c) => `/sys/fs/cgroup/${c}`);
+  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
   const found: string[] = [];
   for (const root of roots) {
     const hostDir = hostCgroupDir(root, hostKey);

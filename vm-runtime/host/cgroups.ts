@@ -53,7 +53,8 @@ export interface HostCgroups {
 }
 
 const ROOT = "/sys/fs/cgroup";
-const V1_CONTROLLERS = ["memory", "cpu", "pids", "freezer"] as const;
+/** The v1 hierarchies an instance group has a directory in. */
+export const V1_CONTROLLERS = ["memory", "cpu", "pids", "freezer"] as const;
 const CPU_PERIOD_US = 100_000;
 
 /** Which cgroup layout this machine has: v2 when unified, v1 when every controller we use is mounted. */
