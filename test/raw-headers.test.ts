@@ -17,11 +17,7 @@ describe("raw headers", () => {
     defer(() => handle.close());
     const { nc } = handle;
     const received: Msg[] = [];
-    const sub = nc.subscribe("raw.>", {
-      callback: (_err, msg) => {
-        received.push(msg);
-      },
-    });
+    const sub = nc.subscribe("raw.>", { callback: (_err, msg) => received.push(msg) });
     const h = headers();
     h.set("Revision", "17");
     h.set("Record", "tasks.0b1c2d3e-aaaa-4bbb-8ccc-123456789abc");
