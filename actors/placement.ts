@@ -1,22 +1,11 @@
 // Placement of task objects: each name has at most one live activation across all actor
-// processes. A process activates a name by claiming its lease key (`<name-token>` in the
-// `taskobjects` bucket, beside the name's records) with a compare-and-set on the key's revision;
-// it renews the lease by heartbeat and with every write (the fence, stored with the write in one
-// atomic batch), releases it when the name goes idle or the process stops, and stops serving
-// the name the moment its lease could have lapsed.
+// processes. A process activates a name by claiming its lease key in the `taskobject-leases`
+// bucket with a compare-and-set on the key's revision; it renews the lease by heartbeat and by
+// every write (the fence), releases it when the name goes idle or the process stops, and
+// stops serving the name the moment its lease could have lapsed.
 import { performance } from "node:perf_hooks";
 import { nameToken, TaskObjectBusy } from "../schemas/index.ts";
-import {
-  CONFLICT,
-  type KeyWrite,
-  log,
-  MAX_CARRIED,
-  recordBusy,
-  recordQueueDepth,
-  REFUSED,
-  setActivations,
-  type VersionedStore,
-} from "../platform/index.ts";
+import { CONFLICT, log, recordBusy, recordQueueDepth, setActivations, type VersionedStore } from "../platform/index.ts";
 import { Mailboxes } from "./mailbox.ts";
 
 /**
@@ -101,8 +90,8 @@ export class Activation {
   ended = false;
   renewing = false;
   renewFailures = 0;
-  /** The next fence while it is not yet sent: fences asked for meanwhile join it, with their writes. */
-  nextFence: FenceGroup | undefined;
+  /** The next fence's compare-and-set while it is not yet sent: fences asked for meanwhile join it. */
+  nextFence: Promise<void> | undefined;
   #casChain: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -135,17 +124,6 @@ export class Activation {
     this.#casChain = next.catch(() => undefined);
     return next;
   }
-}
-
-/** Fences asked for before one lease write was sent, and the writes it carries for them. */
-interface FenceGroup {
-  readonly writes: KeyWrite[];
-  readonly done: Promise<Renewal>;
-}
-
-/** A lease renewal done, and the writes it carried, if it carried them: their revisions, and when they left (epoch ms). */
-interface Renewal {
-  readonly carried?: { readonly revisions: readonly number[]; readonly sentAt: number };
 }
 
 /** Requests one name may have waiting or running in its activation (`TASK_OBJECT_MAX_PENDING`). */
@@ -256,45 +234,24 @@ export class Placement {
   }
 
   /**
-   * The fence of a write: renews the lease at the revision this activation holds. A process
-   * whose lease was taken over (e.g. it was paused past it) fails here and writes nothing.
-   * Group commit: one lease write serves every fence asked for before it was sent, so each
-   * write is still fenced by a renewal that began after the write was asked for.
-   *
-   * `write` (a key of the lease's bucket) goes in the same lease write, an atomic batch: it is
-   * stored only if the lease had not moved, and its revision is returned. Undefined when it
-   * was not carried (the batch was refused: the lease was then renewed alone): the caller
-   * writes it alone, after this fence, and that write says why (e.g. the key exists).
+   * The fence before a write: renews the lease at the revision this activation holds. A
+   * process whose lease was taken over (e.g. it was paused past it) fails here and writes nothing.
+   * Group commit: one compare-and-set serves every fence asked for before it was sent, so
+   * each write still leaves after a renewal that began after the write was asked for.
    */
-  async fence(activation: Activation, write?: KeyWrite): Promise<number | undefined> {
-    let group = activation.nextFence;
-    if (!group || (write && group.writes.length >= MAX_CARRIED)) {
-      const writes: KeyWrite[] = [];
-      const next: FenceGroup = {
-        writes,
-        done: this.#renew(
-          activation,
-          () => {
-            if (activation.nextFence === next) activation.nextFence = undefined;
-          },
-          writes,
-        ),
-      };
-      group = activation.nextFence = next;
-    }
-    const index = write ? group.writes.push(write) - 1 : -1;
-    const renewal = await group.done;
-    const revision = index >= 0 ? renewal.carried?.revisions[index] : undefined;
-    // A carried write left with its lease renewal, while the activation was live.
-    if (revision !== undefined) this.#logWrite(activation, renewal.carried!.sentAt);
+  async fence(activation: Activation): Promise<void> {
+    activation.nextFence ??= this.#renew(activation, () => (activation.nextFence = undefined));
+    await activation.nextFence;
     if (!activation.live) throw new LeaseLost(activation.name);
-    if (revision === undefined) this.#logWrite(activation, Date.now());
-    return revision;
-  }
-
-  #logWrite(activation: Activation, at: number): void {
-    if (!this.#logWrites) return;
-    this.#emit({ event: "write", name: activation.name, owner: this.ownerId, revision: activation.claimRevision, at });
+    if (this.#logWrites) {
+      this.#emit({
+        event: "write",
+        name: activation.name,
+        owner: this.ownerId,
+        revision: activation.claimRevision,
+        at: Date.now(),
+      });
+    }
   }
 
   /**
@@ -381,25 +338,11 @@ export class Placement {
     return { kind: "local", activation };
   }
 
-  /**
-   * `onSend`: called when this renewal's turn comes, just before it checks and writes.
-   * `carry`: writes to send with it, read at that moment (fences may add to them until then).
-   */
-  #renew(activation: Activation, onSend?: () => void, carry: readonly KeyWrite[] = []): Promise<Renewal> {
+  /** `onSend`: called when this renewal's turn comes, just before it checks and writes. */
+  #renew(activation: Activation, onSend?: () => void): Promise<void> {
     return activation.serialize(async () => {
       onSend?.();
       if (!activation.live) throw new LeaseLost(activation.name);
-      if (carry.length > 0) {
-        const [sentAt, sentAtEpoch] = [performance.now(), Date.now()];
-        const outcome = await this.#leases.putCarrying(activation.key, activation.value, activation.revision, carry);
-        if (outcome !== REFUSED) {
-          activation.revision = outcome.revision;
-          activation.lastRenewal = sentAt;
-          return { carried: { revisions: outcome.carried, sentAt: sentAtEpoch } };
-        }
-        // Refused: whether the lease moved, the lone renewal below tells.
-        if (!activation.live) throw new LeaseLost(activation.name);
-      }
       const sentAt = performance.now();
       const written = await this.#leases.put(activation.key, activation.value, activation.revision);
       if (written === CONFLICT) {
@@ -408,7 +351,6 @@ export class Placement {
       }
       activation.revision = written;
       activation.lastRenewal = sentAt;
-      return {};
     });
   }
 

@@ -55,12 +55,6 @@ export interface Stored<T> {
   readonly writtenBy?: string;
 }
 
-/**
- * How a record's writes are sent: the store's own `create`, `update` and `delete` by default;
- * a task object's go with its lease's fence (`fencedWrites`).
- */
-export type RecordWrites = Pick<RecordStore, "create" | "update" | "delete">;
-
 /** The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
 export async function readEntry<T>(
   store: RecordStore,
@@ -97,9 +91,8 @@ export async function createRecord<T extends { id: string }>(
   record: T,
   check: RecordCheck,
   sameRequest: (stored: T) => boolean,
-  writes: RecordWrites = store,
 ): Promise<Stored<T>> {
-  const outcome = await writes.create(key, JSON.stringify(record));
+  const outcome = await store.create(key, JSON.stringify(record));
   if (outcome !== "exists") return { value: record, bucket: store.bucket, key, revision: outcome.revision };
   const stored = await readEntry<T>(store, key, check);
   if (stored && sameRequest(stored.value)) return stored;
@@ -137,7 +130,6 @@ export async function updateRecord<T>(
   check: RecordCheck,
   change: (current: T) => T,
   condition: WriteCondition,
-  writes: RecordWrites = store,
 ): Promise<Stored<T> | undefined> {
   return retryMoved(store, key, async () => {
     const found = await readEntry<T>(store, key, check);
@@ -145,7 +137,7 @@ export async function updateRecord<T>(
     if (condition.writeId !== undefined && found.writtenBy === condition.writeId) return found;
     requireRevision(condition, found.revision);
     const value = change(found.value);
-    const outcome = await writes.update(key, JSON.stringify(value), found.revision, condition.writeId);
+    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId);
     return outcome === "moved" ? outcome : { value, bucket: store.bucket, key, revision: outcome.revision };
   });
 }
@@ -158,7 +150,6 @@ export async function deleteRecord(
   store: RecordStore,
   key: string,
   condition: WriteCondition,
-  writes: RecordWrites = store,
 ): Promise<Stored<null> | undefined> {
   return retryMoved(store, key, async () => {
     const found = await store.lastWrite(key);
@@ -167,7 +158,7 @@ export async function deleteRecord(
     if (repeat && found.deleted) return { value: null, bucket: store.bucket, key, revision: found.revision };
     if (found.deleted) return undefined;
     requireRevision(condition, found.revision);
-    const outcome = await writes.delete(key, found.revision, condition.writeId);
+    const outcome = await store.delete(key, found.revision, condition.writeId);
     return outcome === "moved" ? outcome : { value: null, bucket: store.bucket, key, revision: outcome.revision };
   });
 }

@@ -27,15 +27,7 @@ import {
 import { isNoResponders, isTimeout, recordForward, type RecordStore, type Requester } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import {
-  createRecord,
-  deleteRecord,
-  listRecords,
-  readEntry,
-  updateRecord,
-  type RecordWrites,
-  type Stored,
-} from "./records.ts";
+import { createRecord, deleteRecord, listRecords, readEntry, updateRecord, type Stored } from "./records.ts";
 import {
   answerStored,
   answerStoredAs,
@@ -201,24 +193,6 @@ export function taskObjectHandlers(
   deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries">,
 ): TaskObjectHandlers {
   const { store, placement } = deps;
-  /**
-   * `owner`'s writes, each stored with its lease's fence in one atomic batch; one the batch did
-   * not carry is sent alone, after the fence (which then renewed the lease alone).
-   */
-  const fenced = (owner: Activation): RecordWrites => ({
-    async create(key, data) {
-      const revision = await placement.fence(owner, store.described.create(key, data));
-      return revision !== undefined ? { revision } : store.create(key, data);
-    },
-    async update(key, data, expected, writeId) {
-      const revision = await placement.fence(owner, store.described.update(key, data, expected, writeId));
-      return revision !== undefined ? { revision } : store.update(key, data, expected, writeId);
-    },
-    async delete(key, expected, writeId) {
-      const revision = await placement.fence(owner, store.described.delete(key, expected, writeId));
-      return revision !== undefined ? { revision } : store.delete(key, expected, writeId);
-    },
-  });
   // The owner reads its records from memory once seen. Only the activation that kept one uses
   // it: every write of the name goes through that activation, so what it kept is current while
   // it lives; a later activation (here or elsewhere) may have changed it. Absence is never kept.
@@ -249,15 +223,16 @@ export function taskObjectHandlers(
     async createTaskDO({ title, name = "default" }, context) {
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
       const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
+      await placement.fence(context.owner);
       const key = taskObjectKey(name, task.id)!;
-      const same = (s: TaskRecord) => s.title === task.title;
-      const stored = await createRecord(store, key, task, isTaskRecord, same, fenced(context.owner));
+      const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
       keep(stored, context.owner);
       answerStored(context, stored);
       return stored.value;
     },
     async updateTaskDO({ id, name = "default", ...change }, context) {
       const key = taskObjectKey(name, id);
+      await placement.fence(context.owner);
       const task =
         key === undefined
           ? undefined
@@ -267,7 +242,6 @@ export function taskObjectHandlers(
               isTaskRecord,
               (t) => ({ ...t, ...change }),
               taskCondition(id, context),
-              fenced(context.owner),
             );
       if (!task) throw TaskNotFound.make({ id });
       keep(task, context.owner);
@@ -276,10 +250,8 @@ export function taskObjectHandlers(
     },
     async deleteTaskDO({ id, name = "default" }, context) {
       const key = taskObjectKey(name, id);
-      const deleted =
-        key === undefined
-          ? undefined
-          : await deleteRecord(store, key, taskCondition(id, context), fenced(context.owner));
+      await placement.fence(context.owner);
+      const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
       if (!deleted) throw TaskNotFound.make({ id });
       keep(deleted, context.owner);
       answerStored(context, deleted);

@@ -15,13 +15,9 @@ export const bucketNames = {
   microvms: "microvms",
   /** Image metadata (owner, name, digest, methods); the modules live in the object store `images`. */
   images: "images",
+  /** One lease key per task-object name: which actor process holds its activation. */
+  taskObjectLeases: "taskobject-leases",
 } as const;
-
-/**
- * The bucket of task-object leases: `taskobjects` itself, one key `<name-token>` per name beside
- * its records `<name-token>.<id>`, so a record's write and its lease's fence are one atomic batch.
- */
-export const taskObjectLeaseBucket = bucketNames.taskObjects;
 
 export type Buckets = { readonly [K in keyof typeof bucketNames]: KV };
 
@@ -65,7 +61,12 @@ export const instanceLogStream = "MICROVM_LOGS";
 export const instanceLogSubjects = "microvmlogs.>";
 
 /** The buckets the task, task-object and job actors own (the microVM host owns `microvms` and `images`). */
-export const actorBuckets = ["tasks", "taskObjects", "jobs"] as const satisfies readonly BucketName[];
+export const actorBuckets = [
+  "tasks",
+  "taskObjects",
+  "jobs",
+  "taskObjectLeases",
+] as const satisfies readonly BucketName[];
 
 /**
  * Creates (or binds to) the buckets named in `only` (default: every bucket). Direct get lets
@@ -78,11 +79,10 @@ export async function openBuckets<K extends BucketName = BucketName>(
   const kvm = new Kvm(nc);
   const open = async (key: BucketName) => {
     const name = bucketNames[key];
-    const settings = { ...republishOf(key, options.prefix), ...(key === "taskObjects" ? { allow_atomic: true } : {}) };
+    const settings = republishOf(key, options.prefix);
     const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
-    // `create` binds to a bucket that exists as it is (and passes on only KV's own settings):
-    // one made before these settings, or by `create` just now, gets them here.
-    if (Object.keys(settings).length > 0) await ensureStreamSettings(nc, `KV_${name}`, settings);
+    // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
+    if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
     return kv;
   };
   const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
@@ -90,25 +90,12 @@ export async function openBuckets<K extends BucketName = BucketName>(
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
 }
 
-/**
- * Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers
- * only. Of task objects only the records (`<name-token>.<id>`), not the leases beside them.
- */
+/** Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers only. */
 function republishOf(key: BucketName, prefix: string | undefined): { republish?: Republish } {
   const src = `$KV.${bucketNames[key]}.>`;
   if (key === "jobs") return { republish: { src, dest: `${jobsCreatedSubject(prefix)}.>` } };
   if (!changeFedBuckets.includes(key)) return {};
-  const dest = `${recordChangesSubject(prefix)}.${bucketNames[key]}`;
-  if (key === "taskObjects") {
-    return {
-      republish: {
-        src: `$KV.${bucketNames[key]}.*.*`,
-        dest: `${dest}.{{wildcard(1)}}.{{wildcard(2)}}`,
-        headers_only: true,
-      },
-    };
-  }
-  return { republish: { src, dest: `${dest}.>`, headers_only: true } };
+  return { republish: { src, dest: `${recordChangesSubject(prefix)}.${bucketNames[key]}.>`, headers_only: true } };
 }
 
 /** Updates `stream` where its config differs from `settings` (compared as JSON). */
@@ -119,17 +106,10 @@ export async function ensureStreamSettings(
 ): Promise<void> {
   const jsm = await jetstreamManager(nc, { checkAPI: false });
   const { config } = await jsm.streams.info(stream);
-  const differing = (held: Partial<StreamConfig>) =>
-    Object.entries(settings).filter(
-      ([field, value]) => JSON.stringify(held[field as keyof StreamConfig]) !== JSON.stringify(value),
-    );
-  if (differing(config).length === 0) return;
-  const updated = await jsm.streams.update(stream, { ...config, ...settings });
-  // A server that does not know a setting drops it silently (nats-server < 2.12: `allow_atomic`).
-  const dropped = differing(updated.config).map(([field]) => field);
-  if (dropped.length > 0) {
-    throw new Error(`stream ${stream} does not keep ${dropped.join(", ")}: this nats-server is too old (2.12+ needed)`);
-  }
+  const differs = Object.entries(settings).some(
+    ([field, value]) => JSON.stringify(config[field as keyof StreamConfig]) !== JSON.stringify(value),
+  );
+  if (differs) await jsm.streams.update(stream, { ...config, ...settings });
 }
 
 /** The record buckets served by the task, task-object and job actors. */
@@ -149,6 +129,6 @@ export function recordStores(requester: Requester, options: BucketOptions = {}):
     tasks: open(bucketNames.tasks),
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
-    taskObjectLeases: tracedMethods(versionedStore(requester, taskObjectLeaseBucket), "lease"),
+    taskObjectLeases: tracedMethods(versionedStore(requester, bucketNames.taskObjectLeases), "lease"),
   };
 }

@@ -25,17 +25,6 @@ export interface LastWrite {
   readonly writtenBy?: string;
 }
 
-/**
- * A write to one key described, not sent: its bytes and the headers a lone write would send
- * (its own check among them), for a batch that stores it with other writes of the same bucket.
- */
-export interface KeyWrite {
-  readonly bucket: string;
-  readonly key: string;
-  readonly data: string | Uint8Array;
-  readonly headers: Readonly<Record<string, string>>;
-}
-
 export interface RecordStore {
   readonly bucket: string;
   /** The record's bytes, or `undefined` when the key is absent or deleted. */
@@ -55,12 +44,6 @@ export interface RecordStore {
   delete(key: string, revision: number, writeId?: string): Promise<WriteOutcome>;
   /** Every key starting with `prefix` that was ever written (deleted ones too), in sorted order. */
   keys(prefix?: string): Promise<string[]>;
-  /** `create`, `update` and `delete` as writes a batch can carry (`KeyWrite`). */
-  readonly described: {
-    create(key: string, data: string | Uint8Array): KeyWrite;
-    update(key: string, data: string | Uint8Array, revision: number, writeId?: string): KeyWrite;
-    delete(key: string, revision: number, writeId?: string): KeyWrite;
-  };
 }
 
 export interface RecordStoreOptions {
@@ -186,20 +169,13 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       throw new JetStreamRequestError(503, 0, "the stream leader lost touch with its peers: a miss is not confirmed");
     return found;
   };
-  const checksOf = (revision: number, writeId: string | undefined, operation?: string) => {
-    const checks: Record<string, string> = { "Nats-Expected-Last-Subject-Sequence": String(revision) };
-    if (writeId) checks["Nats-Msg-Id"] = writeId;
-    if (operation) checks["KV-Operation"] = operation;
-    return checks;
+  const writeHeaders = (revision: number, writeId: string | undefined, operation?: string) => {
+    const h = headers();
+    h.set("Nats-Expected-Last-Subject-Sequence", String(revision));
+    if (writeId) h.set("Nats-Msg-Id", writeId);
+    if (operation) h.set("KV-Operation", operation);
+    return h;
   };
-  const writeHeaders = (revision: number, writeId: string | undefined, operation?: string) =>
-    headersOf(checksOf(revision, writeId, operation));
-  const described = (key: string, data: string | Uint8Array, checks: Record<string, string>): KeyWrite => ({
-    bucket,
-    key,
-    data,
-    headers: checks,
-  });
 
   /** The key's last message by direct get: a record, a deletion, or undefined when none was found. */
   const lastMessage = async (key: string): Promise<(LastWrite & { value?: Uint8Array }) | undefined> => {
@@ -246,19 +222,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, writeId, "DEL"));
       return stored(ack) ?? "moved";
     },
-    described: {
-      create: (key, data) => described(key, data, checksOf(0, undefined)),
-      update: (key, data, revision, writeId) => described(key, data, checksOf(revision, writeId)),
-      delete: (key, revision, writeId) => described(key, "", checksOf(revision, writeId, "DEL")),
-    },
   };
-}
-
-/** NATS headers holding `fields`. */
-export function headersOf(fields: Readonly<Record<string, string>>) {
-  const h = headers();
-  for (const [name, value] of Object.entries(fields)) h.set(name, value);
-  return h;
 }
 
 /**

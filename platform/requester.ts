@@ -68,19 +68,6 @@ export class Requester {
     });
   }
 
-  /**
-   * Sends `data` to `subject` expecting no reply, in order with this requester's requests (the
-   * same turn's publishes leave together); `onError` hears if nats.js refuses it.
-   */
-  send(
-    subject: string,
-    data: Uint8Array | string | undefined,
-    headers?: MsgHdrs,
-    onError?: (err: Error) => void,
-  ): void {
-    this.#publisher.publish({ subject, data, headers, onError });
-  }
-
   /** Fails every waiting request: their replies can no longer arrive. */
   failAll(err: Error): void {
     for (const pending of this.#pending.values()) pending.reject(err);

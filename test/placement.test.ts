@@ -7,14 +7,7 @@ import { Kvm } from "@nats-io/kv";
 import { gatewayDispatch, Placement, startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
-import {
-  connectNats,
-  openBuckets,
-  recordStores,
-  registry,
-  taskObjectLeaseBucket,
-  type NatsHandle,
-} from "../platform/index.ts";
+import { bucketNames, connectNats, openBuckets, recordStores, registry, type NatsHandle } from "../platform/index.ts";
 import { nameToken, taskApi } from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -106,7 +99,7 @@ describe("placement", () => {
       `held per process: ${held}`,
     );
     // The lease key names the owner that logged the activation.
-    const kv = await new Kvm(client.nc).open(taskObjectLeaseBucket);
+    const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
     for (const name of names) {
       const entry = await kv.get(nameToken(name));
       assert.equal(entry?.json<{ owner: string }>().owner, startsOf(name)[0]!.owner);
@@ -352,7 +345,7 @@ async function retryUntilOk<T>(call: () => Promise<T>, timeoutMs: number): Promi
  * PUT when it waited out a lease that lapsed.
  */
 async function watchLeases(names: readonly string[]) {
-  const kv = await new Kvm(client.nc).open(taskObjectLeaseBucket);
+  const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
   const changes: { key: string; operation: string; revision: number }[] = [];
   const watcher = await kv.watch({ key: names.map(nameToken) });
   defer(() => watcher.stop());

@@ -126,8 +126,7 @@ describe("tracing", () => {
     );
     const hop = one("owner hop", (s) => s.name === "forward createTaskDO");
     const owning = one("owner's handler", (s) => s.name === "handle createTaskDO" && s.parentSpanId === hop.spanId);
-    // The record goes in one batch with its lease's renewal (Placement.fence).
-    const write = one("KV write", (s) => s.name === "lease putCarrying");
+    const write = one("KV write", (s) => s.name === "kv taskobjects create");
     assert.equal(server.parentSpanId, hopped.clientSpan, "the gateway continues the client's span");
     assert.equal(hop.parentSpanId, receiving.spanId, "the hop comes from the receiving handler");
     assert.equal(write.parentSpanId, owning.spanId, "the owner writes the record");
