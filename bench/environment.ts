@@ -13,7 +13,8 @@
 import { once } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   authDirOf,
@@ -102,6 +103,16 @@ interface Stack {
 
 const pidsOf = (children: Child[] | undefined) => children?.map((c) => c.pid) ?? [];
 
+/**
+ * The users' permissions a checkout's services expect (its `authorizationConfig`): another
+ * checkout may read or write other subjects and buckets than this one.
+ */
+export async function permissionsOf(checkout: string | undefined): Promise<typeof authorizationConfig> {
+  if (!checkout) return authorizationConfig;
+  const module = pathToFileURL(resolve(checkout, "platform/nats-auth.ts")).href;
+  return ((await import(module)) as { authorizationConfig: typeof authorizationConfig }).authorizationConfig;
+}
+
 export async function startEnvironment(options: EnvironmentOptions): Promise<Environment> {
   const store = await tempDir("bench-nats-");
   const storeDir = store.path;
@@ -118,7 +129,8 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
   try {
     const authDir = authDirOf(storeDir);
     const credentials = await ensureNatsCredentials(authDir);
-    const authorization = authorizationConfig(credentials);
+    const authorizationOf = await permissionsOf(options.checkout);
+    const authorization = authorizationOf(credentials);
     const binary = options.natsBinary;
     const nodeFlags = [...(options.nodeFlags ?? []), ...profileFlags(options.cpuProfDir)];
     const anchor = options.anchor ? await anchorLogin(authDir) : undefined;
@@ -131,7 +143,7 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       env: Record<string, string> = {},
     ): Promise<Stack & { natsUrl: string }> => {
       const natsDir = join(storeDir, `${dir}-nats`);
-      const auth = nats.users ? authorizationConfig(credentials, "", nats.users) : authorization;
+      const auth = nats.users ? authorizationOf(credentials, "", nats.users) : authorization;
       const server = nats.r3
         ? await startNatsR3(natsDir, { sync: nats.sync, authorization: auth, credentials, binary })
         : await startNats(natsDir, { sync: nats.sync, authorization: nats.auth ? auth : undefined, binary });

@@ -8,6 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { checkoutLabel, natsServerLabel, roundOrder, twinPairs, withCompared } from "../bench/compared.ts";
+import { permissionsOf } from "../bench/environment.ts";
+import { authorizationConfig } from "../platform/index.ts";
 import type { Measurement } from "../bench/types.ts";
 import { parseOptions } from "../bench/options.ts";
 import { selectWorkloads } from "../bench/rounds.ts";
@@ -89,6 +91,20 @@ describe("bench --service-compare", () => {
     assert.deepEqual(checkoutLabel(dir), { checkout: dir, label: commit });
     await writeFile(join(dir, "main.ts"), "export const changed = 1;\n");
     assert.equal(checkoutLabel(dir).label, `${commit}+`);
+  });
+
+  it("bench --service-compare - the twin's nats-server grants what that checkout's services use, from its own nats-auth.ts", async (t) => {
+    assert.equal(await permissionsOf(undefined), authorizationConfig, "this checkout's own");
+    const dir = await mkdtemp(join(tmpdir(), "bench-perms-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    await mkdir(join(dir, "platform"));
+    await writeFile(
+      join(dir, "platform/nats-auth.ts"),
+      'export function authorizationConfig(credentials: unknown, prefix = "") { return `authorization { other checkout ${prefix} }`; }\n',
+    );
+    const other = await permissionsOf(dir);
+    assert.notEqual(other, authorizationConfig);
+    assert.equal(other({} as never, "p"), "authorization { other checkout p }");
   });
 });
 
