@@ -136,6 +136,8 @@ const GUARD_MS = 100;
 const MAX_REMEMBERED = 100_000;
 // Pause before a closing process reads a lease again.
 const RETRY_MS = 100;
+// Pause after a refused claim before the lease is read again.
+const CLAIM_RETRY_MS = 50;
 
 export class Placement {
   readonly ownerId: string;
@@ -328,7 +330,10 @@ export class Placement {
     const written = await this.#leases.put(key, value, revision);
     if (written === CONFLICT) {
       this.#elsewhere.delete(name);
-      return { kind: "wait", until: performance.now() }; // someone else moved first: read again
+      // Someone else moved first, or the stream leader still holds an earlier write of the key
+      // in flight (a leader cut off from its peers holds one until it steps down, refusing every
+      // write of the key meanwhile): read again after a pause, so a refused key is not hammered.
+      return { kind: "wait", until: performance.now() + CLAIM_RETRY_MS };
     }
     const activation = new Activation(name, key, written, sentAt, this.#ttlMs, value);
     this.#elsewhere.delete(name);

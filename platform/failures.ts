@@ -36,7 +36,9 @@ export function toApiError(op: Operation, err: unknown, requestId?: string): Api
   }
   const storageDown = err instanceof JetStreamRequestError ? err.code >= 500 : isTransportFailure(err);
   if (storageDown) {
-    log.warn({ op: op.name, requestId, err: (err as Error).name }, "storage unavailable");
+    // JetStream's own code and text say which trouble (no leader, no quorum, a timeout).
+    const jetstream = err instanceof JetStreamRequestError ? { errCode: err.errCode, cause: err.message } : {};
+    log.warn({ op: op.name, requestId, err: (err as Error).name, ...jetstream }, "storage unavailable");
     return ServiceUnavailable.make({}, { cause: err });
   }
   log.error({ op: op.name, requestId, err }, "undeclared failure");

@@ -9,6 +9,7 @@ import {
   leaderEntry,
   type LeaderEntry,
 } from "./record-store.ts";
+import { log } from "./log.ts";
 import type { Requester } from "./requester.ts";
 
 /** A key as the stream leader holds it: revision 0 = never written; no value = deleted. */
@@ -38,7 +39,13 @@ export function versionedStore(requester: Requester, bucket: string, timeoutMs =
     if (operation) h.set("KV-Operation", operation);
     const msg = await requester.request(subjectOf(key), value, timeoutMs, h);
     const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
-    if (isWrongLastSequence(ack.error?.err_code)) return CONFLICT;
+    if (isWrongLastSequence(ack.error?.err_code)) {
+      log.debug(
+        { bucket, key, revision, errCode: ack.error?.err_code, description: ack.error?.description },
+        "lease write refused",
+      );
+      return CONFLICT;
+    }
     if (ack.error || ack.seq === undefined) {
       throw new JetStreamRequestError(
         ack.error?.code ?? 500,

@@ -7,7 +7,15 @@ import { Kvm } from "@nats-io/kv";
 import { gatewayDispatch, Placement, startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
-import { bucketNames, connectNats, openBuckets, recordStores, registry, type NatsHandle } from "../platform/index.ts";
+import {
+  bucketNames,
+  CONFLICT,
+  connectNats,
+  openBuckets,
+  recordStores,
+  registry,
+  type NatsHandle,
+} from "../platform/index.ts";
 import { nameToken, taskApi } from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -217,6 +225,36 @@ describe("placement", () => {
     }
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => names.includes(e.name)))), []);
     await b.actors.close();
+  });
+
+  it("placement - a claim the server keeps refusing is tried again after a pause, not at once", async () => {
+    // As a stream leader cut off from its peers answers while it holds an earlier write of the
+    // key in flight: every compare-and-set of the lease is refused, however often it is sent.
+    const handle = await connectNats({ ...nats.login("actors"), name: "refused-claims" });
+    defer(() => handle.close());
+    const stores = recordStores(handle.requester);
+    let claims = 0;
+    const refusing = { ...stores.taskObjectLeases, put: async () => (claims++, CONFLICT) };
+    const actors = startActors(
+      handle.nc,
+      { ...stores, taskObjectLeases: refusing },
+      {
+        publisher: handle.publisher,
+        requester: handle.requester,
+        placement: { ownerId: "refused-claims", ttlMs: TTL_MS, routeBudgetMs: 1_000 },
+      },
+    );
+    defer(() => actors.close());
+    await handle.nc.flush();
+    const started = performance.now();
+    await assert.rejects(
+      natsClient(taskApi, client.nc).createTaskDO({ title: "never claimed", name: "refused-name" }),
+      (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable",
+    );
+    const spentMs = performance.now() - started;
+    // One claim per pause (50 ms) at most, over the time the request was held.
+    assert.ok(claims >= 2, `the claim was tried again (${claims})`);
+    assert.ok(claims <= spentMs / 50 + 2, `${claims} claims in ${Math.round(spentMs)} ms`);
   });
 
   it("placement - fences asked for together share one lease write (group commit)", async () => {

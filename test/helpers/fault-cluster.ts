@@ -1,5 +1,6 @@
 // The cluster the fault tests run: three NATS nodes on picked ports, two gateways and three
 // actor processes, every activation line of theirs collected (with writes) for the overlap checks.
+import { appendFileSync } from "node:fs";
 import type { ActivationEvent } from "../../actors/index.ts";
 import { defaultTopology, gatewayPorts, type Topology } from "../../cluster/index.ts";
 
@@ -25,6 +26,8 @@ export interface ActivationLog {
   onLine(process: string, line: string): void;
 }
 
+const process_ = globalThis.process;
+
 export function activationLog(): ActivationLog {
   const events: (ActivationEvent & { process: string })[] = [];
   const processOf = new Map<string, string>();
@@ -32,6 +35,8 @@ export function activationLog(): ActivationLog {
     events,
     processOf,
     onLine(process, line) {
+      // Every line of every process, for a look at a failed run (FAULT_LOG=<file>).
+      if (process_.env.FAULT_LOG) appendFileSync(process_.env.FAULT_LOG, `${process} ${line}\n`);
       if (!line.includes('"activation"')) return;
       const event = (JSON.parse(line) as { activation: ActivationEvent }).activation;
       processOf.set(event.owner, process);
