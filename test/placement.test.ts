@@ -231,7 +231,6 @@ describe("placement", () => {
     // As a stream leader cut off from its peers answers while it holds an earlier write of the
     // key in flight: every compare-and-set of the lease is refused, however often it is sent.
     const handle = await connectNats({ ...nats.login("actors"), name: "refused-claims" });
-    defer(() => handle.close());
     const stores = recordStores(handle.requester);
     let claims = 0;
     const refusing = { ...stores.taskObjectLeases, put: async () => (claims++, CONFLICT) };
@@ -244,7 +243,8 @@ describe("placement", () => {
         placement: { ownerId: "refused-claims", ttlMs: TTL_MS, routeBudgetMs: 1_000 },
       },
     );
-    defer(() => actors.close());
+    // Closed after this test: it claims nothing, so no later test's request may reach it.
+    running.push({ ownerId: "refused-claims", handle, actors });
     await handle.nc.flush();
     const started = performance.now();
     await assert.rejects(
