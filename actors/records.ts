@@ -3,8 +3,8 @@
 // A stored value that is not its record's shape (written straight to KV by anyone with write
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
-import type { RecordStore } from "../platform/index.ts";
-import { ajv, IdempotencyKeyReused } from "../schemas/index.ts";
+import { log, type RecordStore } from "../platform/index.ts";
+import { ajv, IdempotencyKeyReused, ServiceUnavailable } from "../schemas/index.ts";
 
 /**
  * A stored record that is not JSON of its record's shape. Answered as a bare 500 and logged
@@ -173,7 +173,16 @@ async function retryMoved<R>(store: RecordStore, key: string, attempt: () => Pro
     const outcome = await attempt();
     if (outcome !== "moved") return outcome;
     // The named revision moved between the read and the write: the next read tells which one it is now.
-    if (n === WRITE_ATTEMPTS) throw new Error(`key ${key} of ${store.bucket} kept moving: ${n} writes lost`);
+    if (n === WRITE_ATTEMPTS) {
+      // Other writers kept winning, or the stream's leader kept refusing the key (one cut off
+      // from its peers holds an earlier write of it in flight until it steps down): worth a
+      // retry later, as storage trouble is, not a failure of the service.
+      log.warn({ bucket: store.bucket, attempts: n }, "a record write was refused every time");
+      throw ServiceUnavailable.make(
+        {},
+        { cause: new Error(`key ${key} of ${store.bucket} kept moving: ${n} writes lost`) },
+      );
+    }
   }
 }
 

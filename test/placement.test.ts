@@ -257,6 +257,38 @@ describe("placement", () => {
     assert.ok(claims <= spentMs / 50 + 2, `${claims} claims in ${Math.round(spentMs)} ms`);
   });
 
+  it("placement - an update or delete the stream refuses every time answers 503, not 500", async () => {
+    // As a stream leader cut off from its peers answers while it holds an earlier write of the
+    // key in flight: every revision-checked write of the record is refused ("moved").
+    const handle = await connectNats({ ...nats.login("actors"), name: "refused-writes" });
+    const stores = recordStores(handle.requester);
+    let refused = 0;
+    const refusing = {
+      ...stores.taskObjects,
+      update: async () => (refused++, "moved" as const),
+      delete: async () => (refused++, "moved" as const),
+    };
+    const actors = startActors(
+      handle.nc,
+      { ...stores, taskObjects: refusing },
+      {
+        publisher: handle.publisher,
+        requester: handle.requester,
+        placement: { ownerId: "refused-writes", ttlMs: TTL_MS },
+      },
+    );
+    running.push({ ownerId: "refused-writes", handle, actors });
+    await handle.nc.flush();
+    const api = natsClient(taskApi, client.nc);
+    const name = "refused-writes-name";
+    const task = await api.createTaskDO({ title: "kept", name });
+    const unavailable = (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable";
+    await assert.rejects(api.updateTaskDO({ id: task.id, name, completed: true }), unavailable);
+    await assert.rejects(api.deleteTaskDO({ id: task.id, name }), unavailable);
+    assert.equal(refused, 10, "each tried its bounded number of times (5)");
+    assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task, "the record is as it was");
+  });
+
   it("placement - fences asked for together share one lease write (group commit)", async () => {
     const { taskObjectLeases } = recordStores(client.requester);
     let puts = 0;
