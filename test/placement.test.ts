@@ -15,6 +15,7 @@ import {
   recordStores,
   registry,
   type NatsHandle,
+  type RecordStores,
 } from "../platform/index.ts";
 import { nameToken, taskApi } from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
@@ -46,12 +47,22 @@ afterEach(async () => {
 });
 
 /** An actor set on its own connection, like one actor process. */
-async function actorProcess(ownerId: string, settings: { idleMs?: number } = {}): Promise<ActorProcess> {
+async function actorProcess(
+  ownerId: string,
+  settings: { idleMs?: number; routeBudgetMs?: number; stores?: (own: RecordStores) => RecordStores } = {},
+): Promise<ActorProcess> {
   const handle = await connectNats({ ...nats.login("actors"), name: ownerId });
-  const actors = startActors(handle.nc, recordStores(handle.requester), {
+  const own = recordStores(handle.requester);
+  const actors = startActors(handle.nc, settings.stores?.(own) ?? own, {
     publisher: handle.publisher,
     requester: handle.requester,
-    placement: { ownerId, ttlMs: TTL_MS, idleMs: settings.idleMs ?? 60_000, onActivation: (e) => events.push(e) },
+    placement: {
+      ownerId,
+      ttlMs: TTL_MS,
+      idleMs: settings.idleMs ?? 60_000,
+      routeBudgetMs: settings.routeBudgetMs,
+      onActivation: (e) => events.push(e),
+    },
   });
   await handle.nc.flush(); // the subscriptions are known to the server before any request
   const started = { ownerId, handle, actors };
@@ -230,22 +241,14 @@ describe("placement", () => {
   it("placement - a claim the server keeps refusing is tried again after a pause, not at once", async () => {
     // As a stream leader cut off from its peers answers while it holds an earlier write of the
     // key in flight: every compare-and-set of the lease is refused, however often it is sent.
-    const handle = await connectNats({ ...nats.login("actors"), name: "refused-claims" });
-    const stores = recordStores(handle.requester);
     let claims = 0;
-    const refusing = { ...stores.taskObjectLeases, put: async () => (claims++, CONFLICT) };
-    const actors = startActors(
-      handle.nc,
-      { ...stores, taskObjectLeases: refusing },
-      {
-        publisher: handle.publisher,
-        requester: handle.requester,
-        placement: { ownerId: "refused-claims", ttlMs: TTL_MS, routeBudgetMs: 1_000 },
-      },
-    );
-    // Closed after this test: it claims nothing, so no later test's request may reach it.
-    running.push({ ownerId: "refused-claims", handle, actors });
-    await handle.nc.flush();
+    await actorProcess("refused-claims", {
+      routeBudgetMs: 1_000,
+      stores: (own) => ({
+        ...own,
+        taskObjectLeases: { ...own.taskObjectLeases, put: async () => (claims++, CONFLICT) },
+      }),
+    });
     const started = performance.now();
     await assert.rejects(
       natsClient(taskApi, client.nc).createTaskDO({ title: "never claimed", name: "refused-name" }),
@@ -260,25 +263,17 @@ describe("placement", () => {
   it("placement - an update or delete the stream refuses every time answers 503, not 500", async () => {
     // As a stream leader cut off from its peers answers while it holds an earlier write of the
     // key in flight: every revision-checked write of the record is refused ("moved").
-    const handle = await connectNats({ ...nats.login("actors"), name: "refused-writes" });
-    const stores = recordStores(handle.requester);
     let refused = 0;
-    const refusing = {
-      ...stores.taskObjects,
-      update: async () => (refused++, "moved" as const),
-      delete: async () => (refused++, "moved" as const),
-    };
-    const actors = startActors(
-      handle.nc,
-      { ...stores, taskObjects: refusing },
-      {
-        publisher: handle.publisher,
-        requester: handle.requester,
-        placement: { ownerId: "refused-writes", ttlMs: TTL_MS },
-      },
-    );
-    running.push({ ownerId: "refused-writes", handle, actors });
-    await handle.nc.flush();
+    await actorProcess("refused-writes", {
+      stores: (own) => ({
+        ...own,
+        taskObjects: {
+          ...own.taskObjects,
+          update: async () => (refused++, "moved" as const),
+          delete: async () => (refused++, "moved" as const),
+        },
+      }),
+    });
     const api = natsClient(taskApi, client.nc);
     const name = "refused-writes-name";
     const task = await api.createTaskDO({ title: "kept", name });

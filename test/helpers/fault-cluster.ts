@@ -26,7 +26,8 @@ export interface ActivationLog {
   onLine(process: string, line: string): void;
 }
 
-const process_ = globalThis.process;
+/** Every line of every process goes here too, for a look at a failed run (`FAULT_LOG=<file>`). */
+const faultLog = process.env.FAULT_LOG;
 
 export function activationLog(): ActivationLog {
   const events: (ActivationEvent & { process: string })[] = [];
@@ -34,13 +35,12 @@ export function activationLog(): ActivationLog {
   return {
     events,
     processOf,
-    onLine(process, line) {
-      // Every line of every process, for a look at a failed run (FAULT_LOG=<file>).
-      if (process_.env.FAULT_LOG) appendFileSync(process_.env.FAULT_LOG, `${process} ${line}\n`);
+    onLine(name, line) {
+      if (faultLog) appendFileSync(faultLog, `${name} ${line}\n`);
       if (!line.includes('"activation"')) return;
       const event = (JSON.parse(line) as { activation: ActivationEvent }).activation;
-      processOf.set(event.owner, process);
-      events.push({ ...event, process });
+      processOf.set(event.owner, name);
+      events.push({ ...event, process: name });
     },
   };
 }
