@@ -18,7 +18,13 @@ import { jobHandlers } from "./jobs.ts";
 import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
 import { serveApi, type ApiHandlers } from "./serve.ts";
 import { taskObjectDirectory } from "./task-object-directory.ts";
-import { nameOwners, taskObjectHandlers, taskObjectReader, type TaskObjectStates } from "./task-objects.ts";
+import {
+  foldsFences,
+  nameOwners,
+  taskObjectHandlers,
+  taskObjectReader,
+  type TaskObjectStates,
+} from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
 
 export {
@@ -39,6 +45,7 @@ export {
   type ActivationEvent,
   type PlacementOptions,
 } from "./placement.ts";
+export { foldsFences } from "./task-objects.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */
@@ -47,6 +54,11 @@ export interface ActorOptions {
   publisher?: BatchPublisher;
   /** Request/reply for forwards to other processes (default: a new one on `nc`). */
   requester?: Requester;
+  /**
+   * Replicas of the buckets (default 1). With one, on a nats-server 2.12+, a task-object create
+   * carries its lease's fence instead of a lease write before it (`foldsFences`).
+   */
+  replicas?: number;
   /** Task-object placement: lease TTL, idle release, routing budget, owner id. */
   placement?: {
     ownerId?: string;
@@ -127,7 +139,14 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
       settings.onActivation ?? ((event) => log.debug({ activation: event }, `task-object activation ${event.event}`)),
   });
   const requester = options.requester ?? new Requester(nc, options.publisher);
-  const deps = { store: stores.taskObjects, placement, requester, prefix, routeBudgetMs: settings.routeBudgetMs };
+  const deps = {
+    store: stores.taskObjects,
+    placement,
+    requester,
+    prefix,
+    routeBudgetMs: settings.routeBudgetMs,
+    fenceInCreate: foldsFences(nc.info?.version, options.replicas ?? 1),
+  };
   const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
     ...taskHandlers(stores.tasks),
     ...jobHandlers(stores.jobs),

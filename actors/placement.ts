@@ -1,8 +1,9 @@
 // Placement of task objects: each name has at most one live activation across all actor
-// processes. A process activates a name by claiming its lease key in the `taskobject-leases`
-// bucket with a compare-and-set on the key's revision; it renews the lease by heartbeat and by
-// every write (the fence), releases it when the name goes idle or the process stops, and
-// stops serving the name the moment its lease could have lapsed.
+// processes. A process activates a name by claiming its lease key (`<name-token>` in the
+// `taskobjects` bucket, beside the name's records) with a compare-and-set on the key's
+// revision; it renews the lease by heartbeat and fences every write (a renewal before it, or a
+// condition on the lease's revision carried by the write itself), releases it when the name
+// goes idle or the process stops, and stops serving the name the moment its lease could have lapsed.
 import { performance } from "node:perf_hooks";
 import { nameToken, TaskObjectBusy } from "../schemas/index.ts";
 import { CONFLICT, log, recordBusy, recordQueueDepth, setActivations, type VersionedStore } from "../platform/index.ts";
@@ -93,6 +94,7 @@ export class Activation {
   /** The next fence's compare-and-set while it is not yet sent: fences asked for meanwhile join it. */
   nextFence: Promise<void> | undefined;
   #casChain: Promise<unknown> = Promise.resolve();
+  #leaseWrites = 0;
 
   constructor(
     readonly name: string,
@@ -120,9 +122,20 @@ export class Activation {
 
   /** Runs compare-and-set writes of this lease one after another (a renewal never races a fence). */
   serialize<T>(write: () => Promise<T>): Promise<T> {
-    const next = this.#casChain.then(write, write);
+    this.#leaseWrites++;
+    const next = this.#casChain.then(write, write).finally(() => this.#leaseWrites--);
     this.#casChain = next.catch(() => undefined);
     return next;
+  }
+
+  /** A write of the lease key is queued or in flight: the revision it will leave is not known yet. */
+  get leaseWriting(): boolean {
+    return this.#leaseWrites > 0;
+  }
+
+  /** Settles once the lease writes queued so far have. */
+  leaseWritten(): Promise<unknown> {
+    return this.#casChain;
   }
 }
 
@@ -138,6 +151,8 @@ const MAX_REMEMBERED = 100_000;
 const RETRY_MS = 100;
 // Pause after a refused claim before the lease is read again.
 const CLAIM_RETRY_MS = 50;
+// Lease writes a write carrying its fence waits out before it is fenced the usual way instead.
+const MAX_FENCE_WAITS = 2;
 
 export class Placement {
   readonly ownerId: string;
@@ -245,15 +260,38 @@ export class Placement {
     activation.nextFence ??= this.#renew(activation, () => (activation.nextFence = undefined));
     await activation.nextFence;
     if (!activation.live) throw new LeaseLost(activation.name);
-    if (this.#logWrites) {
-      this.#emit({
-        event: "write",
-        name: activation.name,
-        owner: this.ownerId,
-        revision: activation.claimRevision,
-        at: Date.now(),
-      });
+    this.#logWrite(activation);
+  }
+
+  /**
+   * A write that carries its own fence: `write(revision)` must send a write the server stores
+   * only while the lease key is still at `revision`, this activation's. It is sent once no
+   * renewal or fence of the lease is queued or in flight (their revision is not known until
+   * answered), in the same turn as the check that the activation is live; a renewal asked for
+   * after it leaves after it, on the same connection, so it does not overtake it. Costs no
+   * lease write: a process whose lease was taken over has the write refused by the server,
+   * however late it arrives. "busy" (nothing sent) when lease writes kept coming (the name's
+   * other writes' fences): the caller then fences as they do.
+   */
+  async carryingFence<T>(activation: Activation, write: (revision: number) => Promise<T>): Promise<T | "busy"> {
+    for (let waits = 0; activation.leaseWriting; waits++) {
+      if (waits === MAX_FENCE_WAITS) return "busy";
+      await activation.leaseWritten();
     }
+    if (!activation.live) throw new LeaseLost(activation.name);
+    this.#logWrite(activation);
+    return write(activation.revision);
+  }
+
+  #logWrite(activation: Activation): void {
+    if (!this.#logWrites) return;
+    this.#emit({
+      event: "write",
+      name: activation.name,
+      owner: this.ownerId,
+      revision: activation.claimRevision,
+      at: Date.now(),
+    });
   }
 
   /**

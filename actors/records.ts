@@ -3,7 +3,7 @@
 // A stored value that is not its record's shape (written straight to KV by anyone with write
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
-import { log, type RecordStore } from "../platform/index.ts";
+import { type CreateOutcome, log, type RecordStore } from "../platform/index.ts";
 import { ajv, IdempotencyKeyReused, ServiceUnavailable } from "../schemas/index.ts";
 
 /**
@@ -84,6 +84,7 @@ export async function readRecord<T>(store: RecordStore, key: string, check: Reco
 /**
  * Writes `record` under `key` only if the key is new. When it exists (a retried request with
  * the same idempotency key), answers the stored record if `sameRequest` holds, else 409.
+ * `create` sends the write (default: the store's create-only write).
  */
 export async function createRecord<T extends { id: string }>(
   store: RecordStore,
@@ -91,8 +92,9 @@ export async function createRecord<T extends { id: string }>(
   record: T,
   check: RecordCheck,
   sameRequest: (stored: T) => boolean,
+  create: (key: string, data: string) => Promise<CreateOutcome> = (k, data) => store.create(k, data),
 ): Promise<Stored<T>> {
-  const outcome = await store.create(key, JSON.stringify(record));
+  const outcome = await create(key, JSON.stringify(record));
   if (outcome !== "exists") return { value: record, bucket: store.bucket, key, revision: outcome.revision };
   const stored = await readEntry<T>(store, key, check);
   if (stored && sameRequest(stored.value)) return stored;

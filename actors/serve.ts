@@ -16,6 +16,7 @@ import {
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
+  KEY_FRESH_HEADER,
   IF_MATCH_HEADER,
   RECORD_HEADER,
   REQUEST_ID_HEADER,
@@ -46,6 +47,12 @@ import type { MicroService } from "./discovery.ts";
 export interface HandlerContext {
   /** A uuid v4 the caller chose for the record it creates (`Idempotency-Key` header). */
   idempotencyKey?: string;
+  /**
+   * `idempotencyKey` was made for this request alone (by its sender or here), never chosen by a
+   * caller, and nothing of this request may have been written yet (`KEY_FRESH_HEADER`). Whoever
+   * tries the request again after an attempt that may have written clears it.
+   */
+  keyFresh?: boolean;
   /** The request's NATS headers, as received (e.g. `X-Request-Id`, for onward requests). */
   headers?: MsgHdrs;
   /** Who asks (microVM operations): from `ServeOptions.principal`. */
@@ -214,7 +221,10 @@ export function serveApi<Api extends Record<string, Operation>, States extends O
     const routed =
       (own: boolean) =>
       (input: InputOf<Operation>, context: HandlerContext): Promise<unknown> => {
-        const fixed = op.idempotent ? { ...context, idempotencyKey: context.idempotencyKey ?? uuidv4() } : context;
+        const fixed =
+          op.idempotent && context.idempotencyKey === undefined
+            ? { ...context, idempotencyKey: uuidv4(), keyFresh: true }
+            : context;
         return strategy.route(op, input, fixed, own, (owner) => handler(input, { ...fixed, owner }));
       };
     if (ownSubjects) {
@@ -260,6 +270,7 @@ export function serveOperation<Op extends Operation>(
       const answered: { stored?: StoredAt } = {};
       const context: HandlerContext = {
         idempotencyKey: idempotencyKey(op, msg.headers),
+        keyFresh: op.idempotent === true && msg.headers?.get(KEY_FRESH_HEADER) === "1",
         headers: msg.headers,
         ifMatch: ifMatchOf(msg.headers),
         answered,

@@ -20,9 +20,12 @@ import { pageOf } from "./tasks.ts";
 type Info = Static<typeof TaskObjectInfo>;
 
 export interface TaskObjectDirectoryDeps {
-  /** The task objects' records (bucket `taskobjects`, keys `<name-token>.<id>`), read at the stream leader. */
+  /**
+   * The task objects' bucket (`taskobjects`), read at the stream leader: records at keys
+   * `<name-token>.<id>`, and each name's lease beside them at the key `<name-token>`.
+   */
   records: VersionedStore;
-  /** The task objects' leases (bucket `taskobject-leases`, key `<name-token>`). */
+  /** The leases, in the same bucket (key `<name-token>`). */
   leases: VersionedStore;
 }
 
@@ -116,21 +119,17 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
 
   /** Every name token after `after` that has a record key or a lease key, with its record keys. */
   async function namesAfter(after: string | undefined): Promise<Map<string, string[]>> {
-    const [recordKeys, leaseKeys] = await Promise.all([records.keys(), leases.keys()]);
     const byToken = new Map<string, string[]>();
     const later = (token: string) =>
       (after === undefined || token > after) && nameFromToken(token) !== undefined ? token : undefined;
-    for (const key of recordKeys) {
+    // One listing holds both: a lease key is a bare token, a record key a token and an id.
+    for (const key of await records.keys()) {
       const dot = key.indexOf(".");
-      const token = dot > 0 ? later(key.slice(0, dot)) : undefined;
+      const token = later(dot < 0 ? key : key.slice(0, dot));
       if (token === undefined) continue;
-      const keys = byToken.get(token);
-      if (keys) keys.push(key);
-      else byToken.set(token, [key]);
-    }
-    for (const key of leaseKeys) {
-      const token = later(key);
-      if (token !== undefined && !byToken.has(token)) byToken.set(token, []);
+      const keys = byToken.get(token) ?? [];
+      if (dot > 0) keys.push(key);
+      byToken.set(token, keys);
     }
     return byToken;
   }

@@ -10,6 +10,7 @@ import {
   FORWARDED_HEADER,
   GatewayTimeout,
   IDEMPOTENCY_KEY_HEADER,
+  KEY_FRESH_HEADER,
   NotOwner,
   ownedOperations,
   REQUEST_ID_HEADER,
@@ -24,7 +25,16 @@ import {
   type getTaskDO,
   type Operation,
 } from "../schemas/index.ts";
-import { isNoResponders, isTimeout, recordForward, type RecordStore, type Requester } from "../platform/index.ts";
+import {
+  type CreateOutcome,
+  isNoResponders,
+  isTimeout,
+  parseNatsServerVersion,
+  recentEnough,
+  recordForward,
+  type RecordStore,
+  type Requester,
+} from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
 import { createRecord, deleteRecord, listRecords, readEntry, updateRecord, type Stored } from "./records.ts";
@@ -56,6 +66,21 @@ export interface TaskObjectDeps {
   cacheEntries?: number;
   /** Time a request may spend reaching its owner (default 1.2 s, under the gateway's 1.5 s attempt). */
   routeBudgetMs?: number;
+  /**
+   * Creates carry their fence (a condition on the lease's revision) instead of a lease write
+   * before them: on a one-replica bucket of a nats-server 2.12+ (`foldsFences`). Default off.
+   */
+  fenceInCreate?: boolean;
+}
+
+/**
+ * Whether a create can carry its fence on this stream: the server knows the condition on
+ * another key (2.12+), and the bucket has one replica. A replicated stream refuses a second
+ * write conditional on the same key while the first is in flight, so there the creates of a
+ * busy name would be refused in turn; they keep the fence before the write, shared by a group.
+ */
+export function foldsFences(serverVersion: string | undefined, replicas: number): boolean {
+  return replicas === 1 && recentEnough(parseNatsServerVersion(serverVersion ?? ""));
 }
 
 // One forward attempt: a live owner answers in milliseconds; a paused one never does.
@@ -107,6 +132,7 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
   ): Promise<{ answer: T } | { moved: true }> {
     const headers = {
       [IDEMPOTENCY_KEY_HEADER]: context.idempotencyKey,
+      [KEY_FRESH_HEADER]: context.keyFresh ? "1" : undefined,
       [REQUEST_ID_HEADER]: context.headers?.get(REQUEST_ID_HEADER),
       [FORWARDED_HEADER]: "1",
     };
@@ -148,6 +174,8 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
             return await placement.run(route.activation, work, { exclusive: false });
           } catch (err) {
             if (!(err instanceof LeaseLost)) throw err;
+            // It may have written before its lease was found gone: the next attempt is checked.
+            context.keyFresh = false;
           }
         } else if (!mayForward) {
           throw NotOwner.make({});
@@ -167,6 +195,8 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
             else if (isTimeout(err)) recordForward("timeout");
             else throw err;
             outcomeUnknown ||= isTimeout(err);
+            // The owner may have run it: the next attempt is checked.
+            if (isTimeout(err)) context.keyFresh = false;
             suspect = route.owner;
           }
         } else if (hedged && route.until > deadline) {
@@ -190,9 +220,27 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
  * runs them only where the name lives.
  */
 export function taskObjectHandlers(
-  deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries">,
+  deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries" | "fenceInCreate">,
 ): TaskObjectHandlers {
   const { store, placement } = deps;
+  /**
+   * `owner`'s create of a record with a fresh id: one write carrying its fence where the stream
+   * allows it, else (or when the server refused it) a fence and then the create-only write.
+   */
+  const fencedCreate = async (owner: Activation, key: string, data: string, fresh: boolean): Promise<CreateOutcome> => {
+    // Only a key no caller chose, on the request's first attempt, can skip the server's check
+    // that it is new (`keyFresh`).
+    if (deps.fenceInCreate && fresh) {
+      const outcome = await placement.carryingFence(owner, (revision) =>
+        store.createFenced(key, data, { key: owner.key, revision }),
+      );
+      if (outcome !== "refused" && outcome !== "busy") return outcome;
+      // The lease moved (the fence below then fails), a write of it overtook this one, or its
+      // writes kept coming: fence and write as any other write does (the key is new all the same).
+    }
+    await placement.fence(owner);
+    return store.create(key, data);
+  };
   // The owner reads its records from memory once seen. Only the activation that kept one uses
   // it: every write of the name goes through that activation, so what it kept is current while
   // it lives; a later activation (here or elsewhere) may have changed it. Absence is never kept.
@@ -223,9 +271,15 @@ export function taskObjectHandlers(
     async createTaskDO({ title, name = "default" }, context) {
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
       const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
-      await placement.fence(context.owner);
       const key = taskObjectKey(name, task.id)!;
-      const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === task.title);
+      const stored = await createRecord(
+        store,
+        key,
+        task,
+        isTaskRecord,
+        (s) => s.title === task.title,
+        (k, data) => fencedCreate(context.owner, k, data, context.keyFresh === true),
+      );
       keep(stored, context.owner);
       answerStored(context, stored);
       return stored.value;

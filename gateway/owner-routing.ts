@@ -18,6 +18,7 @@ import {
   replyOf,
   requestSubject,
   SUSPECT_HEADER,
+  KEY_FRESH_HEADER,
   TakeoverPending,
   type Operation,
   type OperationReply,
@@ -34,6 +35,8 @@ export interface OwnerRouting {
   /**
    * Sends the request to the name's owner when one is known; when it does not answer, hedges
    * it (see above) within `budgetMs`. Undefined when nothing served it: then use the shared subject.
+   * Once an attempt went unanswered, `headers` no longer holds `KEY_FRESH_HEADER`, so the
+   * caller's own attempts after this one are checked too.
    */
   tryOwner(
     op: Operation,
@@ -173,6 +176,9 @@ export function ownerRouting(
       if (owner && !suspects.has(owner)) {
         const reply = await attempt(owner, op, input, body, headers, Math.min(left(), DIRECT_ATTEMPT_MS));
         if (reply) return reply;
+        // The owner may have run it: every later attempt (hedged here, or sent on by the
+        // caller with these headers) is checked.
+        delete headers[KEY_FRESH_HEADER];
       }
       if (owner === undefined) return undefined; // no lease: any actor claims it
       if (owners.get(id) === owner) owners.delete(id);

@@ -8,6 +8,7 @@ import {
   compileDecoder,
   decodeFailure,
   IDEMPOTENCY_KEY_HEADER,
+  KEY_FRESH_HEADER,
   IF_MATCH_HEADER,
   PRINCIPAL_HEADER,
   REQUEST_ID_HEADER,
@@ -82,7 +83,15 @@ function operationRoute(op: Operation, options: RouteOptions) {
   /** The NATS headers of a request to the actors: its id, and what the operation takes of HTTP's. */
   function requestHeaders(req: Request, id: string): Record<string, string> {
     const headers: Record<string, string> = { [REQUEST_ID_HEADER]: id };
-    if (op.idempotent) headers[IDEMPOTENCY_KEY_HEADER] = idempotencyKey(req);
+    if (op.idempotent) {
+      const given = req.headers["idempotency-key"];
+      if (typeof given === "string" && given !== "") headers[IDEMPOTENCY_KEY_HEADER] = given;
+      else {
+        // One key for every attempt of this request, and none other's: see KEY_FRESH_HEADER.
+        headers[IDEMPOTENCY_KEY_HEADER] = uuidv4();
+        headers[KEY_FRESH_HEADER] = "1";
+      }
+    }
     if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
     const ifMatch = req.headers["if-match"];
     if (ifMatch && op.http.method !== "GET") headers[IF_MATCH_HEADER] = ifMatch;
@@ -162,12 +171,6 @@ function requireJsonType(req: IncomingMessage): void {
   const type = req.headers["content-type"]?.split(";", 1)[0]?.trim().toLowerCase();
   if (type !== "application/json")
     throw UnsupportedMediaType.make({ message: "POST bodies must be sent as content-type: application/json" });
-}
-
-/** The caller's `Idempotency-Key` (checked by the actor) or a fresh one for this request. */
-function idempotencyKey(req: IncomingMessage): string {
-  const given = req.headers["idempotency-key"];
-  return typeof given === "string" && given !== "" ? given : uuidv4();
 }
 
 function bodyLimit(options: RouteOptions, op: Operation): number {

@@ -1,7 +1,13 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
 import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
 import { injectTrace, isNoResponders, isTimeout, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
-import { GatewayTimeout, replyOf, ServiceUnavailable, type OperationReply } from "../schemas/index.ts";
+import {
+  GatewayTimeout,
+  KEY_FRESH_HEADER,
+  replyOf,
+  ServiceUnavailable,
+  type OperationReply,
+} from "../schemas/index.ts";
 
 export interface ForwardOptions {
   /** Total time for the request, retries included. */
@@ -50,6 +56,8 @@ async function send(nats: NatsHandle, subject: string, body: string, options: Fo
     try {
       msg = await nats.requester.request(subject, body, timeout, h);
     } catch (err) {
+      // An attempt that may have been received: the next one is checked (KEY_FRESH_HEADER).
+      h.delete(KEY_FRESH_HEADER);
       if (isNoResponders(err) && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {
         await new Promise((r) => setTimeout(r, RETRY_PAUSE_MS));
         continue;

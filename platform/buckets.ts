@@ -15,9 +15,14 @@ export const bucketNames = {
   microvms: "microvms",
   /** Image metadata (owner, name, digest, methods); the modules live in the object store `images`. */
   images: "images",
-  /** One lease key per task-object name: which actor process holds its activation. */
-  taskObjectLeases: "taskobject-leases",
 } as const;
+
+/**
+ * The bucket of task-object leases: `taskobjects` itself, one key `<name-token>` per name beside
+ * its records `<name-token>.<id>`, so a record's write can be conditional on its lease's
+ * revision (a condition on another key of the same stream).
+ */
+export const taskObjectLeaseBucket = bucketNames.taskObjects;
 
 export type Buckets = { readonly [K in keyof typeof bucketNames]: KV };
 
@@ -61,12 +66,7 @@ export const instanceLogStream = "MICROVM_LOGS";
 export const instanceLogSubjects = "microvmlogs.>";
 
 /** The buckets the task, task-object and job actors own (the microVM host owns `microvms` and `images`). */
-export const actorBuckets = [
-  "tasks",
-  "taskObjects",
-  "jobs",
-  "taskObjectLeases",
-] as const satisfies readonly BucketName[];
+export const actorBuckets = ["tasks", "taskObjects", "jobs"] as const satisfies readonly BucketName[];
 
 /**
  * Creates (or binds to) the buckets named in `only` (default: every bucket). Direct get lets
@@ -90,12 +90,25 @@ export async function openBuckets<K extends BucketName = BucketName>(
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
 }
 
-/** Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers only. */
+/**
+ * Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers
+ * only. Of task objects only the records (`<name-token>.<id>`), not the leases beside them.
+ */
 function republishOf(key: BucketName, prefix: string | undefined): { republish?: Republish } {
   const src = `$KV.${bucketNames[key]}.>`;
   if (key === "jobs") return { republish: { src, dest: `${jobsCreatedSubject(prefix)}.>` } };
   if (!changeFedBuckets.includes(key)) return {};
-  return { republish: { src, dest: `${recordChangesSubject(prefix)}.${bucketNames[key]}.>`, headers_only: true } };
+  const dest = `${recordChangesSubject(prefix)}.${bucketNames[key]}`;
+  if (key === "taskObjects") {
+    return {
+      republish: {
+        src: `$KV.${bucketNames[key]}.*.*`,
+        dest: `${dest}.{{wildcard(1)}}.{{wildcard(2)}}`,
+        headers_only: true,
+      },
+    };
+  }
+  return { republish: { src, dest: `${dest}.>`, headers_only: true } };
 }
 
 /** Updates `stream` where its config differs from `settings` (compared as JSON). */
@@ -129,6 +142,6 @@ export function recordStores(requester: Requester, options: BucketOptions = {}):
     tasks: open(bucketNames.tasks),
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
-    taskObjectLeases: tracedMethods(versionedStore(requester, bucketNames.taskObjectLeases), "lease"),
+    taskObjectLeases: tracedMethods(versionedStore(requester, taskObjectLeaseBucket), "lease"),
   };
 }

@@ -7,6 +7,15 @@ import { NoRespondersError, type Requester } from "./requester.ts";
 /** Outcome of a create: written (at this revision), or the key held a record already. */
 export type CreateOutcome = { readonly revision: number } | "exists";
 
+/** Outcome of a write fenced by another key: written (at this revision), or "refused" when that key moved. */
+export type FencedOutcome = { readonly revision: number } | "refused";
+
+/** A key of the same bucket a write is conditional on, and the revision it must still be at. */
+export interface Fence {
+  readonly key: string;
+  readonly revision: number;
+}
+
 /** Outcome of a revision-checked write: done (at this revision), or the key is no longer at the expected one. */
 export type WriteOutcome = { readonly revision: number } | "moved";
 
@@ -33,6 +42,14 @@ export interface RecordStore {
   entry(key: string): Promise<StoredEntry | undefined>;
   /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
   create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
+  /**
+   * Writes the record `key` only while `fence.key` is still at `fence.revision` (the server
+   * checks the fence key's last sequence instead of this key's: nats-server 2.12+,
+   * `Nats-Expected-Last-Subject-Sequence-Subject`); "refused" when it moved. Nothing checks that
+   * `key` is new: the caller must know no write of it was ever sent (its own fresh id, on the
+   * request's first attempt).
+   */
+  createFenced(key: string, data: string | Uint8Array, fence: Fence): Promise<FencedOutcome>;
   /** The key's last write (a deletion too), or `undefined` when it never held anything. */
   lastWrite(key: string): Promise<LastWrite | undefined>;
   /**
@@ -213,6 +230,12 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
     },
     async create(key, data) {
       return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ?? "exists";
+    },
+    async createFenced(key, data, fence) {
+      const h = headers();
+      h.set("Nats-Expected-Last-Subject-Sequence", String(fence.revision));
+      h.set("Nats-Expected-Last-Subject-Sequence-Subject", subjectOf(fence.key));
+      return stored(await requester.request(subjectOf(key), data, timeout, h)) ?? "refused";
     },
     async update(key, data, revision, writeId) {
       return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId))) ?? "moved";

@@ -121,6 +121,14 @@ export const ERROR_CODE_HEADER = "Nats-Service-Error-Code";
 export const ERROR_TAG_HEADER = "Nats-Service-Error";
 /** Request header fixing the id of a created record, so a retried create is not a second one. */
 export const IDEMPOTENCY_KEY_HEADER = "Idempotency-Key";
+/**
+ * Request header (`1`): the `Idempotency-Key` was made by the sender for this request alone, not
+ * chosen by a caller, and this is the request's first attempt. No write of that key can exist
+ * yet, so a task-object create writes it without the server's check that the key is new. Every
+ * later attempt of the request (a retry, a hedge, a forward after a timeout) goes without it,
+ * and is checked.
+ */
+export const KEY_FRESH_HEADER = "Idempotency-Key-Fresh";
 /** Request header carrying the caller's request id, so one request can be followed in logs. */
 export const REQUEST_ID_HEADER = "X-Request-Id";
 /** On a reply that is a stored record (or its deletion): the record's revision (HTTP: `ETag: "<revision>"`). */

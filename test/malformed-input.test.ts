@@ -135,7 +135,7 @@ describe("malformed input - the process keeps serving", () => {
       await kvm.tasks.put(idKey(`bad-task-${i}`)!, value);
       await kvm.jobs.put(idKey(`bad-job-${i}`)!, value);
       await kvm.taskObjects.put(taskObjectKey("badname", `bad-${i}`)!, value);
-      await kvm.taskObjectLeases.put(nameToken(`bad-lease-${i}`), value);
+      await kvm.taskObjects.put(nameToken(`bad-lease-${i}`), value);
       await kvm.microvms.put(idKey(`bad-vm-${i}`)!, value);
       await kvm.images.put(`${nameToken("anonymous")}.latest.bad${i}`, value);
     }

@@ -8,16 +8,16 @@ import { gatewayDispatch, Placement, startActors, type ActivationEvent, type Act
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
 import {
-  bucketNames,
   CONFLICT,
   connectNats,
   openBuckets,
   recordStores,
   registry,
+  taskObjectLeaseBucket,
   type NatsHandle,
   type RecordStores,
 } from "../platform/index.ts";
-import { nameToken, taskApi } from "../schemas/index.ts";
+import { nameToken, ownerSubject, taskApi } from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
@@ -87,6 +87,28 @@ async function stealLease(name: string, owner: string): Promise<void> {
   assert.equal(typeof moved, "number");
 }
 
+/**
+ * Task-object stores whose creates carrying a fence are recorded; after the first is stored,
+ * its answer waits for `first()` (a hang, a renewal refused), as if lost on the way back.
+ */
+function firstCreateHeld(first: () => Promise<void>) {
+  const written: { revision: number }[] = [];
+  const stores = (own: RecordStores): RecordStores => ({
+    ...own,
+    taskObjects: {
+      ...own.taskObjects,
+      createFenced: async (...args) => {
+        const outcome = await own.taskObjects.createFenced(...args);
+        if (outcome === "refused") return outcome;
+        written.push(outcome);
+        if (written.length === 1) await first();
+        return outcome;
+      },
+    },
+  });
+  return { written, stores };
+}
+
 const startsOf = (name: string) => events.filter((e) => e.name === name && e.event === "start");
 
 before(async () => {
@@ -118,7 +140,7 @@ describe("placement", () => {
       `held per process: ${held}`,
     );
     // The lease key names the owner that logged the activation.
-    const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
+    const kv = await new Kvm(client.nc).open(taskObjectLeaseBucket);
     for (const name of names) {
       const entry = await kv.get(nameToken(name));
       assert.equal(entry?.json<{ owner: string }>().owner, startsOf(name)[0]!.owner);
@@ -348,6 +370,106 @@ describe("placement", () => {
     await b.actors.close();
   });
 
+  for (const known of [false, true]) {
+    const how = known ? "sent straight to its owner, then hedged" : "sent on the shared subject, then retried";
+    it(`placement - a create whose first attempt wrote but went unanswered (${how}) is answered by a later attempt without a second write`, async () => {
+      // The owner stores the first create carrying its fence and then hangs: its answer never
+      // comes, so the gateway tries again. That attempt must check the key, not write it again.
+      let release!: () => void;
+      const hung = new Promise<void>((resolve) => (release = resolve));
+      defer(() => release());
+      const { written, stores } = firstCreateHeld(() => hung);
+      const owner = await actorProcess(`unanswered-${known}`, { stores });
+      const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
+      const port = await gateways.task.listen(0, "127.0.0.1");
+      defer(() => gateways.task.close());
+      const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
+      const name = `unanswered-${known}`;
+      // Claimed by a create with a caller's key (fenced apart, not carried): the gateway then
+      // knows the owner.
+      if (known) await api.createTaskDO({ title: "claims", name }, { idempotencyKey: crypto.randomUUID() });
+      assert.equal(written.length, 0);
+      const task = await api.createTaskDO({ title: "once", name });
+      release();
+      assert.equal(written.length, 1, "one write carried its fence; the later attempt was checked");
+      const { taskObjects } = recordStores(client.requester);
+      const last = await taskObjects.lastWrite(`${nameToken(name)}.${task.id}`);
+      assert.equal(last?.revision, written[0]!.revision, "the record was written once");
+      assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
+      assert.equal(owner.actors.activations, 1);
+    });
+  }
+
+  it("placement - a create forwarded to its owner, which wrote but did not answer in time, is checked when forwarded again", async () => {
+    let release!: () => void;
+    const hung = new Promise<void>((resolve) => (release = resolve));
+    defer(() => release());
+    // Held past the forward's 0.5 s attempt.
+    const { written, stores } = firstCreateHeld(() => hung);
+    const owner = await actorProcess("forward-owner", { stores });
+    const name = "forward-twice";
+    const api = natsClient(taskApi, client.nc);
+    await api.createTaskDO({ title: "claims", name }, { idempotencyKey: crypto.randomUUID() });
+    const entry = await actorProcess("forward-entry");
+    // Straight to the entry process's own subject, with no key: it makes a fresh one and
+    // forwards to the owner, whose first answer never comes; its next forward must be checked.
+    const reply = await client.nc.request(
+      ownerSubject(taskApi.createTaskDO, entry.ownerId, { name }),
+      JSON.stringify({ title: "once" }),
+      { timeout: 5_000 },
+    );
+    release();
+    assert.equal(reply.headers?.get("Nats-Service-Error-Code") ?? "", "", reply.string());
+    const task = reply.json<{ id: string }>();
+    assert.equal(written.length, 1, "one write carried its fence; the second forward was checked");
+    const last = await recordStores(client.requester).taskObjects.lastWrite(`${nameToken(name)}.${task.id}`);
+    assert.equal(last?.revision, written[0]!.revision, "the record was written once");
+    assert.equal(owner.actors.activations, 1);
+  });
+
+  it("placement - a create whose activation ended after its write is checked when run again", async () => {
+    // The first create carrying its fence is stored; then the lease's next renewal is refused
+    // (as if taken over), so that answer is withheld and the request runs again, in the next
+    // activation, which must check the key rather than write it again.
+    let refuseNext = false;
+    let refused!: () => void;
+    const renewalRefused = new Promise<void>((resolve) => (refused = resolve));
+    // Held until the heartbeat's renewal (within a third of the TTL) was refused.
+    const held = firstCreateHeld(() => {
+      refuseNext = true;
+      return renewalRefused;
+    });
+    const { written } = held;
+    await actorProcess("ended-owner", {
+      stores: (own) => {
+        const stores = held.stores(own);
+        return {
+          ...stores,
+          taskObjectLeases: {
+            ...stores.taskObjectLeases,
+            put: async (...args) => {
+              if (!refuseNext) return own.taskObjectLeases.put(...args);
+              refuseNext = false;
+              refused();
+              return CONFLICT;
+            },
+          },
+        };
+      },
+    });
+    const name = "ended-twice";
+    const api = natsClient(taskApi, client.nc);
+    await api.createTaskDO({ title: "claims", name }, { idempotencyKey: crypto.randomUUID() });
+    const task = await api.createTaskDO({ title: "once", name });
+    assert.equal(written.length, 1, "one write carried its fence; the run in the next activation was checked");
+    const last = await recordStores(client.requester).taskObjects.lastWrite(`${nameToken(name)}.${task.id}`);
+    assert.equal(last?.revision, written[0]!.revision, "the record was written once");
+    assert.deepEqual(
+      events.filter((e) => e.name === name).map((e) => `${e.event}${e.reason ? ` ${e.reason}` : ""}`),
+      ["start", "end lost", "start"],
+    );
+  });
+
   it("placement - a request its frozen owner leaves unanswered is answered, in that one request, by the process taking the name over", async () => {
     const a = await actorProcess("frozen-a");
     const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
@@ -410,7 +532,7 @@ async function retryUntilOk<T>(call: () => Promise<T>, timeoutMs: number): Promi
  * PUT when it waited out a lease that lapsed.
  */
 async function watchLeases(names: readonly string[]) {
-  const kv = await new Kvm(client.nc).open(bucketNames.taskObjectLeases);
+  const kv = await new Kvm(client.nc).open(taskObjectLeaseBucket);
   const changes: { key: string; operation: string; revision: number }[] = [];
   const watcher = await kv.watch({ key: names.map(nameToken) });
   defer(() => watcher.stop());

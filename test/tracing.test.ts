@@ -126,7 +126,8 @@ describe("tracing", () => {
     );
     const hop = one("owner hop", (s) => s.name === "forward createTaskDO");
     const owning = one("owner's handler", (s) => s.name === "handle createTaskDO" && s.parentSpanId === hop.spanId);
-    const write = one("KV write", (s) => s.name === "kv taskobjects create");
+    // A create without a caller's key carries its lease's fence (Placement.carryingFence).
+    const write = one("KV write", (s) => s.name === "kv taskobjects createFenced");
     assert.equal(server.parentSpanId, hopped.clientSpan, "the gateway continues the client's span");
     assert.equal(hop.parentSpanId, receiving.spanId, "the hop comes from the receiving handler");
     assert.equal(write.parentSpanId, owning.spanId, "the owner writes the record");
