@@ -20,12 +20,9 @@ import { pageOf } from "./tasks.ts";
 type Info = Static<typeof TaskObjectInfo>;
 
 export interface TaskObjectDirectoryDeps {
-  /**
-   * The task objects' bucket (`taskobjects`), read at the stream leader: records at keys
-   * `<name-token>.<id>`, and each name's lease beside them at the key `<name-token>`.
-   */
+  /** The task objects' records (bucket `taskobjects`, keys `<name-token>.<id>`), read at the stream leader. */
   records: VersionedStore;
-  /** The leases, in the same bucket (key `<name-token>`). */
+  /** The task objects' leases (key `<name-token>`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`). */
   leases: VersionedStore;
 }
 
@@ -122,8 +119,11 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
     const byToken = new Map<string, string[]>();
     const later = (token: string) =>
       (after === undefined || token > after) && nameFromToken(token) !== undefined ? token : undefined;
-    // One listing holds both: a lease key is a bare token, a record key a token and an id.
-    for (const key of await records.keys()) {
+    // A lease key is a bare token, a record key a token and an id: one listing holds both when
+    // the leases live beside the records.
+    const apart = leases.bucket !== records.bucket;
+    const [recordKeys, leaseKeys] = await Promise.all([records.keys(), apart ? leases.keys() : []]);
+    for (const key of [...recordKeys, ...leaseKeys]) {
       const dot = key.indexOf(".");
       const token = later(dot < 0 ? key : key.slice(0, dot));
       if (token === undefined) continue;

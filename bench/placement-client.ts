@@ -20,10 +20,12 @@ export type Routing = "owner" | "shared";
 /** A Task API client as the placement bench drives it. */
 export type TaskClient = Client<typeof taskApi>;
 
-export function benchTaskClient(handle: NatsHandle, routing: Routing): TaskClient {
+/** `replicas`: the buckets' (where the leases are kept follows it: `leaseBucketFor`). */
+export function benchTaskClient(handle: NatsHandle, routing: Routing, replicas: number): TaskClient {
   const shared = natsClient(taskApi, handle.nc);
   if (routing === "shared") return shared;
-  const owners = ownerRouting(handle, { byName: leaseOwners(recordStores(handle.requester).taskObjectLeases) }, "");
+  const leases = recordStores(handle.requester, { replicas }).taskObjectLeases;
+  const owners = ownerRouting(handle, { byName: leaseOwners(leases) }, "");
   const viaOwner = async (op: Operation, input: Record<string, unknown>, headers: Record<string, string>) => {
     const reply = await owners.tryOwner(op, input, requestBody(op, input), headers, 2_000);
     if (!reply) return undefined;

@@ -86,7 +86,7 @@ export async function startBenchCluster(
   const actorProcs = running.services.filter((s) => s.role === "actors");
   const gateway = running.gateways[0]!;
   return {
-    client: benchTaskClient(nats, routing),
+    client: benchTaskClient(nats, routing, running.topology.replicas ?? 1),
     groups: () => ({
       ...Object.fromEntries(actorProcs.map((s) => [s.name, [s.pid]])),
       gateway: [gateway.pid],

@@ -15,14 +15,20 @@ export const bucketNames = {
   microvms: "microvms",
   /** Image metadata (owner, name, digest, methods); the modules live in the object store `images`. */
   images: "images",
+  /** Task-object leases on replicated buckets (`leaseBucketFor`): which process holds each name. */
+  taskObjectLeases: "taskobject-leases",
 } as const;
 
 /**
- * The bucket of task-object leases: `taskobjects` itself, one key `<name-token>` per name beside
- * its records `<name-token>.<id>`, so a record's write can be conditional on its lease's
- * revision (a condition on another key of the same stream).
+ * The bucket of task-object leases (one key `<name-token>` per name). On one replica it is
+ * `taskobjects` itself, beside the name's records `<name-token>.<id>`, so a record's write can be
+ * conditional on its lease's revision (a condition on another key of the same stream). Replicated
+ * buckets do not fold fences that way (`foldsFences`), and keep leases in a stream of their own,
+ * whose Raft group leads, fails over and takes its heartbeats apart from the records'.
  */
-export const taskObjectLeaseBucket = bucketNames.taskObjects;
+export function leaseBucketFor(replicas = 1): string {
+  return replicas > 1 ? bucketNames.taskObjectLeases : bucketNames.taskObjects;
+}
 
 export type Buckets = { readonly [K in keyof typeof bucketNames]: KV };
 
@@ -66,7 +72,12 @@ export const instanceLogStream = "MICROVM_LOGS";
 export const instanceLogSubjects = "microvmlogs.>";
 
 /** The buckets the task, task-object and job actors own (the microVM host owns `microvms` and `images`). */
-export const actorBuckets = ["tasks", "taskObjects", "jobs"] as const satisfies readonly BucketName[];
+export const actorBuckets = [
+  "tasks",
+  "taskObjects",
+  "jobs",
+  "taskObjectLeases",
+] as const satisfies readonly BucketName[];
 
 /**
  * Creates (or binds to) the buckets named in `only` (default: every bucket). Direct get lets
@@ -142,6 +153,6 @@ export function recordStores(requester: Requester, options: BucketOptions = {}):
     tasks: open(bucketNames.tasks),
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
-    taskObjectLeases: tracedMethods(versionedStore(requester, taskObjectLeaseBucket), "lease"),
+    taskObjectLeases: tracedMethods(versionedStore(requester, leaseBucketFor(options.replicas)), "lease"),
   };
 }

@@ -13,7 +13,7 @@ import {
   recordChangesSubject,
   recordStore,
   recordStores,
-  taskObjectLeaseBucket,
+  leaseBucketFor,
   versionedStore,
   type NatsHandle,
   type VersionedStore,
@@ -35,7 +35,7 @@ before(async () => {
 
 /** The lease store with its writes counted. */
 function countedLeases() {
-  const inner = versionedStore(client.requester, taskObjectLeaseBucket);
+  const inner = versionedStore(client.requester, leaseBucketFor());
   const counts = { puts: 0 };
   const leases: VersionedStore = {
     ...inner,
@@ -262,7 +262,7 @@ describe("fenced writes", () => {
     const sub = admin.nc.subscribe(`${recordChangesSubject(prefix)}.>`, { callback: (_e, m) => firstFed(m.subject) });
     defer(() => sub.unsubscribe());
     await admin.nc.flush();
-    const leases = versionedStore(admin.requester, taskObjectLeaseBucket);
+    const leases = versionedStore(admin.requester, leaseBucketFor());
     const token = nameToken("feed-name");
     assert.equal(typeof (await leases.put(token, "{}", 0)), "number");
     const records = recordStore(admin.requester, bucketNames.taskObjects);

@@ -13,7 +13,7 @@ import {
   openBuckets,
   recordStores,
   registry,
-  taskObjectLeaseBucket,
+  leaseBucketFor,
   type NatsHandle,
   type RecordStores,
 } from "../platform/index.ts";
@@ -140,7 +140,7 @@ describe("placement", () => {
       `held per process: ${held}`,
     );
     // The lease key names the owner that logged the activation.
-    const kv = await new Kvm(client.nc).open(taskObjectLeaseBucket);
+    const kv = await new Kvm(client.nc).open(leaseBucketFor());
     for (const name of names) {
       const entry = await kv.get(nameToken(name));
       assert.equal(entry?.json<{ owner: string }>().owner, startsOf(name)[0]!.owner);
@@ -532,7 +532,7 @@ async function retryUntilOk<T>(call: () => Promise<T>, timeoutMs: number): Promi
  * PUT when it waited out a lease that lapsed.
  */
 async function watchLeases(names: readonly string[]) {
-  const kv = await new Kvm(client.nc).open(taskObjectLeaseBucket);
+  const kv = await new Kvm(client.nc).open(leaseBucketFor());
   const changes: { key: string; operation: string; revision: number }[] = [];
   const watcher = await kv.watch({ key: names.map(nameToken) });
   defer(() => watcher.stop());

@@ -87,7 +87,7 @@ describe("unavailable", () => {
     const { openBuckets } = await import("../platform/index.ts");
     const actorConn = await connectNats({ ...nats.login("actors"), name: "actors" });
     defer(() => actorConn.close());
-    await openBuckets(actorConn.nc, { only: ["tasks", "taskObjects", "jobs"] });
+    await openBuckets(actorConn.nc, { only: ["tasks", "taskObjects", "jobs", "taskObjectLeases"] });
     const actors = startActors(actorConn.nc, recordStores(actorConn.requester));
     defer(() => actors.close());
     await actorConn.nc.flush(); // the actors' subscriptions are known to the server before any request

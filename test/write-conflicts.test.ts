@@ -11,14 +11,7 @@ import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { startNatsCluster, waitForJetStream } from "../cluster/index.ts";
-import {
-  bucketNames,
-  CONFLICT,
-  recordStore,
-  Requester,
-  taskObjectLeaseBucket,
-  versionedStore,
-} from "../platform/index.ts";
+import { bucketNames, CONFLICT, recordStore, Requester, versionedStore } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { natsSource } from "./helpers/nats.ts";
 
@@ -61,7 +54,7 @@ describe("write conflicts", () => {
     );
 
     // Task-object leases: revision-checked writes.
-    const leases = versionedStore(requester, taskObjectLeaseBucket);
+    const leases = versionedStore(requester, bucketNames.taskObjectLeases);
     const revision = await leases.put("one-name", "first", 0);
     assert.equal(typeof revision, "number");
     const claims = await atOnce(() => leases.put("one-name", "claim", revision as number));

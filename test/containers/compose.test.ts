@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 import type { ActivationEvent } from "../../actors/index.ts";
 import { bucketLeader, leadersBack } from "../../cluster/index.ts";
 import { type ClientError, httpClient } from "../../client/index.ts";
-import { bucketNames, taskObjectLeaseBucket } from "../../platform/index.ts";
+import { bucketNames } from "../../platform/index.ts";
 import { jobApi, microvmApi, taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside } from "../helpers/activations.ts";
 import { composeProject, docker, type ComposeProject } from "../helpers/compose.ts";
@@ -195,7 +195,7 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     // 2. SIGKILL the NATS container leading the lease bucket; start it again.
     const leader = await bucketLeader(
       Object.values(project.nats).join(","),
-      taskObjectLeaseBucket,
+      bucketNames.taskObjectLeases,
       gatewayLogin(project),
     );
     assert.match(leader ?? "", /^nats-[123]$/, "the lease bucket's leader is a compose node");
@@ -208,7 +208,7 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     const ledMs = await leadersBack(natsUrls, objectLoadBuckets, leader!, gatewayLogin(project), natsKilledAt);
     const natsOutage = await recoveryAfter(load, names, natsKilledAt, ledMs + NATS_NODE_BOUND_MS);
     t.diagnostic(
-      `SIGKILL ${leader} (leader of ${taskObjectLeaseBucket}): ${objectLoadBuckets.join(" and ")} led again after ${ledMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
+      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): ${objectLoadBuckets.join(" and ")} led again after ${ledMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
     );
     assert.ok(
       natsOutage.ms <= ledMs + NATS_NODE_BOUND_MS,

@@ -21,7 +21,7 @@ import {
   type NatsNode,
   type RoleProcess,
 } from "../../cluster/index.ts";
-import { authDirOf, bucketNames, taskObjectLeaseBucket } from "../../platform/index.ts";
+import { authDirOf, bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside } from "../helpers/activations.ts";
 import { lifo } from "../helpers/defer.ts";
@@ -246,7 +246,7 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   assert.ok(load.answered.length > 20, `steady load answered ${load.answered.length} creates`);
 
   // 1. The node leading the lease bucket: its raft groups lose their quorum, the others elect.
-  const leader = await bucketLeader(cluster.nats.url, taskObjectLeaseBucket, cluster.credentials.gateway);
+  const leader = await bucketLeader(cluster.nats.url, bucketNames.taskObjectLeases, cluster.credentials.gateway);
   await partitionRound("lease bucket leader's node", nodes.find((n) => n.name === leader) ?? nodes[0]!);
   await sleep(STEADY_MS);
 

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { it } from "node:test";
 import { httpClient } from "../../client/index.ts";
 import { bucketLeader, leadersBack, startCluster, startRole, type RoleProcess } from "../../cluster/index.ts";
-import { authDirOf, taskObjectLeaseBucket } from "../../platform/index.ts";
+import { authDirOf, bucketNames } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside, type ActivationInterval } from "../helpers/activations.ts";
 import { lifo } from "../helpers/defer.ts";
@@ -118,12 +118,12 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   await sleep(STEADY_MS);
 
   // 2. SIGKILL the NATS node leading the lease bucket; start it again once all names answer.
-  const leader = await bucketLeader(cluster.nats.url, taskObjectLeaseBucket, cluster.credentials.gateway);
+  const leader = await bucketLeader(cluster.nats.url, bucketNames.taskObjectLeases, cluster.credentials.gateway);
   const node = cluster.nats.nodes.find((n) => n.name === leader);
   assert.ok(node, `lease bucket leader ${leader} is a node of the cluster`);
   const nodeKilledAt = Date.now();
   await node.kill();
-  t.diagnostic(`SIGKILL NATS node ${node.name} (leader of ${taskObjectLeaseBucket})`);
+  t.diagnostic(`SIGKILL NATS node ${node.name} (leader of ${bucketNames.taskObjectLeases})`);
   // JetStream's part (the Raft elections) is measured, the service's part bounded after it.
   const ledMs = await leadersBack(
     cluster.nats.url,

@@ -36,8 +36,8 @@ export interface ObjectLoad {
   stop(): Promise<void>;
 }
 
-/** The buckets the load's creates write (a name's record and its lease, side by side). */
-export const objectLoadBuckets = [bucketNames.taskObjects];
+/** The buckets the load's creates write (a name's lease fence, then the record). */
+export const objectLoadBuckets = [bucketNames.taskObjectLeases, bucketNames.taskObjects];
 
 const REQUEST_TIMEOUT_MS = 8_000;
 const RETRY_PAUSE_MS = 100;
