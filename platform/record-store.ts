@@ -95,6 +95,13 @@ const WRONG_LAST_SEQUENCE = new Set([10071, 10164]);
 /** Whether a write's ack error is a lost compare-and-set (the expected revision was not the key's). */
 export const isWrongLastSequence = (errCode: number | undefined): boolean =>
   errCode !== undefined && WRONG_LAST_SEQUENCE.has(errCode);
+/**
+ * JetStream's "duplicate message id is in process": a write with the same write id
+ * (`Nats-Msg-Id`, a repeat of the same request) is still being stored, on a replicated stream.
+ * For a revision-checked write it means what a moved revision means: read again, and the
+ * repeat then finds its own write (`writtenBy`) once it is stored.
+ */
+const DUPLICATE_IN_PROCESS = 10158;
 // JetStream's "no message found" error code of a stream message get.
 const NO_MESSAGE_FOUND = 10037;
 // JetStream's "stream not found": the bucket was never created, so it holds no record.
@@ -238,12 +245,13 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       return stored(await requester.request(subjectOf(key), data, timeout, h)) ?? "refused";
     },
     async update(key, data, revision, writeId) {
-      return stored(await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId))) ?? "moved";
+      const ack = await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId));
+      return stored(ack, DUPLICATE_IN_PROCESS) ?? "moved";
     },
     keys: (prefix = "") => bucketKeys(requester, bucket, prefix, timeout),
     async delete(key, revision, writeId) {
       const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, writeId, "DEL"));
-      return stored(ack) ?? "moved";
+      return stored(ack, DUPLICATE_IN_PROCESS) ?? "moved";
     },
   };
 }
@@ -278,11 +286,14 @@ export async function bucketKeys(requester: Requester, bucket: string, prefix: s
   return keys.sort();
 }
 
-/** A write's revision from its ack, or undefined when refused for its expected revision; other failures throw. */
-function stored(msg: { json<T>(): T }): { revision: number } | undefined {
+/**
+ * A write's revision from its ack, or undefined when refused for its expected revision (or for
+ * `alsoRefused`, an error code that means the same to the caller); other failures throw.
+ */
+function stored(msg: { json<T>(): T }, alsoRefused?: number): { revision: number } | undefined {
   const ack = msg.json<{ seq?: number; error?: { code: number; err_code: number; description: string } }>();
   if (!ack.error) return { revision: ack.seq ?? 0 };
-  if (isWrongLastSequence(ack.error.err_code)) return undefined;
+  if (isWrongLastSequence(ack.error.err_code) || ack.error.err_code === alsoRefused) return undefined;
   throw new JetStreamRequestError(ack.error.code, ack.error.err_code, ack.error.description);
 }
 

@@ -12,6 +12,7 @@ import { connect } from "@nats-io/transport-node";
 import { MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
 import { startNatsCluster, waitForJetStream } from "../cluster/index.ts";
 import { bucketNames, CONFLICT, recordStore, Requester, versionedStore } from "../platform/index.ts";
+import { isObjectRecord, updateRecord } from "../actors/records.ts";
 import { lifo } from "./helpers/defer.ts";
 import { natsSource } from "./helpers/nats.ts";
 
@@ -52,6 +53,25 @@ describe("write conflicts", () => {
       expected,
       "record store",
     );
+
+    // A request's update sent again while its first write is still being stored (same write
+    // id): the server answers "duplicate message id is in process", read as a moved revision,
+    // so updateRecord reads again and answers the stored write, never an error.
+    const first = await tasks.entry("one-task");
+    const sameWrite = crypto.randomUUID();
+    const repeats = await atOnce(() =>
+      tasks.update("one-task", new TextEncoder().encode('{"n":1}'), first!.revision, sameWrite),
+    );
+    const kinds = tally(repeats, (u) => (u === "moved" ? "moved" : `written at ${u.revision}`));
+    t.diagnostic(`${AT_ONCE} updates with one write id at once: ${JSON.stringify(kinds)}`);
+    assert.equal(Object.keys(kinds).filter((k) => k !== "moved").length, 1, "one revision written");
+    const last = await tasks.entry("one-task");
+    assert.equal(last?.writtenBy, sameWrite);
+    const again = await updateRecord<{ n: number }>(tasks, "one-task", isObjectRecord, () => ({ n: 2 }), {
+      writeId: sameWrite,
+      mismatch: () => new Error("no If-Match here"),
+    });
+    assert.equal(again?.revision, last?.revision, "a repeat answers the stored write");
 
     // Task-object leases: revision-checked writes.
     const leases = versionedStore(requester, bucketNames.taskObjectLeases);
