@@ -241,7 +241,6 @@ async function main() {
     );
     const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
       prefix: config.prefix,
-      replicas: config.replicas,
       publisher: nats.publisher,
       requester: nats.requester,
       placement: placementConfig,

@@ -54,11 +54,6 @@ export interface ActorOptions {
   publisher?: BatchPublisher;
   /** Request/reply for forwards to other processes (default: a new one on `nc`). */
   requester?: Requester;
-  /**
-   * Replicas of the buckets (default 1). With one, on a nats-server 2.12+, a task-object create
-   * carries its lease's fence instead of a lease write before it (`foldsFences`).
-   */
-  replicas?: number;
   /** Task-object placement: lease TTL, idle release, routing budget, owner id. */
   placement?: {
     ownerId?: string;
@@ -145,7 +140,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     requester,
     prefix,
     routeBudgetMs: settings.routeBudgetMs,
-    fenceInCreate: foldsFences(nc.info?.version, options.replicas ?? 1),
+    fenceInCreate: foldsFences(nc.info?.version, stores.taskObjectLeases, stores.taskObjects),
   };
   const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
     ...taskHandlers(stores.tasks),

@@ -1,7 +1,6 @@
 // Placement of task objects: each name has at most one live activation across all actor
-// processes. A process activates a name by claiming its lease key (`<name-token>` in the
-// `taskobjects` bucket, beside the name's records) with a compare-and-set on the key's
-// revision; it renews the lease by heartbeat and fences every write (a renewal before it, or a
+// processes. A process activates a name by claiming its lease key (`<name-token>`, in the
+// bucket `leaseBucketFor` names) with a compare-and-set on the key's revision; it renews the lease by heartbeat and fences every write (a renewal before it, or a
 // condition on the lease's revision carried by the write itself), releases it when the name
 // goes idle or the process stops, and stops serving the name the moment its lease could have lapsed.
 import { performance } from "node:perf_hooks";

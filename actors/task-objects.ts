@@ -68,19 +68,23 @@ export interface TaskObjectDeps {
   routeBudgetMs?: number;
   /**
    * Creates carry their fence (a condition on the lease's revision) instead of a lease write
-   * before them: on a one-replica bucket of a nats-server 2.12+ (`foldsFences`). Default off.
+   * before them (`foldsFences`). Default off.
    */
   fenceInCreate?: boolean;
 }
 
 /**
- * Whether a create can carry its fence on this stream: the server knows the condition on
- * another key (2.12+), and the bucket has one replica. A replicated stream refuses a second
- * write conditional on the same key while the first is in flight, so there the creates of a
- * busy name would be refused in turn; they keep the fence before the write, shared by a group.
+ * Whether a create can carry its fence: the server knows a condition on another key (2.12+),
+ * and the leases are kept in the records' own bucket, which `leaseBucketFor` does on one replica
+ * only (a replicated stream refuses a second write conditional on the same key while the first
+ * is in flight, so there the creates of a busy name would be refused in turn).
  */
-export function foldsFences(serverVersion: string | undefined, replicas: number): boolean {
-  return replicas === 1 && recentEnough(parseNatsServerVersion(serverVersion ?? ""));
+export function foldsFences(
+  serverVersion: string | undefined,
+  leases: { readonly bucket: string },
+  records: { readonly bucket: string },
+): boolean {
+  return leases.bucket === records.bucket && recentEnough(parseNatsServerVersion(serverVersion ?? ""));
 }
 
 // One forward attempt: a live owner answers in milliseconds; a paused one never does.

@@ -233,11 +233,13 @@ describe("fenced writes", () => {
   });
 
   it("fenced writes - only a one-replica bucket on nats-server 2.12+ carries fences in creates", () => {
-    assert.equal(foldsFences("2.15.1", 1), true);
-    assert.equal(foldsFences("2.12.0", 1), true);
-    assert.equal(foldsFences("2.10.27", 1), false);
-    assert.equal(foldsFences(undefined, 1), false);
-    assert.equal(foldsFences("2.15.1", 3), false);
+    const records = { bucket: bucketNames.taskObjects };
+    const leasesOf = (replicas: number) => ({ bucket: leaseBucketFor(replicas) });
+    assert.equal(foldsFences("2.15.1", leasesOf(1), records), true);
+    assert.equal(foldsFences("2.12.0", leasesOf(1), records), true);
+    assert.equal(foldsFences("2.10.27", leasesOf(1), records), false);
+    assert.equal(foldsFences(undefined, leasesOf(1), records), false);
+    assert.equal(foldsFences("2.15.1", leasesOf(3), records), false);
   });
 
   it("fenced writes - a task-objects stream made before gets a change feed of its records only", async () => {
