@@ -82,16 +82,18 @@ export function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || /^127\./.test(host);
 }
 
-const principals = new WeakMap<IncomingMessage, string>();
+// Kept on the request itself, like its id (request-id.ts).
+const PRINCIPAL_OF = Symbol("principal");
+type Tagged = IncomingMessage & { [PRINCIPAL_OF]?: string };
 
 /** Records who sent `req` (after the key check). */
 export function setPrincipal(req: IncomingMessage, principal: string): void {
-  principals.set(req, principal);
+  (req as Tagged)[PRINCIPAL_OF] = principal;
 }
 
 /** Who sent `req`: its key's principal, or `anonymous` when API keys are off. */
 export function principalOfRequest(req: IncomingMessage): string {
-  return principals.get(req) ?? ANONYMOUS;
+  return (req as Tagged)[PRINCIPAL_OF] ?? ANONYMOUS;
 }
 
 /** The principal of every caller when API keys are off. */

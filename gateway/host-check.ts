@@ -28,5 +28,19 @@ export function hostCheck(names: readonly string[] = []): (header: string | unde
       .replace(/\.$/, ""),
   );
   const allowed = new Set([...LOOPBACK_HOST_NAMES, ...bare.filter(Boolean)]);
-  return (header) => allowed.has(hostNameOf(header));
+  // A client sends the same header on every request: the verdicts of the latest few are kept.
+  const seen = new Map<string, boolean>();
+  return (header) => {
+    if (header === undefined) return false;
+    let verdict = seen.get(header);
+    if (verdict === undefined) {
+      verdict = allowed.has(hostNameOf(header));
+      if (seen.size >= SEEN_HEADERS) seen.clear();
+      seen.set(header, verdict);
+    }
+    return verdict;
+  };
 }
+
+/** Host headers whose verdict is kept (a caller's name, with and without a port, and a few more). */
+const SEEN_HEADERS = 64;

@@ -4,15 +4,17 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 
 const SANE = /^[\w.:/+=-]{1,128}$/;
-const ids = new WeakMap<IncomingMessage, string>();
+// Kept on the request itself: a WeakMap entry per request costs the collector more.
+const ID = Symbol("requestId");
+type Tagged = IncomingMessage & { [ID]?: string };
 
 /** The request's id (decided once per request). */
 export function requestId(req: IncomingMessage): string {
-  let id = ids.get(req);
+  let id = (req as Tagged)[ID];
   if (id === undefined) {
     const given = req.headers["x-request-id"];
     id = typeof given === "string" && SANE.test(given) ? given : randomUUID();
-    ids.set(req, id);
+    (req as Tagged)[ID] = id;
   }
   return id;
 }

@@ -4,15 +4,15 @@ import { once } from "node:events";
 import type { AddressInfo } from "node:net";
 import { MisdirectedRequest, Unauthorized, type OpenApiInfo, type Operation } from "../schemas/index.ts";
 import { log, recordHttp } from "../platform/index.ts";
-import { setPrincipal, type ApiKeys } from "./api-keys.ts";
+import { ANONYMOUS, setPrincipal, type ApiKeys } from "./api-keys.ts";
 import { answerClientError } from "./client-error.ts";
-import { allowedMethods, applyCors, corsHeaders } from "./cors.ts";
+import { allowedMethods, applyCors, CORS_HEADERS, corsHeaders } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
 import { answerHealth } from "./health.ts";
 import { hostCheck } from "./host-check.ts";
 import { requestId } from "./request-id.ts";
 import type { AnsweredRead } from "./local-reads.ts";
-import { sendError, sendJson } from "./respond.ts";
+import { etagOf, sendError } from "./respond.ts";
 import { buildRouter, type RouteOptions } from "./routes.ts";
 
 export interface ApiServerOptions extends RouteOptions {
@@ -69,25 +69,29 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
       connectionsCheckingInterval: Math.min(1_000, timeouts.headersMs / 2),
     },
     (req, res) => {
-      res.setHeader("x-request-id", requestId(req));
       // First of all, preflights included: nothing is answered to a name this API does not serve.
-      if (!servesHost(req.headers.host)) {
+      const served = servesHost(req.headers.host);
+      // Who asks (undefined: no key or an unknown one); only health, docs and preflights go without.
+      const principal = options.apiKeys ? options.apiKeys.principalOf(req) : ANONYMOUS;
+      // The common read first: a GET answered before is sent with all its headers in one call.
+      // Only operations' URLs are kept, never those of the health or docs paths answered below.
+      if (served && principal !== undefined && req.method === "GET") {
+        const recalled = options.localReads?.recall(api, req.url!);
+        if (recalled) return answerRecalled(req, res, recalled, { cors: options.cors === true, closing });
+      }
+      res.setHeader("x-request-id", requestId(req));
+      if (!served) {
         if (options.cors) corsHeaders(res);
         return sendError(res, MisdirectedRequest.make({ message: MISDIRECTED }));
       }
       if (options.cors && applyCors(req, res, cors)) return;
       if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
-      if (options.apiKeys) {
-        const principal = options.apiKeys.principalOf(req);
-        if (principal === undefined) {
-          res.setHeader("www-authenticate", "Bearer");
-          return sendError(res, Unauthorized.make({}));
-        }
-        setPrincipal(req, principal);
+      if (principal === undefined) {
+        res.setHeader("www-authenticate", "Bearer");
+        return sendError(res, Unauthorized.make({}));
       }
+      if (options.apiKeys) setPrincipal(req, principal);
       if (closing) res.setHeader("connection", "close");
-      const recalled = req.method === "GET" ? options.localReads?.recall(api, req.url!) : undefined;
-      if (recalled) return answerRecalled(req, res, recalled);
       // polka makes its own `next` when given none.
       void router.handler(req as never, res, undefined as never);
     },
@@ -115,12 +119,26 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
   };
 }
 
-/** A read found before at this URL, sent as it is (counted and logged like any answer). */
-function answerRecalled(req: IncomingMessage, res: ServerResponse, { op, body, revision }: AnsweredRead): void {
+/**
+ * A read found before at this URL, sent as it is (counted and logged like any answer), with the
+ * headers every answer carries (corsHeaders, the request id) in the same `writeHead` call.
+ */
+function answerRecalled(
+  req: IncomingMessage,
+  res: ServerResponse,
+  { op, body, revision }: AnsweredRead,
+  { cors, closing }: { cors: boolean; closing: boolean },
+): void {
   const started = performance.now();
-  sendJson(res, 200, body, revision);
+  const id = requestId(req);
+  const headers = cors ? ["x-request-id", id, ...CORS_HEADERS] : ["x-request-id", id];
+  headers.push("content-type", "application/json", "content-length", String(body.byteLength));
+  if (revision !== undefined) headers.push("etag", etagOf(revision));
+  if (closing) headers.push("connection", "close");
+  res.writeHead(200, headers);
+  res.end(body);
   const seconds = (performance.now() - started) / 1000;
   recordHttp(op.api, op.name, 200, seconds);
   if (log.isLevelEnabled("debug"))
-    log.debug({ requestId: requestId(req), op: op.name, status: 200, ms: seconds * 1000 }, "request");
+    log.debug({ requestId: id, op: op.name, status: 200, ms: seconds * 1000 }, "request");
 }

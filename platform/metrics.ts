@@ -97,14 +97,16 @@ export function recordForward(outcome: "answered" | "no_responders" | "timeout" 
 
 type Observe = (seconds: number) => void;
 
-/** Label children are looked up once per label set: observing stays a map hit. */
+/**
+ * Label children are looked up once per label set, by a key the caller builds: observing stays
+ * a map hit, with no labels object made per call.
+ */
 function cached<L extends string>(histogram: Histogram<L>) {
   const children = new Map<string, Observe>();
-  return (labels: Record<L, string>, seconds: number) => {
-    const key = Object.values(labels).join("\0");
+  return (key: string, labels: () => Record<L, string>, seconds: number) => {
     let observe = children.get(key);
     if (!observe) {
-      const child = histogram.labels(labels as never);
+      const child = histogram.labels(labels() as never);
       observe = (s) => child.observe(s);
       children.set(key, observe);
     }
@@ -117,12 +119,12 @@ const observeActor = cached(actorHandling);
 
 /** Records one answered HTTP request. */
 export function recordHttp(api: string, operation: string, status: number, seconds: number): void {
-  observeHttp({ api, operation, status: String(status) }, seconds);
+  observeHttp(`${api}\0${operation}\0${status}`, () => ({ api, operation, status: String(status) }), seconds);
 }
 
 /** Records one answered actor request. */
 export function recordActor(operation: string, status: number, seconds: number): void {
-  observeActor({ operation, status: String(status) }, seconds);
+  observeActor(`${operation}\0${status}`, () => ({ operation, status: String(status) }), seconds);
 }
 
 /** Runs before every scrape (e.g. to count instances by state). */

@@ -143,4 +143,17 @@ describe("host check - Host header parsing", () => {
       assert.equal(served(host), false, String(host));
     assert.equal(hostNameOf("[::1]:80"), "::1");
   });
+
+  it("host check - verdicts kept for repeated headers stay right past many distinct ones", () => {
+    const served = hostCheck(["vms.example"]);
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 300; i++) {
+        assert.equal(served(`rebound-${i}.example:80`), false);
+        if (i % 50 === 0) assert.equal(served(`localhost:${8000 + i}`), true);
+      }
+      assert.equal(served("vms.example"), true);
+      assert.equal(served("VMS.example.:443"), true);
+      assert.equal(served("vms.example.attacker"), false);
+    }
+  });
 });
