@@ -1,27 +1,26 @@
 // Prometheus metrics (prom-client) for the process: HTTP requests per operation and status,
 // actor handling time, NATS connectivity, microVM instances per state, and Node's defaults.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import { LabeledHistogram } from "./histogram.ts";
 
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry });
 
 const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
-const httpRequests = new Histogram({
-  name: "http_request_duration_seconds",
-  help: "HTTP requests by API, operation and status: count and latency",
-  labelNames: ["api", "operation", "status"] as const,
-  buckets: latencyBuckets,
-  registers: [registry],
-});
+const httpRequests = new LabeledHistogram<"api" | "operation" | "status">(
+  "http_request_duration_seconds",
+  "HTTP requests by API, operation and status: count and latency",
+  latencyBuckets,
+  registry,
+);
 
-const actorHandling = new Histogram({
-  name: "actor_handling_seconds",
-  help: "Time actors spend on a NATS request, by operation and outcome status",
-  labelNames: ["operation", "status"] as const,
-  buckets: latencyBuckets,
-  registers: [registry],
-});
+const actorHandling = new LabeledHistogram<"operation" | "status">(
+  "actor_handling_seconds",
+  "Time actors spend on a NATS request, by operation and outcome status",
+  latencyBuckets,
+  registry,
+);
 
 /** Set by the connection's status watcher: 1 connected, 0 not. */
 export const natsConnected = new Gauge({
@@ -95,36 +94,14 @@ export function recordForward(outcome: "answered" | "no_responders" | "timeout" 
   taskObjectForwards.inc({ outcome });
 }
 
-type Observe = (seconds: number) => void;
-
-/**
- * Label children are looked up once per label set, by a key the caller builds: observing stays
- * a map hit, with no labels object made per call.
- */
-function cached<L extends string>(histogram: Histogram<L>) {
-  const children = new Map<string, Observe>();
-  return (key: string, labels: () => Record<L, string>, seconds: number) => {
-    let observe = children.get(key);
-    if (!observe) {
-      const child = histogram.labels(labels() as never);
-      observe = (s) => child.observe(s);
-      children.set(key, observe);
-    }
-    observe(seconds);
-  };
-}
-
-const observeHttp = cached(httpRequests);
-const observeActor = cached(actorHandling);
-
 /** Records one answered HTTP request. */
 export function recordHttp(api: string, operation: string, status: number, seconds: number): void {
-  observeHttp(`${api}\0${operation}\0${status}`, () => ({ api, operation, status: String(status) }), seconds);
+  httpRequests.observe(`${api} ${operation} ${status}`, () => ({ api, operation, status: String(status) }), seconds);
 }
 
 /** Records one answered actor request. */
 export function recordActor(operation: string, status: number, seconds: number): void {
-  observeActor(`${operation}\0${status}`, () => ({ operation, status: String(status) }), seconds);
+  actorHandling.observe(`${operation} ${status}`, () => ({ operation, status: String(status) }), seconds);
 }
 
 /** Runs before every scrape (e.g. to count instances by state). */
