@@ -72,7 +72,10 @@ export class LabeledHistogram<L extends string> {
   /** The same values with each series' labels in `labels` (`Registry.getMetricsAsJSON`). */
   async get() {
     const exposed = await this.getForPromString();
-    const values = exposed.values.map(({ sharedLabels, labels, ...rest }) => ({ ...rest, labels: { ...labels, ...sharedLabels } }));
+    const values = exposed.values.map(({ sharedLabels, labels, ...rest }) => ({
+      ...rest,
+      labels: { ...labels, ...sharedLabels },
+    }));
     return { ...exposed, values };
   }
 
