@@ -1,8 +1,9 @@
 // Placement of task objects: each name has at most one live activation across all actor
 // processes. A process activates a name by claiming its lease key (`<name-token>`, in the
-// bucket `leaseBucketFor` names) with a compare-and-set on the key's revision; it renews the lease by heartbeat and fences every write (a renewal before it, or a
-// condition on the lease's revision carried by the write itself), releases it when the name
-// goes idle or the process stops, and stops serving the name the moment its lease could have lapsed.
+// bucket `leaseBucketFor` names) with a compare-and-set on the key's revision; it renews the
+// lease by heartbeat and fences every write (a renewal before it, or a condition on the lease's
+// revision carried by the write itself), releases it when the name goes idle or the process
+// stops, and stops serving the name the moment its lease could have lapsed.
 import { performance } from "node:perf_hooks";
 import { nameToken, TaskObjectBusy } from "../schemas/index.ts";
 import { CONFLICT, log, recordBusy, recordQueueDepth, setActivations, type VersionedStore } from "../platform/index.ts";

@@ -56,8 +56,6 @@ export interface AnsweredRead extends ReadAnswer {
   op: Operation;
   /** The stored record it is (`<bucket>.<key>`). */
   record: string;
-  /** The record's bucket. */
-  bucket: string;
 }
 
 export interface LocalReads {
@@ -131,7 +129,7 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
   const confirmedAt = new Map<string, number>();
   let forgotten = 0;
   /** Whether a kept `versioned` answer of `record` may be sent now (feed checked). */
-  const current = (bucket: string) => performance.now() - (confirmedAt.get(bucket) ?? -Infinity) < staleMs;
+  const current = (record: string) => performance.now() - (confirmedAt.get(bucketOf(record)) ?? -Infinity) < staleMs;
 
   const keep = (cacheKey: string, answer: AnsweredRead, startedAt: number) => {
     const versioned = answer.op.reads === "versioned";
@@ -165,14 +163,14 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
           }
           const body = Buffer.from(JSON.stringify(value));
           if (kept && record && generation === forgotten)
-            keep(`${op.api} ${url}`, { op, body, revision: stored.revision, record, bucket: stored.bucket }, startedAt);
+            keep(`${op.api} ${url}`, { op, body, revision: stored.revision, record }, startedAt);
           return { body, revision: stored?.revision };
         }
       };
     },
     recall(api, url) {
       const kept = cache?.get(`${api} ${url}`);
-      return kept && options.feed && kept.op.reads === "versioned" && !current(kept.bucket) ? undefined : kept;
+      return kept && options.feed && kept.op.reads === "versioned" && !current(kept.record) ? undefined : kept;
     },
     revisionSeen: (record) => floors.get(record),
     written(record, revision) {

@@ -5,12 +5,21 @@ import { ApiError, InternalServerError, PayloadTooLarge, ServiceUnavailable } fr
 import { log } from "../platform/index.ts";
 import { answerThenDrain } from "./oversized.ts";
 
-export function sendJson(res: ServerResponse, status: number, data: Uint8Array | string, revision?: number): void {
-  res.writeHead(status, {
-    "content-type": "application/json",
-    "content-length": typeof data === "string" ? Buffer.byteLength(data) : data.byteLength,
-    ...(revision === undefined ? {} : { etag: etagOf(revision) }),
-  });
+/**
+ * A JSON answer, with an etag when it is a stored record. `headers`: names and values to send
+ * before its own in the same `writeHead` (the array is taken, not copied).
+ */
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  data: Uint8Array | string,
+  revision?: number,
+  headers: string[] = [],
+): void {
+  const length = typeof data === "string" ? Buffer.byteLength(data) : data.byteLength;
+  headers.push("content-type", "application/json", "content-length", String(length));
+  if (revision !== undefined) headers.push("etag", etagOf(revision));
+  res.writeHead(status, headers);
   res.end(data);
 }
 

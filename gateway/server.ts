@@ -12,7 +12,7 @@ import { answerHealth } from "./health.ts";
 import { hostCheck } from "./host-check.ts";
 import { requestId } from "./request-id.ts";
 import type { AnsweredRead } from "./local-reads.ts";
-import { etagOf, sendError } from "./respond.ts";
+import { sendError, sendJson } from "./respond.ts";
 import { buildRouter, type RouteOptions } from "./routes.ts";
 
 export interface ApiServerOptions extends RouteOptions {
@@ -132,11 +132,8 @@ function answerRecalled(
   const started = performance.now();
   const id = requestId(req);
   const headers = cors ? ["x-request-id", id, ...CORS_HEADERS] : ["x-request-id", id];
-  headers.push("content-type", "application/json", "content-length", String(body.byteLength));
-  if (revision !== undefined) headers.push("etag", etagOf(revision));
   if (closing) headers.push("connection", "close");
-  res.writeHead(200, headers);
-  res.end(body);
+  sendJson(res, 200, body, revision, headers);
   const seconds = (performance.now() - started) / 1000;
   recordHttp(op.api, op.name, 200, seconds);
   if (log.isLevelEnabled("debug"))

@@ -36,7 +36,7 @@ function ask(port: number, path: string, headers: Record<string, string> = {}, m
 
 /** A cache with one answer at `KEPT_URL`, counting the lookups; no read reaches storage. */
 function oneKeptAnswer(op: Operation) {
-  const kept: AnsweredRead = { op, body: Buffer.from(BODY), revision: 7, record: "tasks.kept", bucket: "tasks" };
+  const kept: AnsweredRead = { op, body: Buffer.from(BODY), revision: 7, record: "tasks.kept" };
   const lookups: string[] = [];
   const reads: LocalReads = {
     forOperation: () => undefined,
