@@ -11,7 +11,10 @@ export type TransportErrorTag =
 
 export type ClientErrorBody<Op extends Operation> = ErrorOf<Op> | { _tag: TransportErrorTag; [field: string]: unknown };
 
-/** A failed call: `status` is the HTTP status (or its NATS equivalent), `error` the body. */
+/**
+ * A failed call: `status` is the HTTP status (or its NATS equivalent), `error` the body; its
+ * message is `<_tag> (<status>)`, then `: <the body's message>` when there is one.
+ */
 export class ClientError<Op extends Operation = Operation> extends Error {
   override readonly name = "ClientError";
   constructor(
@@ -19,7 +22,9 @@ export class ClientError<Op extends Operation = Operation> extends Error {
     readonly error: ClientErrorBody<Op>,
     options?: { cause?: unknown },
   ) {
-    super(`${(error as { _tag: string })._tag} (${status})`, options);
+    // The body's message too, when it has one: a thrown error printed as it is says why.
+    const { _tag, message } = error as { _tag: string; message?: unknown };
+    super(`${_tag} (${status})${typeof message === "string" && message ? `: ${message}` : ""}`, options);
   }
   get _tag(): string {
     return (this.error as { _tag: string })._tag;

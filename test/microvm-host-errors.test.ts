@@ -2,7 +2,8 @@
 // (gVisor where it runs, the bubblewrap sandbox, the process provider) a node flag the
 // instance's node refuses and a missing wall binary reject a start with `MicrovmHostError`
 // carrying what the wall printed, and an image check with a 500 (not 400 InvalidImage), or a
-// 503 when the wall is only too slow; a module that throws in a healthy wall is still a 400.
+// 503 when the wall is only too slow; a module that throws in a healthy wall is still a 400. A
+// runtime slow to boot does not eat the module's time: its clock starts at the boot line.
 // A real service whose node binary is removed under it answers a push with a bare 500, logs
 // the cause, fails a RunMicrovm with a stateReason naming the host, and recovers once the
 // binary is back.
@@ -58,16 +59,23 @@ const CHECK_MS = 120_000;
 const walls = [...(await isolatedProviders()).map((kind) => kind.name), "process" as const];
 type Wall = (typeof walls)[number];
 
-/** A provider of `wall`; `broken` names what is wrong with it. */
+/** A provider of `wall`; `broken` names what is wrong with it, `startTimeoutMs` the host's bound on a start. */
 async function providerOf(
   wall: Wall,
   broken?: "flag" | "binary",
+  startTimeoutMs?: number,
 ): Promise<MicrovmProvider & { close(): Promise<void> }> {
   const node = { path: process.execPath, version: broken === "flag" ? wrongVersion! : process.versions.node };
   const missing = join(scratch, "missing", wall);
+  const bound = startTimeoutMs === undefined ? {} : { startTimeoutMs };
   if (wall === "process")
-    return createProcessProvider({ node: broken === "binary" ? { ...node, path: missing } : node });
-  const options = { hostKey: `host-errors-${wall}-${broken ?? "ok"}-${process.pid}`, node, memoryMiB: 96 };
+    return createProcessProvider({ node: broken === "binary" ? { ...node, path: missing } : node, ...bound });
+  const options = {
+    hostKey: `host-errors-${wall}-${broken ?? "ok"}-${startTimeoutMs ?? "default"}-${process.pid}`,
+    node,
+    memoryMiB: 96,
+    ...bound,
+  };
   return wall === "gvisor"
     ? createGvisorProvider({ ...options, ...(broken === "binary" ? { runsc: missing } : {}) })
     : createSandboxProvider({ ...options, ...(broken === "binary" ? { bwrap: missing } : {}) });
@@ -139,10 +147,11 @@ for (const wall of walls) {
       );
     });
 
-    it(`host errors (${wall}) - a wall that does not boot within the check's time is a 503, not the module's 400`, async (t) => {
-      const provider = await providerOf(wall);
+    it(`host errors (${wall}) - a wall that does not boot within the host's start bound is a 503, not the module's 400`, async (t) => {
+      // 50 ms to start a wall: none boots that fast, while the module has all the time it wants.
+      const provider = await providerOf(wall, undefined, 50);
       t.after(() => provider.close());
-      await assert.rejects(checkImageModule(good, provider, 50), (err: unknown) => {
+      await assert.rejects(checkImageModule(good, provider, CHECK_MS), (err: unknown) => {
         assert.ok(err instanceof ApiError, String(err));
         assert.deepEqual([err.status, err.body._tag], [503, "ServiceUnavailable"]);
         assert.equal(hostFailureOf(err)?.timedOut, true);
@@ -151,6 +160,45 @@ for (const wall of walls) {
     });
   });
 }
+
+// A host slow to boot a runtime (here: a node that sleeps before it starts) does not eat the
+// module's time: the check's clock starts at the runtime's boot line.
+describe("host errors - a slow host", () => {
+  const SLEEP_S = 4;
+  const BUDGET_MS = 2_000;
+  const sleepyNode = join(scratch, "sleepy-node.sh");
+  const hanging = join(scratch, "hanging.mjs");
+
+  it("host errors (process) - a runtime slower to boot than the check's time still passes a good module; a hanging one fails only its own time after the boot", async (t) => {
+    await writeFile(sleepyNode, `#!/bin/sh\nsleep ${SLEEP_S}\nexec ${JSON.stringify(process.execPath)} "$@"\n`, {
+      mode: 0o755,
+    });
+    await writeFile(
+      hanging,
+      `${inlineDefineImage}\nsetInterval(() => {}, 1000);\nawait new Promise(() => {});\nexport default defineImage({ methods: {} });\n`,
+    );
+    const provider = createProcessProvider({ node: { path: sleepyNode, version: process.versions.node } });
+    t.after(() => provider.close());
+    let started = performance.now();
+    assert.deepEqual(
+      (await checkImageModule(good, provider, BUDGET_MS)).map((m) => m.name),
+      ["greet"],
+      "the boot's sleep is longer than the check's time, and is not counted",
+    );
+    t.diagnostic(`good module: passed after ${Math.round(performance.now() - started)} ms`);
+    started = performance.now();
+    await assert.rejects(checkImageModule(hanging, provider, BUDGET_MS), (err: unknown) => {
+      assert.ok(err instanceof ApiError, String(err));
+      assert.equal(err.status, 400);
+      assert.match(String(err.body.message), /did not answer its readiness probe within 2 s/);
+      return true;
+    });
+    const ms = performance.now() - started;
+    t.diagnostic(`hanging module: 400 after ${Math.round(ms)} ms`);
+    // Its time runs from the boot line, which comes after the sleep: never sooner than both.
+    assert.ok(ms >= SLEEP_S * 1000 + BUDGET_MS, `the hanging module failed after ${ms} ms`);
+  });
+});
 
 interface Service {
   readonly microvmUrl: string;

@@ -41,7 +41,9 @@ export {
   RUNTIME_PORT,
   MicrovmProviderError,
   MicrovmHostError,
+  MicrovmImageTimeout,
   hostFailureOf,
+  imageTimedOut,
   realPort,
   upstreamOf,
 } from "./host/provider.ts";

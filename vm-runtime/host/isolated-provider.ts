@@ -15,7 +15,14 @@ import type { Launched, Launcher, RestoreSource, Tracked } from "./isolated-wall
 import { uidPool } from "./instance-uids.ts";
 import { isProcessAlive } from "./proc.ts";
 import type { InstanceNode } from "./node-args.ts";
-import { outputDrained, waitForExit, waitForHealth, watchOutput, type OutputSink } from "./process-io.ts";
+import {
+  outputDrained,
+  waitForExit,
+  waitForHealth,
+  watchOutput,
+  withinImageShare,
+  type OutputSink,
+} from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
 import { LAUNCH_TEMPLATE_LINE, MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
 import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
@@ -33,6 +40,9 @@ import {
 } from "./provider.ts";
 
 export type { InstanceLaunch, Launched, Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
+
+/** How long a start may take by default: the wall's boot and the image's readiness answer. */
+export const ISOLATED_START_TIMEOUT_MS = 25_000;
 
 export interface IsolatedProviderOptions {
   /** Names this host's cgroup (one per host id, so reconcile finds what it left). */
@@ -142,7 +152,7 @@ export async function createIsolatedProvider(
 
   const heapMiB = options.memoryMiB ?? 256;
   const scratchMiB = options.scratchMiB ?? 64;
-  const startTimeoutMs = options.startTimeoutMs ?? 25_000;
+  const startTimeoutMs = options.startTimeoutMs ?? ISOLATED_START_TIMEOUT_MS;
   const limitsFor = (memoryMiB: number): CgroupLimits => ({
     memoryBytes: (memoryMiB + scratchMiB + NODE_HEADROOM_MIB + launcher.overheadMiB) * MiB,
     cpus: options.cpus ?? 0.5,
@@ -344,7 +354,7 @@ export async function createIsolatedProvider(
       const stdin = entry.launched.child.stdin;
       stdin?.write(`${JSON.stringify({ microvmId: spec.microvmId, moduleBytes: module.length })}\n`);
       stdin?.write(module);
-      const handle = await answering(entry, spec.microvmId, deadline, signal);
+      const handle = await answering(entry, spec.microvmId, deadline, signal, undefined, spec.imageTimeoutMs);
       launches?.noteCold(key, module, memoryMiB, Date.now() - startedAt);
       return handle;
     } catch (cause) {
@@ -364,7 +374,8 @@ export async function createIsolatedProvider(
 
   /**
    * Waits (after `before`, if given) for the runtime's socket and its answer to the readiness
-   * probe, or for the instance to exit first; resolves with its handle.
+   * probe, or for the instance to exit first; resolves with its handle. With `imageTimeoutMs`
+   * the image has that long from its runtime's boot line (`MicrovmSpec.imageTimeoutMs`).
    */
   async function answering(
     entry: Tracked,
@@ -372,6 +383,7 @@ export async function createIsolatedProvider(
     deadline: number,
     signal: AbortSignal | undefined,
     before?: (probeSignal: AbortSignal) => Promise<void>,
+    imageTimeoutMs?: number,
   ): Promise<MicrovmHandle> {
     const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: entry.secret };
     await healthyOrExited(
@@ -379,9 +391,12 @@ export async function createIsolatedProvider(
       () => entry.output.stderrTail,
       async (probeSignal) => {
         await before?.(probeSignal);
-        const socket = await socketOf(join(entry.dir, "run"), deadline, probeSignal);
-        entry.socket = socket;
-        await waitForHealth({ socketPath: socket.path, headers: {} }, deadline, upstreamHeaders, probeSignal);
+        const bounds = { hostDeadline: deadline, imageTimeoutMs, signal: probeSignal };
+        await withinImageShare(entry.output, bounds, async (readyBy, readySignal = probeSignal) => {
+          const socket = await socketOf(join(entry.dir, "run"), readyBy, readySignal);
+          entry.socket = socket;
+          await waitForHealth({ socketPath: socket.path, headers: {} }, readyBy, upstreamHeaders, readySignal);
+        });
       },
       signal,
     );

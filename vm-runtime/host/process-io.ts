@@ -6,7 +6,7 @@ import { request } from "node:http";
 import type { Readable } from "node:stream";
 import { boundedLines } from "./output-lines.ts";
 import { BOOTED_LINE, parseReadyLine, READY_KEY } from "../runtime/boot.ts";
-import type { Upstream } from "./provider.ts";
+import { MicrovmImageTimeout, type Upstream } from "./provider.ts";
 import { within } from "./provider-util.ts";
 import { RPC_HEALTH_PATH } from "../wire/rpc.ts";
 
@@ -22,6 +22,8 @@ export interface OutputWatch {
   readonly stderrTail: string[];
   /** The runtime printed `BOOTED_LINE`: a start failing from then on is the image's doing. */
   booted: boolean;
+  /** The port the runtime's ready line announced, once it did. */
+  readyPort?: number;
 }
 
 const STDERR_TAIL_LINES = 20;
@@ -34,6 +36,8 @@ export function watchOutput(child: ChildProcess, microvmId: string, sink?: Outpu
   if (child.stdout) {
     boundedLines(child.stdout, (line) => {
       if (!watch.booted && line === BOOTED_LINE) watch.booted = true;
+      else if (watch.readyPort === undefined && line.startsWith(RUNTIME_LINE_PREFIX))
+        watch.readyPort = parseReadyLine(line);
       watch.stdout.emit("line", line);
       // The runtime's start-up lines (booted, loaded, ready) are for its host, not the instance's output.
       if (!line.startsWith(RUNTIME_LINE_PREFIX)) sink?.(microvmId, "stdout", line);
@@ -59,6 +63,8 @@ export function waitForReadyLine(
   signal: AbortSignal | undefined,
   watch: OutputWatch,
 ): Promise<number> {
+  // Announced already (read in the same chunk as the boot line, say).
+  if (watch.readyPort !== undefined) return Promise.resolve(watch.readyPort);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(
       () => finish(new Error("timed out waiting for the ready line")),
@@ -90,6 +96,80 @@ export function waitForReadyLine(
     watch.stdout.on("line", onLine);
     child.once("exit", onExit);
     signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** What bounds a start's readiness wait (`withinImageShare`). */
+export interface ReadinessBounds {
+  /** The host's deadline for the whole start (epoch ms). */
+  readonly hostDeadline: number;
+  /** The image's share, from the runtime's boot line (`MicrovmSpec.imageTimeoutMs`). */
+  readonly imageTimeoutMs: number | undefined;
+  readonly signal: AbortSignal | undefined;
+  /** Settles when the instance has exited: a boot line is not waited for past it. */
+  readonly exited?: Promise<unknown>;
+}
+
+/**
+ * Runs `probe` with the deadline and signal of a start's readiness wait: the host's, or, with
+ * `imageTimeoutMs`, that long after the runtime's boot line, which is awaited within the host's
+ * deadline first (the time a busy host takes to boot a runtime is not the image's). A probe
+ * ended by the image's time fails with a `MicrovmImageTimeout`.
+ */
+export async function withinImageShare<T>(
+  watch: OutputWatch,
+  { hostDeadline, imageTimeoutMs, signal, exited }: ReadinessBounds,
+  probe: (deadline: number, signal: AbortSignal | undefined) => Promise<T>,
+): Promise<T> {
+  if (imageTimeoutMs === undefined) return probe(hostDeadline, signal);
+  await bootLine(watch, hostDeadline, signal, exited);
+  // The image's time is this signal alone: the probe's own deadline comes a second after it.
+  const late = AbortSignal.timeout(imageTimeoutMs);
+  try {
+    return await probe(Date.now() + imageTimeoutMs + 1_000, signal ? AbortSignal.any([signal, late]) : late);
+  } catch (cause) {
+    if (late.aborted && !signal?.aborted) throw new MicrovmImageTimeout(imageTimeoutMs, { cause });
+    throw cause;
+  }
+}
+
+/**
+ * Resolves once the runtime printed its boot line; rejects at `deadline`, on abort, or once
+ * `exited` settles first.
+ */
+export function bootLine(
+  watch: OutputWatch,
+  deadline: number,
+  signal: AbortSignal | undefined,
+  exited?: Promise<unknown>,
+): Promise<void> {
+  if (watch.booted) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(
+      () => finish(new Error("the runtime did not boot in time")),
+      Math.max(0, deadline - Date.now()),
+    );
+    const onLine = () => {
+      if (watch.booted) finish(undefined);
+    };
+    const onAbort = () => finish(new Error("start aborted"));
+    let done = false;
+    function finish(error: Error | undefined) {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      watch.stdout.off("line", onLine);
+      signal?.removeEventListener("abort", onAbort);
+      if (error) reject(error);
+      else resolve();
+    }
+    if (signal?.aborted) return onAbort();
+    watch.stdout.on("line", onLine);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    void exited?.then(
+      () => finish(new Error("the instance exited before its runtime booted")),
+      () => finish(new Error("the instance exited before its runtime booted")),
+    );
   });
 }
 

@@ -16,6 +16,7 @@ import {
   waitForExit,
   waitForHealth,
   waitForReadyLine,
+  withinImageShare,
   watchOutput,
   type OutputSink,
 } from "./process-io.ts";
@@ -124,8 +125,15 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
     try {
       // The runtime binds a port of its own choosing and announces it: a port picked here and
       // bound there later could be taken in between.
-      port = await waitForReadyLine(child, deadline, signal, output);
-      await waitForHealth({ host: "127.0.0.1", port }, deadline, upstreamHeaders, signal);
+      port = await withinImageShare(
+        output,
+        { hostDeadline: deadline, imageTimeoutMs: spec.imageTimeoutMs, signal, exited: entry.exited },
+        async (readyBy, readySignal) => {
+          const announced = await waitForReadyLine(child, readyBy, readySignal, output);
+          await waitForHealth({ host: "127.0.0.1", port: announced }, readyBy, upstreamHeaders, readySignal);
+          return announced;
+        },
+      );
     } catch (cause) {
       signalGroup(pid, "SIGKILL");
       await entry.exited;

@@ -16,6 +16,13 @@ export interface MicrovmSpec {
   readonly image: string;
   /** Memory cap in MiB; the provider's default when absent. */
   readonly memoryMiB?: number;
+  /**
+   * The image's own share of the start: from its runtime's boot line (the host's work is done)
+   * to its answer to the readiness probe. Past it the start fails with a `MicrovmImageTimeout`
+   * however long the host took to boot the runtime, which stays bounded by the provider's start
+   * timeout alone. Absent: one deadline, the provider's, for both.
+   */
+  readonly imageTimeoutMs?: number;
 }
 
 /** What to restore: the instance a checkpoint image holds. */
@@ -127,6 +134,25 @@ export class MicrovmHostError extends MicrovmProviderError {
     this.stderr = options.stderr ?? "";
     this.missing = options.missing ?? [];
   }
+}
+
+/** The image did not answer its readiness probe within `MicrovmSpec.imageTimeoutMs` of its runtime's boot. */
+export class MicrovmImageTimeout extends MicrovmProviderError {
+  constructor(
+    readonly timeoutMs: number,
+    options?: { cause?: unknown },
+  ) {
+    super(`the image did not answer its readiness probe within ${timeoutMs} ms of its runtime's start`, options);
+    this.name = "MicrovmImageTimeout";
+  }
+}
+
+/** Whether `err`'s cause chain holds a `MicrovmImageTimeout`. */
+export function imageTimedOut(err: unknown): boolean {
+  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
+    if (cause instanceof MicrovmImageTimeout) return true;
+  }
+  return false;
 }
 
 /** The `MicrovmHostError` in `err`'s cause chain, if any. */

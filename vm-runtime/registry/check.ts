@@ -8,6 +8,7 @@ import { request } from "node:http";
 import { InternalServerError, InvalidImage, MAX_IMAGE_MODULE_BYTES, ServiceUnavailable } from "../../schemas/index.ts";
 import {
   hostFailureOf,
+  imageTimedOut,
   RPC_HEALTH_PATH,
   upstreamOf,
   RUNTIME_PORT,
@@ -24,7 +25,11 @@ export function checkModuleSize(module: Uint8Array): void {
   });
 }
 
-/** How long a check may take in all: the instance's start and its methods' answer. */
+/**
+ * How long the module has to load and answer the readiness probe, counted from its runtime's
+ * boot (the host's own time to boot one is bounded by the provider's start timeout, and a host
+ * too slow is a 503, never the module's fault); and again for its methods answer.
+ */
 export const IMAGE_CHECK_TIMEOUT_MS = 8_000;
 /** Largest methods answer read from a checked instance. */
 export const METHODS_ANSWER_MAX_BYTES = 1024 * 1024;
@@ -41,26 +46,27 @@ export async function checkImageModule(
   provider: MicrovmProvider,
   timeoutMs = IMAGE_CHECK_TIMEOUT_MS,
 ): Promise<MethodDescription[]> {
-  const deadline = AbortSignal.timeout(timeoutMs);
-  const late = () => `it did not answer its readiness probe within ${timeoutMs / 1000} s`;
   let handle: MicrovmHandle;
   try {
-    handle = await provider.start({ microvmId: `image-check-${randomUUID()}`, image: path }, deadline);
+    handle = await provider.start({ microvmId: `image-check-${randomUUID()}`, image: path, imageTimeoutMs: timeoutMs });
   } catch (err) {
     // Logged with its cause where the host's provider is made (provider.ts).
     const host = hostFailureOf(err);
     if (host) throw (host.timedOut ? ServiceUnavailable : InternalServerError).make({}, { cause: err });
-    const why = deadline.aborted ? late() : loadFailure(err);
+    const why = imageTimedOut(err)
+      ? `it did not answer its readiness probe within ${timeoutMs / 1000} s`
+      : loadFailure(err);
     const output = instanceOutput(err);
     throw InvalidImage.make(
       { message: `the module does not load as an image: ${why}`, ...(output.length > 0 ? { output } : {}) },
       { cause: err },
     );
   }
+  const answerBy = AbortSignal.timeout(timeoutMs);
   try {
-    return await methodsOf(handle, deadline);
+    return await methodsOf(handle, answerBy);
   } catch (err) {
-    const why = deadline.aborted
+    const why = answerBy.aborted
       ? `its methods answer did not end within ${timeoutMs / 1000} s`
       : withoutPaths((err as Error).message);
     throw InvalidImage.make({ message: `the module does not answer as an image: ${why}` }, { cause: err });
