@@ -14,6 +14,7 @@ interface Outgoing {
 export class BatchPublisher {
   readonly #nc: NatsConnection;
   #queue: Outgoing[] = [];
+  #before: (() => void)[] = [];
   #scheduled = false;
 
   constructor(nc: NatsConnection) {
@@ -23,6 +24,19 @@ export class BatchPublisher {
   /** Queues a publish for the end of this turn; `onError` hears if nats.js refuses it. */
   publish(message: Outgoing): void {
     this.#queue.push(message);
+    this.#schedule();
+  }
+
+  /**
+   * Runs `fn` at the end of this turn, just before the queued publishes go out: what it
+   * publishes leaves with them (a request gathered over the turn, such as a batch of reads).
+   */
+  beforeFlush(fn: () => void): void {
+    this.#before.push(fn);
+    this.#schedule();
+  }
+
+  #schedule(): void {
     if (!this.#scheduled) {
       this.#scheduled = true;
       setImmediate(() => this.flush());
@@ -31,6 +45,9 @@ export class BatchPublisher {
 
   /** Hands every queued publish to nats.js now. */
   flush(): void {
+    const before = this.#before;
+    this.#before = [];
+    for (const fn of before) fn();
     this.#scheduled = false;
     const queue = this.#queue;
     this.#queue = [];

@@ -1,7 +1,7 @@
 // Records in a KV bucket through the lean requester: direct gets, create-only writes and
 // revision-checked deletes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream
 // `KV_<bucket>`), so any KV client sees the same data.
-import { headers } from "@nats-io/transport-node";
+import { headers, type Msg } from "@nats-io/transport-node";
 import { NoRespondersError, type Requester } from "./requester.ts";
 
 /** Outcome of a create: written (at this revision), or the key held a record already. */
@@ -170,6 +170,93 @@ export interface StreamInfoReply {
   error?: { code: number; err_code: number; description: string };
 }
 
+// Direct gets of one stream's last messages are gathered over an event-loop turn: the keys asked
+// for in one turn go out as one batch request (`multi_last`, nats-server 2.11+) instead of a
+// request each, and a lone key as the plain direct get it always was. Under load most reads of
+// a turn share a request and its end-of-batch answer; a key that is not there costs no message
+// of its own.
+/** Most subjects in one batch request. */
+export const DIRECT_BATCH_MAX = 256;
+
+/** A subject's last message, or undefined when it has none. */
+export type DirectGet = (subject: string) => Promise<Msg | undefined>;
+
+interface Waiter {
+  resolve(msg: Msg | undefined): void;
+  reject(err: unknown): void;
+}
+
+/**
+ * Direct gets of `stream`. Fails like a single direct get: `NoRespondersError` when the stream
+ * takes no direct gets, a `JetStreamRequestError` for an error answer, a timeout.
+ */
+export function directGets(requester: Requester, stream: string, timeoutMs: number): DirectGet {
+  const api = `$JS.API.DIRECT.GET.${stream}`;
+  let queued = new Map<string, Waiter[]>();
+
+  /** One subject, as the plain direct get (`$JS.API.DIRECT.GET.<stream>.<subject>`). */
+  const single = async (subject: string): Promise<Msg | undefined> => {
+    const msg = await requester.request(`${api}.${subject}`, undefined, timeoutMs);
+    const code = msg.headers?.code ?? 0;
+    if (code === 404) return undefined;
+    if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
+    return msg;
+  };
+
+  /**
+   * Several subjects in one request: each found one answers with its message (`Nats-Subject`
+   * names it), then an end-of-batch status (204), or only a 404 when none has any. A subject
+   * the answer did not cover (a batch cut short, an error) is asked for alone.
+   */
+  const batch = async (subjects: string[]): Promise<Map<string, Msg | undefined>> => {
+    const found = new Map<string, Msg | undefined>();
+    const end = await requester.requestMany(
+      api,
+      JSON.stringify({ multi_last: subjects, batch: subjects.length }),
+      timeoutMs,
+      (msg) => {
+        const code = msg.headers?.code ?? 0;
+        if (code !== 0) return true;
+        const subject = msg.headers?.get("Nats-Subject");
+        if (subject) found.set(subject, msg);
+        return false;
+      },
+    );
+    const code = end.headers?.code ?? 0;
+    const complete = code === 404 || (code === 204 && Number(end.headers?.get("Nats-Num-Pending") ?? "0") === 0);
+    const unanswered = subjects.filter((subject) => !found.has(subject));
+    if (complete) for (const subject of unanswered) found.set(subject, undefined);
+    else await Promise.all(unanswered.map(async (subject) => found.set(subject, await single(subject))));
+    return found;
+  };
+
+  const send = () => {
+    const turn = queued;
+    queued = new Map();
+    const subjects = [...turn.keys()];
+    for (let at = 0; at < subjects.length; at += DIRECT_BATCH_MAX) {
+      const part = subjects.slice(at, at + DIRECT_BATCH_MAX);
+      const answered = part.length === 1 ? single(part[0]!).then((msg) => new Map([[part[0]!, msg]])) : batch(part);
+      answered.then(
+        (results) => {
+          for (const subject of part) for (const waiter of turn.get(subject)!) waiter.resolve(results.get(subject));
+        },
+        (err: unknown) => {
+          for (const subject of part) for (const waiter of turn.get(subject)!) waiter.reject(err);
+        },
+      );
+    }
+  };
+
+  return (subject) =>
+    new Promise((resolve, reject) => {
+      if (queued.size === 0) requester.beforeFlush(send);
+      const waiters = queued.get(subject);
+      if (waiters) waiters.push({ resolve, reject });
+      else queued.set(subject, [{ resolve, reject }]);
+    });
+}
+
 /** Whether the leader that answered `info` heard from a majority lately (always, unreplicated). */
 export function inTouch(info: StreamInfoReply): boolean {
   const peers = info.cluster?.replicas ?? [];
@@ -183,6 +270,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   const subjectOf = (key: string) => `$KV.${bucket}.${key}`;
   const createHeaders = headers();
   createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
+  const directGet = directGets(requester, stream, timeout);
 
   // A leader cut off from its peers answers as leader until it notices (10-20 s), while the
   // others elect a new one and take writes: its "not found" is confirmed only while it heard
@@ -205,15 +293,13 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
   const lastMessage = async (key: string): Promise<(LastWrite & { value?: Uint8Array }) | undefined> => {
     let msg;
     try {
-      msg = await requester.request(`$JS.API.DIRECT.GET.${stream}.${subjectOf(key)}`, undefined, timeout);
+      msg = await directGet(subjectOf(key));
     } catch (err) {
       // A stream without direct gets enabled has nobody on the direct subject.
       if (err instanceof NoRespondersError) return asLastWrite(await leaderEntry(requester, bucket, key, timeout));
       throw err;
     }
-    const code = msg.headers?.code ?? 0;
-    if (code === 404) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
-    if (code >= 400) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
+    if (msg === undefined) return (options.replicas ?? 1) > 1 ? confirmedMiss(key) : undefined;
     const operation = msg.headers?.get("KV-Operation");
     const deleted = operation === "DEL" || operation === "PURGE";
     const revision = Number(msg.headers?.get("Nats-Sequence"));

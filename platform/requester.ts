@@ -21,6 +21,8 @@ interface Pending {
   resolve(msg: Msg): void;
   reject(err: Error): void;
   deadline: number;
+  /** For a request of several replies: true when `msg` is the last one. */
+  last?(msg: Msg): boolean;
 }
 
 const SWEEP_MS = 25;
@@ -42,18 +44,38 @@ export class Requester {
         const token = msg.subject.slice(this.#prefix.length);
         const pending = this.#pending.get(token);
         if (!pending) return; // late reply to a request that timed out
-        this.#pending.delete(token);
-        if (msg.data.length === 0 && msg.headers?.code === 503) pending.reject(new NoRespondersError(msg.subject));
-        else pending.resolve(msg);
+        if (msg.data.length === 0 && msg.headers?.code === 503) {
+          this.#pending.delete(token);
+          pending.reject(new NoRespondersError(msg.subject));
+        } else if (pending.last === undefined || pending.last(msg)) {
+          this.#pending.delete(token);
+          pending.resolve(msg);
+        }
       },
     });
   }
 
   /** Sends `data` to `subject` and resolves with the reply. */
   request(subject: string, data: Uint8Array | string | undefined, timeoutMs: number, headers?: MsgHdrs): Promise<Msg> {
+    return this.requestMany(subject, data, timeoutMs, undefined, headers);
+  }
+
+  /**
+   * Sends `data` to `subject` and hands each reply to `last` until it returns true; resolves
+   * with that last reply. All of them must come within `timeoutMs`.
+   */
+  requestMany(
+    subject: string,
+    data: Uint8Array | string | undefined,
+    timeoutMs: number,
+    last: ((msg: Msg) => boolean) | undefined,
+    headers?: MsgHdrs,
+  ): Promise<Msg> {
     return new Promise((resolve, reject) => {
       const token = (this.#next++).toString(36);
-      this.#pending.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
+      const pending: Pending = { resolve, reject, deadline: Date.now() + timeoutMs };
+      if (last) pending.last = last;
+      this.#pending.set(token, pending);
       this.#sweeper ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
       this.#publisher.publish({
         subject,
@@ -66,6 +88,11 @@ export class Requester {
         },
       });
     });
+  }
+
+  /** Runs `fn` at the end of this turn, just before the turn's requests go out. */
+  beforeFlush(fn: () => void): void {
+    this.#publisher.beforeFlush(fn);
   }
 
   /** Fails every waiting request: their replies can no longer arrive. */
