@@ -63,39 +63,63 @@ export function waitForReadyLine(
   signal: AbortSignal | undefined,
   watch: OutputWatch,
 ): Promise<number> {
-  // Announced already (read in the same chunk as the boot line, say).
-  if (watch.readyPort !== undefined) return Promise.resolve(watch.readyPort);
+  return untilLine(() => watch.readyPort, watch, {
+    deadline,
+    signal,
+    late: "timed out waiting for the ready line",
+    onEnd(fail) {
+      const onExit = (code: number | null, sig: NodeJS.Signals | null) => {
+        void outputDrained(child, DRAIN_MS).then(() => {
+          const tail = watch.stderrTail.join("\n");
+          fail(new Error(`instance exited (${sig ?? `code ${code}`}) before it was ready${tail ? `:\n${tail}` : ""}`));
+        });
+      };
+      child.once("exit", onExit);
+      return () => child.off("exit", onExit);
+    },
+  });
+}
+
+interface LineWait {
+  readonly deadline: number;
+  readonly signal: AbortSignal | undefined;
+  /** The failure at the deadline. */
+  readonly late: string;
+  /** Calls `fail` once the instance has ended; returns what stops listening. */
+  readonly onEnd?: (fail: (err: Error) => void) => () => void;
+}
+
+/**
+ * Resolves with `seen()` once it has a value: now, or after one of the runtime's stdout lines
+ * (`watchOutput` records what a line says before it emits it). Rejects at the deadline, on
+ * abort, or when `onEnd` reports the instance gone.
+ */
+function untilLine<T>(seen: () => T | undefined, watch: OutputWatch, wait: LineWait): Promise<T> {
+  const now = seen();
+  if (now !== undefined) return Promise.resolve(now);
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => finish(new Error("timed out waiting for the ready line")),
-      Math.max(0, deadline - Date.now()),
-    );
-    const onLine = (line: string) => {
-      const port = parseReadyLine(line);
-      if (port !== undefined) finish(undefined, port);
-    };
-    const onExit = (code: number | null, sig: NodeJS.Signals | null) => {
-      void outputDrained(child, DRAIN_MS).then(() => {
-        const tail = watch.stderrTail.join("\n");
-        finish(new Error(`instance exited (${sig ?? `code ${code}`}) before it was ready${tail ? `:\n${tail}` : ""}`));
-      });
+    const timer = setTimeout(() => finish(new Error(wait.late)), Math.max(0, wait.deadline - Date.now()));
+    const onLine = () => {
+      const value = seen();
+      if (value !== undefined) finish(undefined, value);
     };
     const onAbort = () => finish(new Error("start aborted"));
+    let stopEnd: (() => void) | undefined;
     let done = false;
-    function finish(error: Error | undefined, port?: number) {
+    function finish(error: Error | undefined, value?: T) {
       if (done) return;
       done = true;
       clearTimeout(timer);
       watch.stdout.off("line", onLine);
-      child.off("exit", onExit);
-      signal?.removeEventListener("abort", onAbort);
+      stopEnd?.();
+      wait.signal?.removeEventListener("abort", onAbort);
       if (error) reject(error);
-      else resolve(port as number);
+      else resolve(value as T);
     }
-    if (signal?.aborted) return onAbort();
+    if (wait.signal?.aborted) return onAbort();
     watch.stdout.on("line", onLine);
-    child.once("exit", onExit);
-    signal?.addEventListener("abort", onAbort, { once: true });
+    stopEnd = wait.onEnd?.((err) => finish(err));
+    wait.signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
 
@@ -137,39 +161,23 @@ export async function withinImageShare<T>(
  * Resolves once the runtime printed its boot line; rejects at `deadline`, on abort, or once
  * `exited` settles first.
  */
-export function bootLine(
+export async function bootLine(
   watch: OutputWatch,
   deadline: number,
   signal: AbortSignal | undefined,
   exited?: Promise<unknown>,
 ): Promise<void> {
-  if (watch.booted) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => finish(new Error("the runtime did not boot in time")),
-      Math.max(0, deadline - Date.now()),
-    );
-    const onLine = () => {
-      if (watch.booted) finish(undefined);
-    };
-    const onAbort = () => finish(new Error("start aborted"));
-    let done = false;
-    function finish(error: Error | undefined) {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      watch.stdout.off("line", onLine);
-      signal?.removeEventListener("abort", onAbort);
-      if (error) reject(error);
-      else resolve();
-    }
-    if (signal?.aborted) return onAbort();
-    watch.stdout.on("line", onLine);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    void exited?.then(
-      () => finish(new Error("the instance exited before its runtime booted")),
-      () => finish(new Error("the instance exited before its runtime booted")),
-    );
+  await untilLine(() => (watch.booted ? true : undefined), watch, {
+    deadline,
+    signal,
+    late: "the runtime did not boot in time",
+    ...(exited && {
+      onEnd(fail) {
+        const gone = () => fail(new Error("the instance exited before its runtime booted"));
+        void exited.then(gone, gone);
+        return () => undefined;
+      },
+    }),
   });
 }
 

@@ -149,16 +149,18 @@ export class MicrovmImageTimeout extends MicrovmProviderError {
 
 /** Whether `err`'s cause chain holds a `MicrovmImageTimeout`. */
 export function imageTimedOut(err: unknown): boolean {
-  for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
-    if (cause instanceof MicrovmImageTimeout) return true;
-  }
-  return false;
+  return causeOfType(err, MicrovmImageTimeout) !== undefined;
 }
 
 /** The `MicrovmHostError` in `err`'s cause chain, if any. */
 export function hostFailureOf(err: unknown): MicrovmHostError | undefined {
+  return causeOfType(err, MicrovmHostError);
+}
+
+/** The first error of class `type` in `err`'s cause chain (`err` itself included). */
+function causeOfType<E extends Error>(err: unknown, type: abstract new (...args: never[]) => E): E | undefined {
   for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) {
-    if (cause instanceof MicrovmHostError) return cause;
+    if (cause instanceof type) return cause;
   }
   return undefined;
 }
