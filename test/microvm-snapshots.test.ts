@@ -16,6 +16,7 @@ import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
+  describeProcess,
   hostCgroupPids,
   isGone,
   policy,
@@ -97,11 +98,8 @@ describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () =>
     assert.match(saved.checkpoint?.digest ?? "", /^sha256:[0-9a-f]{64}$/, "the record names its snapshot");
     assert.equal((await stored(microvmId))?.size, saved.checkpoint?.bytes, "the snapshot object is stored");
     assert.equal(saved.handle, undefined, "a checkpointed instance has no handle");
-    assert.deepEqual(
-      pids.filter((pid) => !isGone(pid)),
-      [],
-      "a process of the SUSPENDED instance is left",
-    );
+    const left = pids.filter((pid) => !isGone(pid));
+    assert.deepEqual(left, [], `a process of the SUSPENDED instance is left: ${left.map(describeProcess).join("; ")}`);
     assert.deepEqual(pidsOf(microvmId), [], "a cgroup of the SUSPENDED instance holds a process");
     return saved;
   }

@@ -240,6 +240,14 @@ export function cgroupListing(hostKey: string): string[] {
   return found;
 }
 
+/** What a failure says of a process that should be gone: its state, parent, threads and command line. */
+export function describeProcess(pid: number): string {
+  const status = readText(`/proc/${pid}/status`) ?? "";
+  const field = (name: string) => new RegExp(`^${name}:\\s*(.*)$`, "m").exec(status)?.[1] ?? "?";
+  const command = (readText(`/proc/${pid}/cmdline`) ?? "").replaceAll("\0", " ").trim();
+  return `${pid} ${field("State")} ppid ${field("PPid")} threads ${field("Threads")} ${command || field("Name")}`;
+}
+
 /** Gone, or a zombie nobody has reaped yet. */
 export const isGone = (pid: number) => processState(pid) === undefined || processState(pid) === "Z";
 

@@ -24,12 +24,21 @@ export interface InstanceCgroup {
   readonly procsFiles: readonly string[];
   /** Pids of the processes in the group (host pid namespace). */
   pids(): number[];
+  /**
+   * Tasks (threads) charged to the group until they are reaped: a process whose threads are all
+   * exiting leaves `cgroup.procs` while it may still run (e.g. a pid namespace's init waiting
+   * for its namespace to empty); it counts here until it is gone. 0 when the kernel has no count.
+   */
+  tasks(): number;
   /** Whether `pid` has joined the group in every hierarchy. */
   holds(pid: number): boolean;
   /** Resolves once every process of the group is frozen. */
   freeze(timeoutMs?: number): Promise<void>;
   thaw(): Promise<void>;
-  /** SIGKILLs every process (frozen first, so none forks meanwhile); resolves once empty. */
+  /**
+   * SIGKILLs every process (frozen first, so none forks meanwhile); resolves once empty and
+   * every task of the group has been reaped.
+   */
   kill(timeoutMs?: number): Promise<void>;
   /** Processes of the group the OOM killer ended at its memory limit; 0 when unknown. */
   oomKills(): number;
@@ -103,6 +112,7 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
       name,
       procsFiles: all.map((dir) => join(dir, "cgroup.procs")),
       pids: () => unionPids(all),
+      tasks: () => Number(readText(join(pids, "pids.current")) ?? 0),
       holds: (pid) => all.every((dir) => unionPids([dir]).includes(pid)),
       async freeze(timeoutMs = 2_000) {
         await writeFile(join(freezer, "freezer.state"), "FROZEN");
@@ -157,6 +167,7 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
       name,
       procsFiles: [join(dir, "cgroup.procs")],
       pids: () => unionPids([dir]),
+      tasks: () => Number(readText(join(dir, "pids.current")) ?? 0),
       holds: (pid) => unionPids([dir]).includes(pid),
       async freeze(timeoutMs = 2_000) {
         await writeFile(join(dir, "cgroup.freeze"), "1");
@@ -166,10 +177,11 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
       thaw: () => writeFile(join(dir, "cgroup.freeze"), "0"),
       async kill(timeoutMs = 5_000) {
         if (existsSync(join(dir, "cgroup.kill"))) {
+          const deadline = Date.now() + timeoutMs;
           await writeFile(join(dir, "cgroup.kill"), "1");
           if (!(await pollUntil(() => unionPids([dir]).length === 0, timeoutMs)))
             throw new Error(`cgroup ${name} still has processes`);
-          return;
+          return reaped(this, deadline);
         }
         await killMembers(this, timeoutMs);
       },
@@ -215,6 +227,13 @@ async function killMembers(group: InstanceCgroup, timeoutMs = 5_000): Promise<vo
     await group.thaw().catch(() => undefined);
     await pollUntil(() => group.pids().length === 0, 200);
   }
+  await reaped(group, deadline);
+}
+
+/** Resolves once every task of an emptied group has been reaped (by `deadline`, else throws). */
+async function reaped(group: InstanceCgroup, deadline: number): Promise<void> {
+  if (!(await pollUntil(() => group.tasks() === 0, Math.max(0, deadline - Date.now()))))
+    throw new Error(`cgroup ${group.name} still has ${group.tasks()} tasks ending`);
 }
 
 /** The number after `name` on its own line of a flat-keyed cgroup file; 0 when absent. */
