@@ -15,6 +15,12 @@ import {
   taskObjectKey,
   createTask,
   ApiError,
+  imageApi,
+  jobApi,
+  microvmApi,
+  requestBody,
+  taskApi,
+  type Operation,
 } from "../schemas/index.ts";
 
 describe("schemas", () => {
@@ -46,6 +52,20 @@ describe("schemas", () => {
     const subject = requestSubject(getTaskDO, { name: "n/ü" }, "pre");
     assert.deepEqual(subjectValues(getTaskDO, subject, "pre"), { name: "n/ü" });
     assert.equal(subjectValues(getTaskDO, "pre.taskobjects.!.get", "pre"), undefined);
+  });
+
+  it("subjects - in every operation each field is a whole token, filled and read back under any prefix", () => {
+    const operations: Operation[] = [taskApi, jobApi, imageApi, microvmApi].flatMap((api) => Object.values(api));
+    for (const op of operations) {
+      const fields = [...op.subject.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
+      for (const field of fields) assert.ok(op.subject.split(".").includes(`{${field}}`), `${op.name}: {${field}}`);
+      const input = Object.fromEntries(fields.map((field, i) => [field, `${field}.${i} ü`]));
+      for (const prefix of ["", "one", "one.two"]) {
+        const subject = requestSubject(op, { ...input, other: 1 }, prefix);
+        assert.deepEqual(subjectValues(op, subject, prefix), input, `${op.name} under ${JSON.stringify(prefix)}`);
+      }
+      assert.deepEqual(JSON.parse(requestBody(op, { ...input, other: 1, more: "x" })), { other: 1, more: "x" });
+    }
   });
 
   it("validate - defaults apply and unknown fields are dropped", () => {
