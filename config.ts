@@ -160,6 +160,7 @@ export function readConfig(env: NodeJS.ProcessEnv) {
       totalMemoryMiB: v.optionalPositive("MICROVM_TOTAL_MEMORY_MIB"),
       uidBase: v.optionalInt("MICROVM_UID_BASE"),
       warmInstances: v.optionalInt("MICROVM_WARM_INSTANCES"),
+      bootSlots: v.optionalPositive("MICROVM_BOOT_SLOTS"),
       launchSnapshots: !v.off("MICROVM_LAUNCH_SNAPSHOTS"),
       pids: v.optionalPositive("MICROVM_PIDS"),
       scratchMiB: v.optionalPositive("MICROVM_SCRATCH_MIB"),

@@ -44,6 +44,14 @@ export const microvmInstances = new Gauge({
   registers: [registry],
 });
 
+/** Filled at scrape time by the microVM host, when its provider boots walls (sandbox, gVisor). */
+export const microvmBoots = new Gauge({
+  name: "microvm_boots",
+  help: "Walls of this host booting now (running) and launches waiting for a boot slot (waiting)",
+  labelNames: ["state"] as const,
+  registers: [registry],
+});
+
 const taskObjectActivations = new Gauge({
   name: "task_object_activations",
   help: "Task-object names whose lease this process holds",

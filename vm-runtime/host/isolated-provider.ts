@@ -8,6 +8,7 @@ import { existsSync } from "node:fs";
 import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { availableParallelism, totalmem } from "node:os";
 import { basename, join } from "node:path";
+import { bootSlots } from "./boot-slots.ts";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
 import { checkpointing } from "./isolated-checkpoint.ts";
 import { launchKey, launchSnapshots, type LaunchSnapshotOptions, type LaunchSnapshots } from "./launch-snapshots.ts";
@@ -85,6 +86,13 @@ export interface IsolatedProviderOptions {
    */
   readonly warmInstances?: number;
   /**
+   * Walls booting at once, until their runtime prints its boot line (default: four times the
+   * host's cores over an instance's CPU quota, 16 for 2 cores and 0.5: a boot uses about half
+   * its quota, and waits). Launches past it wait their turn, within their start timeout.
+   * Restores take no slot.
+   */
+  readonly bootSlots?: number;
+  /**
    * Start slow images from a launch snapshot, on walls that can checkpoint (default: off; the
    * microVM host turns it on). See launch-snapshots.ts.
    */
@@ -101,6 +109,8 @@ export interface IsolatedProvider extends MicrovmProvider {
   cgroupOf(handle: MicrovmHandle): InstanceCgroup | undefined;
   /** The host uid of a live instance (tests). */
   uidOf(handle: MicrovmHandle): number | undefined;
+  /** Walls booting now (holding a boot slot) and launches waiting for a slot. */
+  boots(): { readonly running: number; readonly waiting: number };
   prepare(images: readonly string[]): Promise<void>;
   reclaim(): Promise<ReclaimedInstance[]>;
   /** Launch snapshots, where this provider takes them (tests and benches read their times). */
@@ -153,6 +163,7 @@ export async function createIsolatedProvider(
   const heapMiB = options.memoryMiB ?? 256;
   const scratchMiB = options.scratchMiB ?? 64;
   const startTimeoutMs = options.startTimeoutMs ?? ISOLATED_START_TIMEOUT_MS;
+  const slots = bootSlots(options.bootSlots ?? Math.max(1, Math.round((4 * totalCpus) / (options.cpus ?? 0.5))));
   const limitsFor = (memoryMiB: number): CgroupLimits => ({
     memoryBytes: (memoryMiB + scratchMiB + NODE_HEADROOM_MIB + launcher.overheadMiB) * MiB,
     cpus: options.cpus ?? 0.5,
@@ -170,6 +181,46 @@ export async function createIsolatedProvider(
     signal?: AbortSignal,
     restoring?: RestoreSource,
     template = false,
+  ): Promise<Tracked> {
+    if (closed) throw new MicrovmProviderError("provider is closed");
+    // A restore boots no runtime: it resumes one from its image.
+    if (restoring) return bootWall(memoryMiB, deadline, signal, restoring, template);
+    const slot = await slots.take(deadline, signal, (waitedMs) => {
+      const busy = `${slots.running} walls were booting and ${slots.waiting} more waited`;
+      return new MicrovmHostError(`the host was too busy to boot an instance's wall: ${busy} (${waitedMs} ms)`, {
+        timedOut: true,
+      });
+    });
+    let entry: Tracked;
+    try {
+      entry = await bootWall(memoryMiB, deadline, signal, restoring, template);
+    } catch (err) {
+      slot.release();
+      throw err;
+    }
+    // The slot is the wall's until its runtime is up (the boot line), or it ends.
+    const { output } = entry;
+    const onLine = () => {
+      if (!output.booted) return;
+      output.stdout.off("line", onLine);
+      slot.release();
+    };
+    output.stdout.on("line", onLine);
+    onLine();
+    void entry.exited.finally(() => {
+      output.stdout.off("line", onLine);
+      slot.release();
+    });
+    return entry;
+  }
+
+  /** `boot` once its turn came. */
+  async function bootWall(
+    memoryMiB: number,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    restoring: RestoreSource | undefined,
+    template: boolean,
   ): Promise<Tracked> {
     const runtimeFile = await bundles.runtime().catch((cause: unknown) => {
       throw new MicrovmHostError("the host could not bundle the instance runtime", { cause });
@@ -524,6 +575,7 @@ export async function createIsolatedProvider(
     live: () => [...tracked].flatMap((entry) => (entry.handle && !entry.done ? [entry.handle] : [])),
     cgroupOf: (handle) => entryOf(handle)?.cgroup,
     uidOf: (handle) => entryOf(handle)?.uid,
+    boots: () => ({ running: slots.running, waiting: slots.waiting }),
     async prepare(images) {
       await bundles.prepare(images);
       refill();

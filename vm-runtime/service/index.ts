@@ -7,7 +7,7 @@ import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
 import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../index.ts";
-import { log, microvmInstances, onScrape } from "../../platform/index.ts";
+import { log, microvmBoots, microvmInstances, onScrape } from "../../platform/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
@@ -265,6 +265,11 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const stopCounting = onScrape(() => {
     microvmInstances.reset();
     for (const hosted of host.instances.values()) microvmInstances.inc({ state: hosted.state() });
+    if ("boots" in provider) {
+      const { running, waiting } = provider.boots();
+      microvmBoots.set({ state: "running" }, running);
+      microvmBoots.set({ state: "waiting" }, waiting);
+    }
   });
 
   let closed: Promise<void> | undefined;

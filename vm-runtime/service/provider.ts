@@ -26,11 +26,19 @@ export type ProviderName = "auto" | "gvisor" | "sandbox" | "process";
  * Per-instance limits of the sandboxes and their host-wide caps (the process provider honours
  * `memoryMiB` only); main.ts reads them from MICROVM_MEMORY_MIB, MICROVM_CPUS,
  * MICROVM_TOTAL_CPUS, MICROVM_TOTAL_MEMORY_MIB, MICROVM_PIDS, MICROVM_SCRATCH_MIB, MICROVM_UID_BASE,
- * MICROVM_WARM_INSTANCES.
+ * MICROVM_WARM_INSTANCES, MICROVM_BOOT_SLOTS.
  */
 export type InstanceLimits = Pick<
   IsolatedProviderOptions,
-  "memoryMiB" | "cpus" | "totalCpus" | "totalMemoryMiB" | "pids" | "scratchMiB" | "uidBase" | "warmInstances"
+  | "memoryMiB"
+  | "cpus"
+  | "totalCpus"
+  | "totalMemoryMiB"
+  | "pids"
+  | "scratchMiB"
+  | "uidBase"
+  | "warmInstances"
+  | "bootSlots"
 > & {
   /** Slow images start from a launch snapshot (gVisor; default on, `MICROVM_LAUNCH_SNAPSHOTS=0` off). */
   readonly launchSnapshots?: boolean;
