@@ -24,6 +24,10 @@ export interface BenchOptions {
   microvm: boolean;
   /** The node-flag experiment on hand-started instance runtimes (bench/microvm-flags.ts). */
   microvmFlags: boolean;
+  /** A burst of launches at once, with and without boot slots (bench/microvm-burst.ts). */
+  microvmBurst: boolean;
+  /** Launches per burst. */
+  burst: number;
   /** Only the image rows of the microVM bench, on the sandbox provider (bench/microvm-images.ts). */
   microvmImages: boolean;
   /** Only the snapshot rows of the microVM bench, on the gvisor provider (bench/microvm-snapshots.ts). */
@@ -126,6 +130,10 @@ Options:
                        and 23's targets, and gvisor's snapshot rows (those of --microvm-snapshots)
                        (~15 min on a loaded 2-core machine; --quick ~4 min; --cpu-prof DIR
                        profiles the services). Not in the default run.
+  --microvm-burst      a burst of launches at once on one host (gvisor where runsc runs, else
+                       sandbox), with the host's boot slots and without a bound, taking turns:
+                       how many started within the start timeout, first / median / last ready
+                       (--burst N launches, default 80; --rounds, default 3; ~4 min)
   --microvm-flags      node-flag experiment: RSS, start and RPC latency of the sandbox runtime
                        started by hand under each candidate set of node flags
   --microvm-images     only the image rows of --microvm, on the sandbox provider: createImage
@@ -189,6 +197,8 @@ export function parseOptions(args: string[]): BenchOptions {
       "growth-size": { type: "string" },
       microvm: { type: "boolean" },
       "microvm-flags": { type: "boolean" },
+      "microvm-burst": { type: "boolean" },
+      burst: { type: "string" },
       "microvm-images": { type: "boolean" },
       "microvm-snapshots": { type: "boolean" },
       cli: { type: "boolean" },
@@ -225,6 +235,8 @@ export function parseOptions(args: string[]): BenchOptions {
     growthSize: Math.round(positive("growth-size", values["growth-size"], 100_000)),
     microvm: values.microvm ?? false,
     microvmFlags: values["microvm-flags"] ?? false,
+    microvmBurst: (values["microvm-burst"] ?? false) || values.burst !== undefined,
+    burst: Math.round(positive("burst", values.burst, 80)),
     microvmImages: values["microvm-images"] ?? false,
     microvmSnapshots: values["microvm-snapshots"] ?? false,
     cli: values.cli ?? false,

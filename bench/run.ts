@@ -10,6 +10,7 @@ import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, UsageError, type BenchOptions } from "./options.ts";
 import { runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
+import { runMicrovmBurst } from "./microvm-burst.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
 import { checkoutLabel, formatTwinPairs, natsServerLabel, twinPairs, type ComparedServer } from "./compared.ts";
 import { natsServerPath } from "../platform/index.ts";
@@ -65,6 +66,7 @@ async function main() {
   const command = `${process.env.NATS_SYNC ? `NATS_SYNC=${process.env.NATS_SYNC} ` : ""}${benchCommand(args)}`;
   console.log(`command: ${command}\n${formatMachine(machine)}`);
   const header = { startedAt: startedAt.toISOString(), command, machine, options };
+  if (options.microvmBurst) return runMicrovmBurst(options, header, startedAt);
   if (options.microvm || options.microvmFlags || options.microvmImages || options.microvmSnapshots) {
     if (options.microvmImages) return runImageBench(options, header, startedAt);
     if (options.microvmSnapshots) return runSnapshotBench(options, header, startedAt);
