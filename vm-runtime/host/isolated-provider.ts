@@ -200,17 +200,16 @@ export async function createIsolatedProvider(
     }
     // The slot is the wall's until its runtime is up (the boot line), or it ends.
     const { output } = entry;
-    const onLine = () => {
-      if (!output.booted) return;
+    const free = () => {
       output.stdout.off("line", onLine);
       slot.release();
     };
+    const onLine = () => {
+      if (output.booted) free();
+    };
     output.stdout.on("line", onLine);
     onLine();
-    void entry.exited.finally(() => {
-      output.stdout.off("line", onLine);
-      slot.release();
-    });
+    void entry.exited.then(free, free);
     return entry;
   }
 
