@@ -24,21 +24,12 @@ export interface InstanceCgroup {
   readonly procsFiles: readonly string[];
   /** Pids of the processes in the group (host pid namespace). */
   pids(): number[];
-  /**
-   * Tasks (threads) charged to the group until they are reaped: a process whose threads are all
-   * exiting leaves `cgroup.procs` while it may still run (e.g. a pid namespace's init waiting
-   * for its namespace to empty); it counts here until it is gone. 0 when the kernel has no count.
-   */
-  tasks(): number;
   /** Whether `pid` has joined the group in every hierarchy. */
   holds(pid: number): boolean;
   /** Resolves once every process of the group is frozen. */
   freeze(timeoutMs?: number): Promise<void>;
   thaw(): Promise<void>;
-  /**
-   * SIGKILLs every process (frozen first, so none forks meanwhile); resolves once empty and
-   * every task of the group has been reaped.
-   */
+  /** SIGKILLs every process (frozen first, so none forks meanwhile); resolves once empty. */
   kill(timeoutMs?: number): Promise<void>;
   /** Processes of the group the OOM killer ended at its memory limit; 0 when unknown. */
   oomKills(): number;
@@ -65,6 +56,8 @@ const ROOT = "/sys/fs/cgroup";
 /** The v1 hierarchies an instance group has a directory in. */
 export const V1_CONTROLLERS = ["memory", "cpu", "pids", "freezer"] as const;
 const CPU_PERIOD_US = 100_000;
+/** How long a group's kill waits, by default, for its processes to end. */
+export const CGROUP_KILL_TIMEOUT_MS = 5_000;
 
 /** Which cgroup layout this machine has: v2 when unified, v1 when every controller we use is mounted. */
 export function cgroupVersion(root = ROOT): 1 | 2 | undefined {
@@ -112,7 +105,6 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
       name,
       procsFiles: all.map((dir) => join(dir, "cgroup.procs")),
       pids: () => unionPids(all),
-      tasks: () => Number(readText(join(pids, "pids.current")) ?? 0),
       holds: (pid) => all.every((dir) => unionPids([dir]).includes(pid)),
       async freeze(timeoutMs = 2_000) {
         await writeFile(join(freezer, "freezer.state"), "FROZEN");
@@ -167,7 +159,6 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
       name,
       procsFiles: [join(dir, "cgroup.procs")],
       pids: () => unionPids([dir]),
-      tasks: () => Number(readText(join(dir, "pids.current")) ?? 0),
       holds: (pid) => unionPids([dir]).includes(pid),
       async freeze(timeoutMs = 2_000) {
         await writeFile(join(dir, "cgroup.freeze"), "1");
@@ -175,13 +166,12 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
         if (!frozen) throw new Error(`cgroup ${name} did not freeze`);
       },
       thaw: () => writeFile(join(dir, "cgroup.freeze"), "0"),
-      async kill(timeoutMs = 5_000) {
+      async kill(timeoutMs = CGROUP_KILL_TIMEOUT_MS) {
         if (existsSync(join(dir, "cgroup.kill"))) {
-          const deadline = Date.now() + timeoutMs;
           await writeFile(join(dir, "cgroup.kill"), "1");
           if (!(await pollUntil(() => unionPids([dir]).length === 0, timeoutMs)))
             throw new Error(`cgroup ${name} still has processes`);
-          return reaped(this, deadline);
+          return;
         }
         await killMembers(this, timeoutMs);
       },
@@ -211,7 +201,7 @@ async function openV2(hostDir: string, parentDir: string, limits: HostLimits): P
 }
 
 /** Freeze, SIGKILL every member (the kernel's list, never a stored pid), thaw, wait until empty. */
-async function killMembers(group: InstanceCgroup, timeoutMs = 5_000): Promise<void> {
+async function killMembers(group: InstanceCgroup, timeoutMs = CGROUP_KILL_TIMEOUT_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (group.pids().length > 0) {
     if (Date.now() > deadline) throw new Error(`cgroup ${group.name} still has processes`);
@@ -227,13 +217,6 @@ async function killMembers(group: InstanceCgroup, timeoutMs = 5_000): Promise<vo
     await group.thaw().catch(() => undefined);
     await pollUntil(() => group.pids().length === 0, 200);
   }
-  await reaped(group, deadline);
-}
-
-/** Resolves once every task of an emptied group has been reaped (by `deadline`, else throws). */
-async function reaped(group: InstanceCgroup, deadline: number): Promise<void> {
-  if (!(await pollUntil(() => group.tasks() === 0, Math.max(0, deadline - Date.now()))))
-    throw new Error(`cgroup ${group.name} still has ${group.tasks()} tasks ending`);
 }
 
 /** The number after `name` on its own line of a flat-keyed cgroup file; 0 when absent. */

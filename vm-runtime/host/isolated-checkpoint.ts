@@ -5,7 +5,7 @@
 import { lstatSync } from "node:fs";
 import { join } from "node:path";
 import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
-import type { Launcher, Tracked, WallOps } from "./isolated-walls.ts";
+import { noteMembers, type Launcher, type Tracked, type WallOps } from "./isolated-walls.ts";
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
@@ -34,6 +34,8 @@ export function checkpointing(deps: CheckpointDeps) {
       throw new MicrovmProviderError(`the ${deps.launcher.name} provider cannot checkpoint an instance`);
     // Its end is the checkpoint's doing, not news of an exit.
     entry.stopping = true;
+    // The processes that must end before it counts as SUSPENDED (its release waits for them).
+    noteMembers(entry);
     const saved: SavedInstance = {
       microvmId: handle.microvmId,
       uid: entry.uid,

@@ -12,7 +12,14 @@ import { bootSlots } from "./boot-slots.ts";
 import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
 import { checkpointing } from "./isolated-checkpoint.ts";
 import { launchKey, launchSnapshots, type LaunchSnapshotOptions, type LaunchSnapshots } from "./launch-snapshots.ts";
-import type { Launched, Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
+import {
+  membersEnded,
+  noteMembers,
+  type Launched,
+  type Launcher,
+  type RestoreSource,
+  type Tracked,
+} from "./isolated-walls.ts";
 import { uidPool } from "./instance-uids.ts";
 import { isProcessAlive } from "./proc.ts";
 import type { InstanceNode } from "./node-args.ts";
@@ -151,6 +158,8 @@ export async function createIsolatedProvider(
   const warmTarget = options.warmInstances ?? 1;
   const warm: Tracked[] = [];
   const booting = new Set<Promise<unknown>>();
+  // Walls booted ahead are given up at close, not waited for to come up.
+  const closing = new AbortController();
   // The OOM killer may end one process of a wall (gVisor's Sentry, a helper) and leave the rest
   // waiting: an instance with an OOM kill is over, whatever still runs of it.
   const oomWatch = setInterval(() => {
@@ -274,7 +283,7 @@ export async function createIsolatedProvider(
     // The wall's process can exit while its children are still ending: the instance is gone
     // once its cgroup is empty (a zombie is no member).
     const exited = waitForExit(child).then(async () => {
-      await pollUntil(() => entry.cgroup.pids().length === 0, 2_000);
+      await pollUntil(() => entry.cgroup.pids().length === 0 && membersEnded(entry), 2_000);
     });
     const secret = restoring?.secret ?? randomBytes(24).toString("base64url");
     const output = watchOutput(child, name, (_name, stream, line) =>
@@ -291,6 +300,7 @@ export async function createIsolatedProvider(
       output,
       done: false,
       stopping: false,
+      members: new Map(),
     };
     tracked.add(entry);
     entry.released = entry.exited.then(async () => {
@@ -354,7 +364,7 @@ export async function createIsolatedProvider(
   /** Boots walls in the background until `warmTarget` wait; a failed boot is left to the next start. */
   function refill(): void {
     while (!closed && warm.length + booting.size < warmTarget) {
-      const booted = boot(heapMiB, Date.now() + startTimeoutMs).then(
+      const booted = boot(heapMiB, Date.now() + startTimeoutMs, closing.signal).then(
         (entry) => {
           if (closed) return stopEntry(entry);
           warm.push(entry);
@@ -450,6 +460,7 @@ export async function createIsolatedProvider(
       },
       signal,
     );
+    noteMembers(entry);
     const pid = entry.launched.pid();
     entry.handle = {
       microvmId,
@@ -466,6 +477,7 @@ export async function createIsolatedProvider(
 
   async function stopEntry(entry: Tracked): Promise<void> {
     entry.stopping = true;
+    noteMembers(entry);
     await entry.launched.stop().catch(() => undefined);
     if (!(await within(entry.exited, 500))) await forceStop(entry);
     await entry.exited;
@@ -488,6 +500,7 @@ export async function createIsolatedProvider(
     const entry = entryOf(handle);
     if (!entry) return;
     entry.stopping = true;
+    noteMembers(entry);
     await entry.cgroup.thaw().catch(() => undefined);
     await entry.launched.stop().catch(() => undefined);
     if (await within(entry.exited, graceMs)) return;
@@ -497,6 +510,7 @@ export async function createIsolatedProvider(
   }
 
   async function forceStop(entry: Tracked): Promise<void> {
+    noteMembers(entry);
     await entry.cgroup.thaw().catch(() => undefined);
     await entry.launched.kill().catch(() => undefined);
     if (await within(entry.exited, 1_000)) return;
@@ -603,6 +617,7 @@ export async function createIsolatedProvider(
     async close() {
       closed = true;
       clearInterval(oomWatch);
+      closing.abort(new MicrovmProviderError("provider is closed"));
       await Promise.allSettled(booting);
       await launches?.close();
       await bundles.close();

@@ -3,6 +3,7 @@
 
 import type { ChildProcess } from "node:child_process";
 import type { InstanceCgroup } from "./cgroups.ts";
+import { isProcessAlive, readProcStat } from "./proc.ts";
 import type { SavedInstance } from "./checkpoint-image.ts";
 import type { OutputWatch } from "./process-io.ts";
 import type { MicrovmHandle } from "./provider.ts";
@@ -93,10 +94,33 @@ export interface Tracked {
   stopping: boolean;
   /** Why it ended, read from its cgroup before the group is removed. */
   exitReason?: string;
+  /**
+   * Its processes as last seen in its cgroup, pid to start time (`noteMembers`): it has ended
+   * once each has, which its cgroup alone does not say (below).
+   */
+  readonly members: Map<number, number>;
   /** Resolves once its cgroup, directory and uid are given back after it ended. */
   released?: Promise<void>;
   socket?: RuntimeSocket;
   handle?: MicrovmHandle;
+}
+
+/**
+ * Records the processes now in `entry`'s cgroup. The kernel drops a process from
+ * `cgroup.procs` once all its threads began to exit, while it may still run: a pid namespace's
+ * init (gVisor's sandbox) waits there until its namespace has ended.
+ */
+export function noteMembers(entry: Tracked): void {
+  for (const pid of entry.cgroup.pids()) {
+    const stat = readProcStat(pid);
+    if (stat) entry.members.set(pid, stat.startTime);
+  }
+}
+
+/** Whether every process `noteMembers` saw has ended (a zombie has; a reused pid is another process). */
+export function membersEnded(entry: Tracked): boolean {
+  for (const [pid, startTime] of entry.members) if (isProcessAlive(pid, startTime)) return false;
+  return true;
 }
 
 /** What checkpoints and launch snapshots use of the provider that tracks the walls. */
