@@ -195,7 +195,7 @@ export async function createIsolatedProvider(
     // A restore boots no runtime: it resumes one from its image.
     if (restoring) return bootWall(memoryMiB, deadline, signal, restoring, template);
     const slot = await slots.take(deadline, signal, (waitedMs) => {
-      const busy = `${slots.running} walls were booting and ${slots.waiting} more waited`;
+      const busy = `${slots.running} walls were booting and ${slots.waiting} launches, this one among them, waited`;
       return new MicrovmHostError(`the host was too busy to boot an instance's wall: ${busy} (${waitedMs} ms)`, {
         timedOut: true,
       });
