@@ -24,6 +24,7 @@ import { uidPool } from "./instance-uids.ts";
 import { isProcessAlive } from "./proc.ts";
 import type { InstanceNode } from "./node-args.ts";
 import {
+  bootLine,
   outputDrained,
   waitForExit,
   waitForHealth,
@@ -207,18 +208,9 @@ export async function createIsolatedProvider(
       slot.release();
       throw err;
     }
-    // The slot is the wall's until its runtime is up (the boot line), or it ends.
-    const { output } = entry;
-    const free = () => {
-      output.stdout.off("line", onLine);
-      slot.release();
-    };
-    const onLine = () => {
-      if (output.booted) free();
-    };
-    output.stdout.on("line", onLine);
-    onLine();
-    void entry.exited.then(free, free);
+    // The slot is the wall's until its runtime is up (the boot line), it ends, or its start's
+    // deadline passes (that start then fails and stops it).
+    void bootLine(entry.output, deadline, undefined, entry.exited).then(slot.release, slot.release);
     return entry;
   }
 
@@ -281,7 +273,7 @@ export async function createIsolatedProvider(
     }
     const { child } = launched;
     // The wall's process can exit while its children are still ending: the instance is gone
-    // once its cgroup is empty (a zombie is no member).
+    // once its cgroup is empty and every process noted in it has ended (a zombie has).
     const exited = waitForExit(child).then(async () => {
       await pollUntil(() => entry.cgroup.pids().length === 0 && membersEnded(entry), 2_000);
     });
