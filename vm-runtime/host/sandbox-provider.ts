@@ -139,6 +139,8 @@ function sandboxPidOf(
     }
     if (!info) return finish(new Error("no info pipe"));
     if (signal?.aborted) return onAbort();
+    // Ended already (bwrap missing: its shell exits at once), before "exit" could be heard here.
+    if (child.exitCode !== null || child.signalCode !== null) return onExit(child.exitCode, child.signalCode);
     info.on("data", onData);
     info.on("error", () => undefined);
     child.once("exit", onExit);
