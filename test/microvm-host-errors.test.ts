@@ -27,6 +27,7 @@ import {
   type MicrovmProvider,
 } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
+import { cgroupsLeftOfHostKey } from "./helpers/microvm.ts";
 import { isolatedProviders } from "./helpers/providers.ts";
 
 const defer = lifo(after);
@@ -59,6 +60,9 @@ const CHECK_MS = 120_000;
 const walls = [...(await isolatedProviders()).map((kind) => kind.name), "process" as const];
 type Wall = (typeof walls)[number];
 
+const hostKeyOf = (wall: Wall, broken?: "flag" | "binary", startTimeoutMs?: number) =>
+  `host-errors-${wall}-${broken ?? "ok"}-${startTimeoutMs ?? "default"}-${process.pid}`;
+
 /** A provider of `wall`; `broken` names what is wrong with it, `startTimeoutMs` the host's bound on a start. */
 async function providerOf(
   wall: Wall,
@@ -71,7 +75,7 @@ async function providerOf(
   if (wall === "process")
     return createProcessProvider({ node: broken === "binary" ? { ...node, path: missing } : node, ...bound });
   const options = {
-    hostKey: `host-errors-${wall}-${broken ?? "ok"}-${startTimeoutMs ?? "default"}-${process.pid}`,
+    hostKey: hostKeyOf(wall, broken, startTimeoutMs),
     node,
     memoryMiB: 96,
     ...bound,
@@ -79,6 +83,20 @@ async function providerOf(
   return wall === "gvisor"
     ? createGvisorProvider({ ...options, ...(broken === "binary" ? { runsc: missing } : {}) })
     : createSandboxProvider({ ...options, ...(broken === "binary" ? { bwrap: missing } : {}) });
+}
+
+/**
+ * Closes `provider` and asserts that its host left no cgroup (an isolated wall's instance, or
+ * its host group): each failure path below once left one.
+ */
+async function closeClean(
+  provider: { close(): Promise<void> },
+  wall: Wall,
+  broken?: "flag" | "binary",
+  startTimeoutMs?: number,
+): Promise<void> {
+  await provider.close();
+  if (wall !== "process") assert.deepEqual(cgroupsLeftOfHostKey(hostKeyOf(wall, broken, startTimeoutMs)), []);
 }
 
 /** Asserts `promise` rejects with a 500 `InternalServerError` whose cause is a host failure. */
@@ -120,6 +138,7 @@ for (const wall of walls) {
           return true;
         });
         await rejectsAsHostError(checkImageModule(good, provider, CHECK_MS));
+        await closeClean(provider, wall, broken);
       });
     }
 
@@ -145,6 +164,7 @@ for (const wall of walls) {
         (await checkImageModule(good, provider, CHECK_MS)).map((m) => m.name),
         ["greet"],
       );
+      await closeClean(provider, wall);
     });
 
     it(`host errors (${wall}) - a wall that does not boot within the host's start bound is a 503, not the module's 400`, async (t) => {
@@ -157,6 +177,7 @@ for (const wall of walls) {
         assert.equal(hostFailureOf(err)?.timedOut, true);
         return true;
       });
+      await closeClean(provider, wall, undefined, 50);
     });
   });
 }

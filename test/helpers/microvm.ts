@@ -219,25 +219,41 @@ export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions 
   return pids;
 }
 
+/** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
+function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
+  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
+  return roots.flatMap((root) => {
+    const dir = hostCgroupDir(root, hostKey);
+    if (!existsSync(dir)) return [];
+    const groups = readdirSync(dir, { withFileTypes: true }).filter((group) => group.isDirectory());
+    return [{ hierarchy: root.split("/").pop()!, dir, groups: groups.map((group) => group.name) }];
+  });
+}
+
+/**
+ * The cgroup directories a provider created with this `hostKey` left, in any hierarchy (its
+ * host group included): none once it is closed.
+ */
+export function cgroupsLeftOfHostKey(hostKey: string): string[] {
+  return hostGroupDirs(hostKey).flatMap(({ dir, groups }) => [dir, ...groups.map((group) => join(dir, group))]);
+}
+
 /**
  * Every pid any hierarchy lists in the groups of a provider created with this `hostKey` (zombies
  * too), each as "<hierarchy>/<group>: <pid> <state> <command line>": what a failure names.
  */
 export function cgroupListing(hostKey: string): string[] {
-  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
-  const found: string[] = [];
-  for (const root of roots) {
-    const hostDir = hostCgroupDir(root, hostKey);
-    if (!existsSync(hostDir)) continue;
-    for (const group of readdirSync(hostDir, { withFileTypes: true })) {
-      if (!group.isDirectory()) continue;
-      for (const pid of (readText(join(hostDir, group.name, "cgroup.procs")) ?? "").split("\n").filter(Boolean)) {
-        const command = (readText(`/proc/${pid}/cmdline`) ?? "").replaceAll("\0", " ").trim();
-        found.push(`${root.split("/").pop()}/${group.name}: ${pid} ${processState(Number(pid)) ?? "gone"} ${command}`);
-      }
-    }
-  }
-  return found;
+  return hostGroupDirs(hostKey).flatMap(({ hierarchy, dir, groups }) =>
+    groups.flatMap((group) =>
+      (readText(join(dir, group, "cgroup.procs")) ?? "")
+        .split("\n")
+        .filter(Boolean)
+        .map((pid) => {
+          const command = (readText(`/proc/${pid}/cmdline`) ?? "").replaceAll("\0", " ").trim();
+          return `${hierarchy}/${group}: ${pid} ${processState(Number(pid)) ?? "gone"} ${command}`;
+        }),
+    ),
+  );
 }
 
 /** What a failure says of a process that should be gone: its state, parent, threads and command line. */

@@ -118,7 +118,11 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
       oomKills: () => counter(readText(join(memory, "memory.oom_control")), "oom_kill"),
       memoryBytes: () => Number(readText(join(memory, "memory.usage_in_bytes")) ?? 0),
       async remove() {
-        for (const dir of all) await rmdir(dir).catch(ignoreMissing);
+        // Every hierarchy's, even when one of them refuses.
+        const failed = (await Promise.allSettled(all.map((dir) => rmdir(dir).catch(ignoreMissing)))).find(
+          (outcome) => outcome.status === "rejected",
+        );
+        if (failed) throw failed.reason;
       },
     };
   };
@@ -138,7 +142,14 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
     existing: () => subdirectories(join(root, "freezer", hostPath)).map(group),
     async rename(from, name) {
       const [sources, targets] = [dirs(from.name), dirs(name)];
-      for (const [i, source] of sources.entries()) await rename(source, targets[i]!);
+      let renamed = 0;
+      try {
+        for (; renamed < sources.length; renamed++) await rename(sources[renamed]!, targets[renamed]!);
+      } catch (err) {
+        // All of its hierarchies under one name: those already renamed go back.
+        for (let i = 0; i < renamed; i++) await rename(targets[i]!, sources[i]!).catch(() => undefined);
+        throw err;
+      }
       return group(name);
     },
     async remove() {

@@ -302,6 +302,8 @@ export async function createIsolatedProvider(
           ? "InstanceExited: out of memory (the instance reached its memory limit)"
           : "InstanceExited: the instance's runtime stopped";
       entry.socket?.close();
+      // A rename under way (assign) would leave the group under its new name.
+      await entry.renaming?.catch(() => undefined);
       await release(entry.cgroup);
       tracked.delete(entry);
     });
@@ -421,7 +423,11 @@ export async function createIsolatedProvider(
   /** Names a wall after the instance it now serves (its cgroup too). */
   async function assign(entry: Tracked, microvmId: string): Promise<void> {
     entry.microvmId = microvmId;
-    entry.cgroup = await cgroups.rename(entry.cgroup, `${safeName(microvmId)}-${randomBytes(4).toString("hex")}`);
+    // A wall that ended keeps its name: its group is being removed under it.
+    if (entry.done) return;
+    const renaming = cgroups.rename(entry.cgroup, `${safeName(microvmId)}-${randomBytes(4).toString("hex")}`);
+    entry.renaming = renaming;
+    entry.cgroup = await renaming;
   }
 
   /**
@@ -472,7 +478,7 @@ export async function createIsolatedProvider(
     noteMembers(entry);
     await entry.launched.stop().catch(() => undefined);
     if (!(await within(entry.exited, 500))) await forceStop(entry);
-    await entry.exited;
+    await entry.released;
   }
 
   /** The live entry of a handle: matched by its socket, so a stale handle finds nothing. */
@@ -618,7 +624,8 @@ export async function createIsolatedProvider(
           entry.stopping = true;
           if (entry.handle) await terminate(entry.handle, 500).catch(() => undefined);
           await forceStop(entry);
-          await entry.exited;
+          // Its cgroup removed too: the host's group goes last.
+          await entry.released;
         }),
       );
       if (bundles.madeDir) await rm(await bundles.madeDir, { recursive: true, force: true });

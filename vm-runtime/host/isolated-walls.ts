@@ -101,6 +101,8 @@ export interface Tracked {
   readonly members: Map<number, number>;
   /** Resolves once its cgroup, directory and uid are given back after it ended. */
   released?: Promise<void>;
+  /** Its cgroup's rename for the instance it serves, while under way (`released` waits for it). */
+  renaming?: Promise<unknown>;
   socket?: RuntimeSocket;
   handle?: MicrovmHandle;
 }
