@@ -14,7 +14,14 @@ import { connectNats, openBuckets, snapshotObjectBucket } from "../platform/inde
 import { microvmApi, nameToken } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { assertNoInstanceLeft, hostCgroupPids, policy, waitForState, type MicrovmClient } from "./helpers/microvm.ts";
+import {
+  assertNoInstanceLeft,
+  hostCgroupPids,
+  policy,
+  removeHostCgroups,
+  waitForState,
+  type MicrovmClient,
+} from "./helpers/microvm.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 
@@ -147,6 +154,8 @@ describe("microvm snapshot hosts", { skip: gvisor.ok ? false : gvisor.reason }, 
     const hostA = await hostProcess("host-b1");
     const vm = await suspendedCounter();
     await hostA.stop("SIGKILL");
+    // Gone for good: no next run of host-b1 reclaims its cgroups.
+    defer(() => removeHostCgroups(hostWorkDir(dataDir, "host-b1")));
     // Another host on the same NATS: its sweep finds host-b1 silent twice and adopts the instance.
     const handle = await connectNats({ ...nats.login("microvms"), name: "snapshot-hosts-b2" });
     defer(() => handle.close());

@@ -3,7 +3,7 @@
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, rmdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
@@ -236,6 +236,30 @@ function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; group
  */
 export function cgroupsLeftOfHostKey(hostKey: string): string[] {
   return hostGroupDirs(hostKey).flatMap(({ dir, groups }) => [dir, ...groups.map((group) => join(dir, group))]);
+}
+
+/**
+ * Removes the cgroups a host killed for good left (a host's next run reclaims them; this one
+ * has none). Its walls ended with it: a group still holding a process after 5 s fails the test.
+ */
+export async function removeHostCgroups(workDir: string): Promise<void> {
+  for (const { dir, groups } of hostGroupDirs(hostCgroupKey(workDir))) {
+    for (const group of groups) await rmdirOnceEmpty(join(dir, group));
+    await rmdirOnceEmpty(dir);
+  }
+}
+
+async function rmdirOnceEmpty(dir: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    try {
+      return await rmdir(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
+      if (Date.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
 }
 
 /**
