@@ -11,6 +11,7 @@ import { natsClient } from "../client/index.ts";
 import { instanceProcessesUnder } from "../vm-runtime/index.ts";
 import { startMicrovmHost } from "../vm-runtime/service/index.ts";
 import {
+  hostCgroupKey,
   hostGoneReason,
   hostWorkDir,
   MicrovmStore,
@@ -24,6 +25,7 @@ import { testNats, type TestNats } from "./helpers/nats.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 import {
   assertNoInstanceLeft,
+  cgroupsLeftOfHostKey,
   hostCgroupPids,
   isGone,
   isSuspended,
@@ -124,6 +126,11 @@ describe("microvm reconcile", () => {
     );
     assert.deepEqual(instanceProcessesUnder(workDir), []);
     assert.deepEqual(hostCgroupPids(workDir, { instancesOnly: true }), []);
+    // The killed run's instance groups are removed, in every hierarchy.
+    const oldGroups = cgroupsLeftOfHostKey(hostCgroupKey(workDir)).filter((dir) =>
+      [lost, orphan, suspended].some((vm) => dir.split("/").pop()!.startsWith(`${vm.microvmId}-`)),
+    );
+    assert.deepEqual(oldGroups, [], "the killed run's cgroups are left");
     const reconciled = second.logs.find((entry) => entry.msg === "microvm host reconciled");
     assert.deepEqual([reconciled?.terminated, reconciled?.killed], [2, 1]);
     for (const [vm, reason] of [
