@@ -9,6 +9,7 @@ import { join } from "node:path";
 import type { Subscription } from "@nats-io/transport-node";
 import { ClientError } from "../client/index.ts";
 import {
+  hostCgroupKey,
   hostGoneReason,
   hostSubject,
   hostWorkDir,
@@ -21,6 +22,7 @@ import { connectMicrovm, readProcStat, type SandboxShape } from "../vm-runtime/i
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
+  cgroupsLeftOfHostKey,
   policy,
   isGone,
   isSuspendedOrSaved,
@@ -170,6 +172,20 @@ describe("microvm hosts", () => {
     const rpc = connectMicrovm<SandboxShape>({ endpoint: vm.endpoint, authToken: token.authToken["X-aws-proxy-auth"] });
     assert.equal(await rpc.hello("twin"), "hello, twin!");
     assert.equal((await svc.overNats.getMicrovm({ microvmIdentifier: vm.microvmId })).state, "RUNNING");
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
+  });
+
+  it("microvm hosts - a host whose NATS connection is gone when it closes still ends its instances and removes its cgroups", async () => {
+    const third = await svc.addHost({ hostId: "host-c" });
+    const vm = await runOn("host-c");
+    await waitForState(svc.overNats, vm.microvmId, ["RUNNING"]);
+    const pid = (await store.read(vm.microvmId))!.record.handle!.pid!;
+    await third.handle.close();
+    // Its record cannot be written any more: the close may say so, but its walls go all the same.
+    await third.host.close().catch(() => undefined);
+    assert.ok(isGone(pid), "the instance outlived its host's close");
+    assert.deepEqual(cgroupsLeftOfHostKey(hostCgroupKey(third.host.workDir)), [], "the host's cgroups are left");
+    // No host runs it any more: the others' sweep ends its record.
     await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
   });
 
