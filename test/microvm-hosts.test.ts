@@ -185,7 +185,7 @@ describe("microvm hosts", () => {
     await third.host.close().catch(() => undefined);
     assert.ok(isGone(pid), "the instance outlived its host's close");
     assert.deepEqual(cgroupsLeftOfHostKey(hostCgroupKey(third.host.workDir)), [], "the host's cgroups are left");
-    // No host runs it any more: the others' sweep ends its record.
+    // Its record still says RUNNING: another host answers for the gone owner and ends it.
     await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
   });
 

@@ -2,8 +2,8 @@
 // microVM API gateway on port 0, and typed clients over both transports. Plus the checks
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { mkdtemp, rm, rmdir } from "node:fs/promises";
+import { existsSync, readdirSync, readFileSync, rmdirSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
@@ -27,6 +27,7 @@ import {
   WARM_PREFIX,
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
+import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
@@ -250,16 +251,16 @@ export async function removeHostCgroups(workDir: string): Promise<void> {
 }
 
 async function rmdirOnceEmpty(dir: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  for (;;) {
+  const removed = () => {
     try {
-      return await rmdir(dir);
+      rmdirSync(dir);
+      return true;
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
-      if (Date.now() > deadline) throw err;
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      return (err as NodeJS.ErrnoException).code === "ENOENT";
     }
-  }
+  };
+  // Past the bound, the last attempt's error (EBUSY: a process is left) fails the test.
+  if (!(await pollUntil(removed, 5_000))) rmdirSync(dir);
 }
 
 /**
