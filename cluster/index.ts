@@ -15,6 +15,8 @@ export {
   bucketLeader,
   clusterConfig,
   leadersBack,
+  replicaStates,
+  replicasCurrent,
   startNatsCluster,
   waitForJetStream,
   type NatsCluster,

@@ -257,6 +257,80 @@ async function leaderOf(kvm: Kvm, bucket: string): Promise<string | undefined> {
   return (await (await kvm.open(bucket)).status()).streamInfo.cluster?.leader;
 }
 
+/**
+ * Each bucket's replicas as its stream leader reports them, `leader` first, then every peer as
+ * `name` (current), `name~lag` (behind by that many entries) or `name!` (offline), or
+ * `no leader`: one line for a test's report.
+ */
+export async function replicaStates(
+  servers: string,
+  buckets: readonly string[],
+  credentials?: NatsCredentials,
+): Promise<Record<string, string>> {
+  const nc = await connect({ servers: servers.split(","), name: "cluster:replicas", ...authOptions(credentials) });
+  try {
+    const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
+    const states = await Promise.all(buckets.map((bucket) => replicaState(kvm, bucket)));
+    return Object.fromEntries(buckets.map((bucket, i) => [bucket, states[i]!.line]));
+  } finally {
+    await nc.close();
+  }
+}
+
+interface ReplicaState {
+  readonly line: string;
+  /** The largest lag of a follower (Infinity: no leader, or one offline). */
+  readonly lag: number;
+}
+
+async function replicaState(kvm: Kvm, bucket: string): Promise<ReplicaState> {
+  const cluster = await (await kvm.open(bucket))
+    .status()
+    .then((s) => s.streamInfo.cluster)
+    .catch(() => undefined);
+  if (!cluster?.leader) return { line: "no leader", lag: Number.POSITIVE_INFINITY };
+  const replicas = cluster.replicas ?? [];
+  const peers = replicas.map((r) => (r.offline ? `${r.name}!` : r.current ? r.name : `${r.name}~${r.lag ?? "?"}`));
+  const lag = Math.max(
+    0,
+    ...replicas.map((r) =>
+      r.offline ? Number.POSITIVE_INFINITY : r.current ? 0 : (r.lag ?? Number.POSITIVE_INFINITY),
+    ),
+  );
+  return { line: [`${cluster.leader}*`, ...peers].join(" "), lag };
+}
+
+/**
+ * Waits until every bucket has a leader and each of its other replicas is online and at most
+ * `inFlight` entries behind it (the writes a steady load can have under way at once; a node
+ * catching up after a cut or a restart is thousands behind): a node that rejoined is a whole
+ * peer again, so losing another one next is a single fault, not a second. Resolves to the ms
+ * it waited.
+ */
+export async function replicasCurrent(
+  servers: string,
+  buckets: readonly string[],
+  options: { credentials?: NatsCredentials; inFlight?: number; timeoutMs?: number } = {},
+): Promise<number> {
+  const { credentials, inFlight = 0, timeoutMs = 60_000 } = options;
+  const started = Date.now();
+  const nc = await connect({ servers: servers.split(","), name: "cluster:replicas", ...authOptions(credentials) });
+  try {
+    const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
+    for (;;) {
+      const states = await Promise.all(buckets.map((bucket) => replicaState(kvm, bucket)));
+      if (states.every((s) => s.lag <= inFlight)) return Date.now() - started;
+      if (Date.now() - started > timeoutMs)
+        throw new Error(
+          `replicas not caught up ${timeoutMs} ms on: ${buckets.map((b, i) => `${b}: ${states[i]!.line}`).join("; ")}`,
+        );
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    await nc.close();
+  }
+}
+
 /** The server name of a KV bucket's stream leader (to kill the node that hurts most). */
 export async function bucketLeader(
   servers: string,
