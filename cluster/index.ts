@@ -15,7 +15,6 @@ export {
   bucketLeader,
   clusterConfig,
   leadersBack,
-  replicaStates,
   replicasCurrent,
   startNatsCluster,
   waitForJetStream,

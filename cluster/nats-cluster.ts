@@ -254,40 +254,22 @@ export async function waitForJetStream(servers: string, options: JetStreamWaitOp
 
 /** The server name of a bucket's stream leader; undefined while it has none. */
 async function leaderOf(kvm: Kvm, bucket: string): Promise<string | undefined> {
-  return (await (await kvm.open(bucket)).status()).streamInfo.cluster?.leader;
+  return (await clusterOf(kvm, bucket))?.leader;
+}
+
+/** A bucket's stream's cluster info (its leader and replicas), as the leader answers it. */
+async function clusterOf(kvm: Kvm, bucket: string) {
+  return (await (await kvm.open(bucket)).status()).streamInfo.cluster;
 }
 
 /**
- * Each bucket's replicas as its stream leader reports them, `leader` first, then every peer as
- * `name` (current), `name~lag` (behind by that many entries) or `name!` (offline), or
- * `no leader`: one line for a test's report.
+ * A bucket's replicas as its stream leader reports them, for a test's report: the leader
+ * (`name*`), then each peer as `name` (current), `name~lag` (that many entries behind) or
+ * `name!` (offline); or `no leader`. `lag` is the largest follower's (Infinity: no leader, or
+ * one offline).
  */
-export async function replicaStates(
-  servers: string,
-  buckets: readonly string[],
-  credentials?: NatsCredentials,
-): Promise<Record<string, string>> {
-  const nc = await connect({ servers: servers.split(","), name: "cluster:replicas", ...authOptions(credentials) });
-  try {
-    const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
-    const states = await Promise.all(buckets.map((bucket) => replicaState(kvm, bucket)));
-    return Object.fromEntries(buckets.map((bucket, i) => [bucket, states[i]!.line]));
-  } finally {
-    await nc.close();
-  }
-}
-
-interface ReplicaState {
-  readonly line: string;
-  /** The largest lag of a follower (Infinity: no leader, or one offline). */
-  readonly lag: number;
-}
-
-async function replicaState(kvm: Kvm, bucket: string): Promise<ReplicaState> {
-  const cluster = await (await kvm.open(bucket))
-    .status()
-    .then((s) => s.streamInfo.cluster)
-    .catch(() => undefined);
+async function replicaState(kvm: Kvm, bucket: string): Promise<{ line: string; lag: number }> {
+  const cluster = await clusterOf(kvm, bucket).catch(() => undefined);
   if (!cluster?.leader) return { line: "no leader", lag: Number.POSITIVE_INFINITY };
   const replicas = cluster.replicas ?? [];
   const peers = replicas.map((r) => (r.offline ? `${r.name}!` : r.current ? r.name : `${r.name}~${r.lag ?? "?"}`));
@@ -305,25 +287,26 @@ async function replicaState(kvm: Kvm, bucket: string): Promise<ReplicaState> {
  * `inFlight` entries behind it (the writes a steady load can have under way at once; a node
  * catching up after a cut or a restart is thousands behind): a node that rejoined is a whole
  * peer again, so losing another one next is a single fault, not a second. Resolves to the ms
- * it waited.
+ * it waited and each bucket's replicas as first seen (`replicaState`'s line).
  */
 export async function replicasCurrent(
   servers: string,
   buckets: readonly string[],
   options: { credentials?: NatsCredentials; inFlight?: number; timeoutMs?: number } = {},
-): Promise<number> {
+): Promise<{ waitedMs: number; first: Record<string, string> }> {
   const { credentials, inFlight = 0, timeoutMs = 60_000 } = options;
   const started = Date.now();
   const nc = await connect({ servers: servers.split(","), name: "cluster:replicas", ...authOptions(credentials) });
   try {
     const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
+    const lines = (states: { line: string }[]) => Object.fromEntries(buckets.map((b, i) => [b, states[i]!.line]));
+    let first: Record<string, string> | undefined;
     for (;;) {
       const states = await Promise.all(buckets.map((bucket) => replicaState(kvm, bucket)));
-      if (states.every((s) => s.lag <= inFlight)) return Date.now() - started;
+      first ??= lines(states);
+      if (states.every((s) => s.lag <= inFlight)) return { waitedMs: Date.now() - started, first };
       if (Date.now() - started > timeoutMs)
-        throw new Error(
-          `replicas not caught up ${timeoutMs} ms on: ${buckets.map((b, i) => `${b}: ${states[i]!.line}`).join("; ")}`,
-        );
+        throw new Error(`replicas not caught up ${timeoutMs} ms on: ${JSON.stringify(lines(states))}`);
       await new Promise((r) => setTimeout(r, 100));
     }
   } finally {

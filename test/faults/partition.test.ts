@@ -16,7 +16,6 @@ import { httpClient } from "../../client/index.ts";
 import {
   bucketLeader,
   leadersBack,
-  replicaStates,
   replicasCurrent,
   startCluster,
   startRole,
@@ -158,13 +157,12 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     // one request at a time, of at most two writes (a fence and a record), and each actor
     // process renews its leases.
     const inFlight = 2 * (names.length + urls.length) + cluster.services.length + extraActors.length;
-    const before = await replicaStates(cluster.nats.url, loadBuckets, cluster.credentials.gateway);
-    const wholeMs = await replicasCurrent(cluster.nats.url, loadBuckets, {
+    const replicas = await replicasCurrent(cluster.nats.url, loadBuckets, {
       credentials: cluster.credentials.gateway,
       inFlight,
     });
     say(
-      `${label}: every replica caught up ${wholeMs} ms after the round began (${Object.entries(before)
+      `${label}: every replica caught up ${replicas.waitedMs} ms after the round began (${Object.entries(replicas.first)
         .map(([b, line]) => `${b}: ${line}`)
         .join("; ")})`,
     );
