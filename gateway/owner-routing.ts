@@ -4,9 +4,10 @@
 // shared subject. An owner is looked up once per key (again after 5 s) and forgotten as soon
 // as it does not answer a request. A request the
 // owner leaves unanswered is hedged: sent on, naming the silent owner, to a process known to
-// answer, else through the shared subject (whose queue group still includes the silent process,
-// hence short attempts there); the process that will take the name over holds it until its
-// claim (the lease's compare-and-set fences out the old owner) and answers it, within the budget.
+// answer, else through the shared subject (whose queue group still includes the silent process),
+// in short attempts, since either may be silent too; the process that will take the name over
+// says so, then holds the request until its claim (the lease's compare-and-set fences out the
+// old owner) and answers it, within the budget.
 import { performance } from "node:perf_hooks";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
@@ -52,8 +53,9 @@ const DIRECT_ATTEMPT_MS = 500;
 // An owner that failed a direct request is not tried directly again for this long.
 const SUSPECT_MS = 3_000;
 const OWNER_TTL_MS = 5_000;
-// A hedge through the shared subject: a live actor answers or names the taker in milliseconds.
-const SHARED_ATTEMPT_MS = 500;
+// A hedge's attempt before a taker is known (at a process that answered lately, or through the
+// shared subject): a live actor answers or names the taker in milliseconds.
+const HEDGE_ATTEMPT_MS = 500;
 
 export function ownerRouting(
   nats: NatsHandle,
@@ -132,8 +134,10 @@ export function ownerRouting(
   }
 
   /**
-   * The silent owner's request, sent on to `target` (a process that answered lately) with the
-   * time left, which it may spend waiting for the takeover; else through the shared subject.
+   * The silent owner's request, sent on: first to a process that answered lately, else through
+   * the shared subject, each for a short attempt (it may be silent too); the process a
+   * `TakeoverPending` answer names as the name's next holder then gets the time left, which it
+   * may spend waiting for its claim.
    */
   async function hedge(
     op: Operation,
@@ -144,21 +148,25 @@ export function ownerRouting(
     left: () => number,
   ) {
     let target = someAnswering(silent);
+    let taking = false;
     while (left() > 1) {
-      const budget = Math.floor(target ? left() : Math.min(left(), SHARED_ATTEMPT_MS));
+      const budget = Math.floor(taking ? left() : Math.min(left(), HEDGE_ATTEMPT_MS));
       const hedged = { ...headers, [SUSPECT_HEADER]: silent, [BUDGET_HEADER]: String(budget) };
       const reply = target
         ? await attempt(target, op, input, body, hedged, budget)
         : await send(requestSubject(op, input, prefix), body, hedged, budget);
       if (!reply) {
-        target = undefined; // silent too, or the shared subject reached the silent owner: again
+        // Silent too, or the shared subject reached a silent process: again, elsewhere.
+        target = undefined;
+        taking = false;
         continue;
       }
       const next = taker(reply);
       if (next === undefined) return reply;
-      if (next === target) return undefined; // the takeover comes after the time left
+      if (next === target && taking) return undefined; // the takeover comes after the time left
       answering.set(next, true);
       target = next;
+      taking = true;
     }
     return undefined;
   }

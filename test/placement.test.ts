@@ -109,6 +109,24 @@ function firstCreateHeld(first: () => Promise<void>) {
   return { written, stores };
 }
 
+/** A task API gateway on the test's client connection (closed at the end), as its HTTP client. */
+async function taskGateway() {
+  const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
+  const port = await gateways.task.listen(0, "127.0.0.1");
+  defer(() => gateways.task.close());
+  return httpClient(taskApi, `http://127.0.0.1:${port}`);
+}
+
+/** A task created in a new name `<prefix>-<i>` that was placed on `owner` (wherever a first request lands). */
+async function nameOn(api: Awaited<ReturnType<typeof taskGateway>>, owner: string, prefix: string) {
+  for (let i = 0; i < 50; i++) {
+    const name = `${prefix}-${i}`;
+    const created = await api.createTaskDO({ title: "elsewhere", name });
+    if (startsOf(name).at(-1)?.owner === owner) return { name, id: created.id };
+  }
+  assert.fail(`no name was placed on ${owner}`);
+}
+
 const startsOf = (name: string) => events.filter((e) => e.name === name && e.event === "start");
 
 before(async () => {
@@ -331,10 +349,7 @@ describe("placement", () => {
 
   it("placement - a gateway sends a name's requests straight to its owner, and past a silent one", async () => {
     const a = await actorProcess("gw-a");
-    const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
-    const port = await gateways.task.listen(0, "127.0.0.1");
-    defer(() => gateways.task.close());
-    const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
+    const api = await taskGateway();
     const names = Array.from({ length: 8 }, (_, i) => `gw-${i}`);
     // The first four are placed on `a` (alone then); the rest wherever their first request lands.
     const first = await Promise.all(names.slice(0, 4).map((name) => api.createTaskDO({ title: "first", name })));
@@ -380,10 +395,7 @@ describe("placement", () => {
       defer(() => release());
       const { written, stores } = firstCreateHeld(() => hung);
       const owner = await actorProcess(`unanswered-${known}`, { stores });
-      const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
-      const port = await gateways.task.listen(0, "127.0.0.1");
-      defer(() => gateways.task.close());
-      const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
+      const api = await taskGateway();
       const name = `unanswered-${known}`;
       // Claimed by a create with a caller's key (fenced apart, not carried): the gateway then
       // knows the owner.
@@ -472,23 +484,15 @@ describe("placement", () => {
 
   it("placement - a request its frozen owner leaves unanswered is answered, in that one request, by the process taking the name over", async () => {
     const a = await actorProcess("frozen-a");
-    const gateways = createGateways({ nats: client, ...gatewayDispatch(recordStores(client.requester)) });
-    const port = await gateways.task.listen(0, "127.0.0.1");
-    defer(() => gateways.task.close());
-    const api = httpClient(taskApi, `http://127.0.0.1:${port}`);
+    const api = await taskGateway();
     const name = "frozen-name";
     const first = await api.createTaskDO({ title: "on a", name }); // placed on `a`, alone then
     const b = await actorProcess("frozen-b");
-    // A name placed on `b` (wherever a first request lands), then read straight from `b`: the
-    // gateway has seen `b` answer.
-    let onB: { name: string; id: string } | undefined;
-    for (let i = 0; !onB && i < 50; i++) {
-      const other = `frozen-other-${i}`;
-      const created = await api.createTaskDO({ title: "elsewhere", name: other });
-      if (startsOf(other).at(-1)?.owner === "frozen-b") onB = { name: other, id: created.id };
-    }
-    assert.ok(onB, "some name was placed on b");
-    await api.getTaskDO(onB);
+    // A name placed on `b`, then created in again, straight at `b`: the gateway has seen `b`
+    // answer, so the hedge goes there first (a short attempt, answered TakeoverPending), then
+    // with the time left.
+    const onB = await nameOn(api, "frozen-b", "frozen-other");
+    await api.createTaskDO({ title: "again on b", name: onB.name });
     // `a` freezes: its subjects stay subscribed (by a stand-in that never answers), its lease lapses.
     await a.handle.nc.drain().catch(() => undefined);
     const frozen = client.nc.subscribe(`taskobjects.owner.${nameToken("frozen-a")}.>`);
@@ -504,6 +508,38 @@ describe("placement", () => {
       overlaps(activationIntervals(events.filter((e) => e.name === name)), { "frozen-a": frozenAt }),
       [],
     );
+    await b.actors.close();
+  });
+
+  it("placement - a hedge that first reaches another silent process still finds the one taking the name over", async () => {
+    const a = await actorProcess("twice-a");
+    const api = await taskGateway();
+    const name = "twice-name";
+    const first = await api.createTaskDO({ title: "on a", name }); // placed on `a`, alone then
+    const c = await actorProcess("twice-c");
+    const onC = await nameOn(api, "twice-c", "twice-other");
+    // Sent again, each goes straight to its owner: the gateway has seen `a` and `c` answer, and
+    // no other process.
+    await api.createTaskDO({ title: "again on a", name });
+    await api.createTaskDO({ title: "again on c", name: onC.name });
+    const b = await actorProcess("twice-b");
+    // `a` and `c` freeze: their own subjects stay subscribed by stand-ins that never answer,
+    // and `a`'s lease lapses. The hedge of `a`'s request goes first to `c`, the one process
+    // the gateway saw answer.
+    const frozenAt = Date.now();
+    for (const p of [a, c]) {
+      await p.handle.nc.drain().catch(() => undefined);
+      const standIn = client.nc.subscribe(`taskobjects.owner.${nameToken(p.ownerId)}.>`);
+      defer(() => standIn.unsubscribe());
+    }
+    await client.nc.flush();
+    // One request, no retry, within the gateway's 5 s: `a` and `c` are each given a short
+    // attempt, then the shared subject reaches `b`, which takes the name over and answers.
+    const task = await api.createTaskDO({ title: "after a and c froze", name });
+    assert.equal(startsOf(name).at(-1)?.owner, "twice-b", "the name moved to b");
+    assert.deepEqual(await api.getTaskDO({ id: first.id, name }), first);
+    assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
+    assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name)), { "twice-a": frozenAt }), []);
     await b.actors.close();
   });
 });
