@@ -271,15 +271,17 @@ async function clusterOf(kvm: Kvm, bucket: string) {
 async function replicaState(kvm: Kvm, bucket: string): Promise<{ line: string; lag: number }> {
   const cluster = await clusterOf(kvm, bucket).catch(() => undefined);
   if (!cluster?.leader) return { line: "no leader", lag: Number.POSITIVE_INFINITY };
-  const replicas = cluster.replicas ?? [];
-  const peers = replicas.map((r) => (r.offline ? `${r.name}!` : r.current ? r.name : `${r.name}~${r.lag ?? "?"}`));
-  const lag = Math.max(
-    0,
-    ...replicas.map((r) =>
-      r.offline ? Number.POSITIVE_INFINITY : r.current ? 0 : (r.lag ?? Number.POSITIVE_INFINITY),
-    ),
+  const peers = (cluster.replicas ?? []).map((r) =>
+    r.offline
+      ? { label: `${r.name}!`, lag: Number.POSITIVE_INFINITY }
+      : r.current
+        ? { label: r.name, lag: 0 }
+        : { label: `${r.name}~${r.lag ?? "?"}`, lag: r.lag ?? Number.POSITIVE_INFINITY },
   );
-  return { line: [`${cluster.leader}*`, ...peers].join(" "), lag };
+  return {
+    line: [`${cluster.leader}*`, ...peers.map((p) => p.label)].join(" "),
+    lag: Math.max(0, ...peers.map((p) => p.lag)),
+  };
 }
 
 /**

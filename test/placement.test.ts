@@ -17,7 +17,7 @@ import {
   type NatsHandle,
   type RecordStores,
 } from "../platform/index.ts";
-import { nameToken, ownerSubject, taskApi } from "../schemas/index.ts";
+import { nameToken, ownerSubject, ownerSubjectRoot, taskApi } from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
@@ -125,6 +125,20 @@ async function nameOn(api: Awaited<ReturnType<typeof taskGateway>>, owner: strin
     if (startsOf(name).at(-1)?.owner === owner) return { name, id: created.id };
   }
   assert.fail(`no name was placed on ${owner}`);
+}
+
+/**
+ * `p` stops answering as a frozen process would: its connection drained (its leases left to
+ * lapse), its own subjects kept subscribed by a stand-in that never answers. Resolves to the
+ * time from which it writes nothing.
+ */
+async function freeze(p: ActorProcess): Promise<number> {
+  await p.handle.nc.drain().catch(() => undefined);
+  const root = ownerSubjectRoot("taskobjects", "byName", p.ownerId);
+  const standIn = client.nc.subscribe(`${root}.>`);
+  defer(() => standIn.unsubscribe());
+  await client.nc.flush();
+  return Date.now();
 }
 
 const startsOf = (name: string) => events.filter((e) => e.name === name && e.event === "start");
@@ -494,11 +508,7 @@ describe("placement", () => {
     const onB = await nameOn(api, "frozen-b", "frozen-other");
     await api.createTaskDO({ title: "again on b", name: onB.name });
     // `a` freezes: its subjects stay subscribed (by a stand-in that never answers), its lease lapses.
-    await a.handle.nc.drain().catch(() => undefined);
-    const frozen = client.nc.subscribe(`taskobjects.owner.${nameToken("frozen-a")}.>`);
-    defer(() => frozen.unsubscribe());
-    await client.nc.flush();
-    const frozenAt = Date.now();
+    const frozenAt = await freeze(a);
     // One request, no retry: the gateway's hedge waits at `b` for the takeover and is answered there.
     const task = await api.createTaskDO({ title: "after a froze", name });
     assert.equal(startsOf(name).at(-1)?.owner, "frozen-b", "the name moved to b");
@@ -526,13 +536,8 @@ describe("placement", () => {
     // `a` and `c` freeze: their own subjects stay subscribed by stand-ins that never answer,
     // and `a`'s lease lapses. The hedge of `a`'s request goes first to `c`, the one process
     // the gateway saw answer.
-    const frozenAt = Date.now();
-    for (const p of [a, c]) {
-      await p.handle.nc.drain().catch(() => undefined);
-      const standIn = client.nc.subscribe(`taskobjects.owner.${nameToken(p.ownerId)}.>`);
-      defer(() => standIn.unsubscribe());
-    }
-    await client.nc.flush();
+    const frozenAt = await freeze(a);
+    await freeze(c);
     // One request, no retry, within the gateway's 5 s: `a` and `c` are each given a short
     // attempt, then the shared subject reaches `b`, which takes the name over and answers.
     const task = await api.createTaskDO({ title: "after a and c froze", name });
