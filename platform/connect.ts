@@ -6,6 +6,7 @@ import {
   type ConnectionOptions,
   type NatsConnection,
 } from "@nats-io/transport-node";
+import { poolNatsEncoding } from "./nats-encoding.ts";
 import { BatchPublisher } from "./batch.ts";
 import { log } from "./log.ts";
 import type { NatsCredentials } from "./nats-auth.ts";
@@ -33,6 +34,7 @@ export interface NatsHandle {
 }
 
 export async function connectNats(options: ConnectOptions): Promise<NatsHandle> {
+  poolNatsEncoding();
   const nc = await connect({
     servers: options.servers
       .split(",")
