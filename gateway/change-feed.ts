@@ -8,7 +8,7 @@
 // bucket whose notices went missing, or that could not be checked so, is forgotten (its kept
 // answers dropped), and a kept answer is sent only while its bucket was confirmed within the bound
 // (`LocalReads.confirmed`): a write acknowledged anywhere is seen here within that bound.
-import { inTouch, recordChangesSubject, type NatsHandle, type StreamInfoReply } from "../platform/index.ts";
+import { inTouch, rawHeaders, recordChangesSubject, type NatsHandle, type StreamInfoReply } from "../platform/index.ts";
 import type { LocalReads } from "./local-reads.ts";
 
 export interface ChangeFeedOptions {
@@ -30,7 +30,7 @@ export function followChanges(nats: NatsHandle, prefix: string, reads: LocalRead
   nats.nc.subscribe(`${root}.>`, {
     callback: (err, msg) => {
       if (err) return;
-      const revision = Number(msg.headers?.get("Nats-Sequence"));
+      const revision = Number(rawHeaders(msg)?.get("Nats-Sequence"));
       if (!(revision > 0)) return;
       const record = msg.subject.slice(root.length + 1);
       const bucket = record.slice(0, record.indexOf("."));

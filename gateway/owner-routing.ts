@@ -11,7 +11,7 @@
 import { performance } from "node:perf_hooks";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
-import { injectTrace, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
+import { injectTrace, leanReply, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
 import {
   BUDGET_HEADER,
   ownerKey,
@@ -95,7 +95,7 @@ export function ownerRouting(
       for (const [k, v] of Object.entries(headers)) h.set(k, v);
       injectTrace(h);
       try {
-        return replyOf(await nats.requester.request(subject, body, timeoutMs, h));
+        return replyOf(leanReply(await nats.requester.request(subject, body, timeoutMs, h)));
       } catch {
         return undefined; // no responders (the process is gone), a timeout (paused) or a lost connection
       }

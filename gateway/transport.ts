@@ -1,6 +1,14 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
 import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
-import { injectTrace, isNoResponders, isTimeout, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
+import {
+  injectTrace,
+  isNoResponders,
+  isTimeout,
+  leanReply,
+  SpanKind,
+  traced,
+  type NatsHandle,
+} from "../platform/index.ts";
 import {
   GatewayTimeout,
   KEY_FRESH_HEADER,
@@ -68,6 +76,6 @@ async function send(nats: NatsHandle, subject: string, body: string, options: Fo
       // No responders for long, the connection lost while waiting, a publish refused.
       throw ServiceUnavailable.make({}, { cause: err });
     }
-    return replyOf(msg);
+    return replyOf(leanReply(msg));
   }
 }

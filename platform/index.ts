@@ -17,3 +17,4 @@ export * from "./metrics.ts";
 export * from "./instance-lock.ts";
 export * from "./version.ts";
 export * from "./tracing.ts";
+export * from "./raw-headers.ts";
