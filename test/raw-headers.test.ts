@@ -2,29 +2,40 @@
 // values nats.js decodes, on messages a real nats-server delivered, including the headers the
 // server adds (a KV write's change notice) and a status-only reply.
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
-import { headers, type Msg } from "@nats-io/transport-node";
+import { after, before, describe, it } from "node:test";
+import { headers, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import { jetstreamManager, StorageType } from "@nats-io/jetstream";
-import { connectNats, headerIn, leanReply, rawHeaders } from "../platform/index.ts";
+import { connectNats, headerIn, leanReply, rawHeaders, type NatsHandle } from "../platform/index.ts";
 import { replyOf } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats } from "./helpers/nats.ts";
 
-describe("raw headers", () => {
-  it("raw headers - every value nats.js decodes is read alike from the raw block, on real messages", async (t) => {
-    const defer = lifo((hook) => t.after(hook));
-    const nats = await testNats(defer);
-    const handle = await connectNats({ ...nats.login("admin"), name: "raw-headers-test" });
-    defer(() => handle.close());
-    const { nc } = handle;
-    const received: Msg[] = [];
-    let bothArrived!: () => void;
-    const arrived = new Promise<void>((resolve) => (bothArrived = resolve));
-    const sub = nc.subscribe("raw.>", {
+const defer = lifo(after);
+let handle: NatsHandle;
+
+before(async () => {
+  const nats = await testNats(defer);
+  handle = await connectNats({ ...nats.login("admin"), name: "raw-headers-test" });
+  defer(() => handle.close());
+});
+
+/** The next `count` messages on `subject`, once all have arrived (subscribed from now on). */
+function arriving(nc: NatsConnection, subject: string, count: number): Promise<Msg[]> {
+  const messages: Msg[] = [];
+  return new Promise((resolve) => {
+    nc.subscribe(subject, {
+      max: count,
       callback: (_err, msg) => {
-        if (received.push(msg) === 2) bothArrived();
+        if (messages.push(msg) === count) resolve(messages);
       },
     });
+  });
+}
+
+describe("raw headers", () => {
+  it("raw headers - every value nats.js decodes is read alike from the raw block, on real messages", async () => {
+    const { nc } = handle;
+    const arrived = arriving(nc, "raw.>", 2);
     const h = headers();
     h.set("Revision", "17");
     h.set("Record", "tasks.0b1c2d3e-aaaa-4bbb-8ccc-123456789abc");
@@ -34,10 +45,7 @@ describe("raw headers", () => {
     h.set("Unicode", "naïve ✓");
     nc.publish("raw.with", "body", { headers: h });
     nc.publish("raw.without", "body");
-    await nc.flush();
-    await arrived;
-    sub.unsubscribe();
-    const [withHeaders, withoutHeaders] = received;
+    const [withHeaders, withoutHeaders] = await arrived;
     assert.ok(withHeaders && withoutHeaders, "both messages arrived");
 
     const raw = rawHeaders(withHeaders)!;
@@ -68,11 +76,7 @@ describe("raw headers", () => {
     });
   });
 
-  it("raw headers - a change notice the server republishes and a no-responders status read as nats.js decodes them", async (t) => {
-    const defer = lifo((hook) => t.after(hook));
-    const nats = await testNats(defer);
-    const handle = await connectNats({ ...nats.login("admin"), name: "raw-headers-server-test" });
-    defer(() => handle.close());
+  it("raw headers - a change notice the server republishes and a no-responders status read as nats.js decodes them", async () => {
     const { nc } = handle;
     const stream = `RAW_HEADERS_${process.pid}`;
     const jsm = await jetstreamManager(nc);
@@ -84,15 +88,7 @@ describe("raw headers", () => {
     });
     defer(() => jsm.streams.delete(stream));
 
-    const notices: Msg[] = [];
-    let noticed!: () => void;
-    const allNoticed = new Promise<void>((resolve) => (noticed = resolve));
-    const feed = nc.subscribe(`rawchanged${process.pid}.>`, {
-      callback: (_err, msg) => {
-        if (notices.push(msg) === 2) noticed();
-      },
-    });
-    defer(() => feed.unsubscribe());
+    const noticed = arriving(nc, `rawchanged${process.pid}.>`, 2);
     await nc.flush();
     for (const key of ["a", "b"]) {
       const h = headers();
@@ -101,8 +97,7 @@ describe("raw headers", () => {
       const ack = await nc.request(`rawkv${process.pid}.${key}`, `{"key":"${key}"}`, { headers: h, timeout: 5_000 });
       assert.equal(ack.json<{ error?: unknown }>().error, undefined);
     }
-    await allNoticed;
-    for (const [i, notice] of notices.entries()) {
+    for (const [i, notice] of (await noticed).entries()) {
       const raw = rawHeaders(notice)!;
       assert.notEqual(raw, notice.headers, "read from the raw block");
       for (const name of [
@@ -119,12 +114,9 @@ describe("raw headers", () => {
 
     // Nobody subscribes: the server answers the inbox with a status line and no header.
     const inbox = `raw.inbox.${process.pid}`;
-    const status = new Promise<Msg>((resolve) => {
-      const sub = nc.subscribe(inbox, { max: 1, callback: (_err, msg) => resolve(msg) });
-      defer(() => sub.unsubscribe());
-    });
+    const status = arriving(nc, inbox, 1);
     nc.publish(`raw.nobody.${process.pid}`, "", { reply: inbox, headers: headers() });
-    const noResponders = await status;
+    const [noResponders] = await status;
     assert.equal(noResponders.headers?.code, 503, "the server's no-responders status");
     assert.deepEqual(replyOf(leanReply(noResponders)), replyOf(noResponders));
   });
