@@ -23,7 +23,7 @@ import {
   REVISION_HEADER,
   inputSchema,
   onOwner,
-  subjectValues,
+  subjectReader,
   subscriptionSubject,
   type InputOf,
   type Operation,
@@ -250,6 +250,7 @@ export function serveOperation<Op extends Operation>(
   options: ServeOptions,
 ): Subscription {
   const decode = compileDecoder<InputOf<Op>>(inputSchema(op));
+  const readSubject = subjectReader(op, options.prefix);
   const publisher = options.publisher;
   const stats = options.discovery?.service.addEndpoint(op, {
     name: options.discovery.name,
@@ -266,7 +267,7 @@ export function serveOperation<Op extends Operation>(
     let status = 200;
     let error: string | undefined;
     try {
-      const input = decode(requestInput(op, msg, options.prefix));
+      const input = decode(requestInput(readSubject, msg));
       const answered: { stored?: StoredAt } = {};
       const context: HandlerContext = {
         idempotencyKey: idempotencyKey(op, msg.headers),
@@ -303,8 +304,8 @@ export function serveOperation<Op extends Operation>(
 }
 
 /** The request body merged with the `{field}` values of the subject. */
-function requestInput(op: Operation, msg: Msg, prefix: string): unknown {
-  const fields = subjectValues(op, msg.subject, prefix);
+function requestInput(readSubject: (subject: string) => Record<string, string> | undefined, msg: Msg): unknown {
+  const fields = readSubject(msg.subject);
   if (!fields) throw decodeFailure([], "subject token is not base64url without padding");
   let body: unknown = {};
   if (msg.data.length > 0) {

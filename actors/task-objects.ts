@@ -284,7 +284,9 @@ export function taskObjectHandlers(
         (s) => s.title === task.title,
         (k, data) => fencedCreate(context.owner, k, data, context.keyFresh === true),
       );
-      keep(stored, context.owner);
+      // Not kept: most created records are never read at the owner (the gateways read storage),
+      // and keeping each one carried it into the old generation. Nothing kept goes stale: a
+      // create succeeds only for a key with no write before it, and answers a repeat as stored.
       answerStored(context, stored);
       return stored.value;
     },
