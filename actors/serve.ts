@@ -316,7 +316,9 @@ function requestInput(readSubject: (subject: string) => Record<string, string> |
     }
   }
   if (body === null || typeof body !== "object" || Array.isArray(body)) return body;
-  return { ...(body as object), ...fields };
+  // Into the parsed body, this request's own object: a spread of the two into a new one took
+  // V8's slow path (about 1 µs a request).
+  return Object.assign(body, fields);
 }
 
 /**

@@ -97,6 +97,16 @@ describe("task lists", () => {
     assert.equal((await fetch(url, { method: "DELETE" })).status, 404);
   });
 
+  it("task lists - over NATS the subject's name wins over a name in the body", async () => {
+    const created = await request(`taskobjects.${nameToken("subject-name")}.create`, { title: "t", name: "body-name" });
+    const task = created.body as Task;
+    assert.equal(created.code, "", JSON.stringify(created.body));
+    assert.equal((await getJson(`${svc.taskUrl}/do/${task.id}?name=subject-name`)).status, 200);
+    assert.equal((await getJson(`${svc.taskUrl}/do/${task.id}?name=body-name`)).status, 404);
+    const listed = await request(`taskobjects.${nameToken("subject-name")}.list`, { name: "body-name" });
+    assert.deepEqual(listed.body, { items: [task] });
+  });
+
   it("task lists - task-object update, delete and list over NATS, from the owner's memory", async () => {
     const token = nameToken("nats-writes");
     const task = (await request(`taskobjects.${token}.create`, { title: "n" })).body as Task;
