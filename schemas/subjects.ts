@@ -11,23 +11,15 @@ export function withPrefix(prefix: string, subject: string): string {
 
 /** The request subject of `op` for `input`; `{field}` tokens become base64url tokens. */
 export function requestSubject(op: Operation, input: Record<string, unknown>, prefix = ""): string {
-  const parts = subjectTemplate(op);
+  const { parts } = subjectPattern(op);
   let subject = parts[0]!;
   for (let i = 1; i < parts.length; i += 2) subject += nameToken(String(input[parts[i]!])) + parts[i + 1]!;
   return withPrefix(prefix, subject);
 }
 
-const templateCache = new WeakMap<Operation, string[]>();
-/** `op.subject` cut at its `{field}` tokens: literal text and field names in turn, literal first and last. */
-function subjectTemplate(op: Operation): string[] {
-  let parts = templateCache.get(op);
-  if (!parts) templateCache.set(op, (parts = op.subject.split(/\{(\w+)\}/)));
-  return parts;
-}
-
 /** The JSON request body of `op` for `input`: the input less the fields its subject carries. */
 export function requestBody(op: Operation, input: Record<string, unknown>): string {
-  const fields = subjectFields(op);
+  const { fields } = subjectPattern(op);
   if (fields.length === 0) return JSON.stringify(input);
   // A copy without them (not `delete`, which turns an object into a slow dictionary).
   const body: Record<string, unknown> = {};
@@ -35,12 +27,28 @@ export function requestBody(op: Operation, input: Record<string, unknown>): stri
   return JSON.stringify(body);
 }
 
-const fieldCache = new WeakMap<Operation, string[]>();
 /** Names of the `{field}` tokens in an operation's subject. */
 export function subjectFields(op: Operation): string[] {
-  let fields = fieldCache.get(op);
-  if (!fields) fieldCache.set(op, (fields = [...op.subject.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!)));
-  return fields;
+  return subjectPattern(op).fields;
+}
+
+interface SubjectPattern {
+  /** `op.subject` cut at its `{field}` tokens: literal text and field names in turn, literal first and last. */
+  readonly parts: string[];
+  /** The field names, in order (the odd `parts`). */
+  readonly fields: string[];
+}
+
+const patterns = new WeakMap<Operation, SubjectPattern>();
+/** `op.subject` parsed once per operation object. */
+function subjectPattern(op: Operation): SubjectPattern {
+  let pattern = patterns.get(op);
+  if (!pattern) {
+    const parts = op.subject.split(/\{(\w+)\}/);
+    pattern = { parts, fields: parts.filter((_, i) => i % 2 === 1) };
+    patterns.set(op, pattern);
+  }
+  return pattern;
 }
 
 /** The subscription subject of `op`: `{field}` tokens become `*`. */
