@@ -59,9 +59,20 @@ export async function freePort(): Promise<number> {
 }
 
 export async function startNatsServer(options: NatsServerOptions): Promise<NatsServer> {
+  if (options.port) return startOn(options, options.port);
+  // A port found free can be taken by another process before the server binds it: then another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOn(options, await freePort());
+    } catch (err) {
+      if (attempt === 3 || !(err as Error).message.includes("address already in use")) throw err;
+    }
+  }
+}
+
+async function startOn(options: NatsServerOptions, port: number): Promise<NatsServer> {
   const binary = options.binary ?? natsServerPath();
   const sync = parseNatsSync(options.sync ?? process.env.NATS_SYNC);
-  const port = options.port || (await freePort());
   await mkdir(options.storeDir, { recursive: true });
   const configPath = join(options.storeDir, "nats-server.conf");
   const config = [
