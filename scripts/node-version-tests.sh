@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 files=(
   # the instance runtime on the host's node: its flags, boot, permission model, randomness
+  # (the escapes with the permission model on; each wall alone, sandbox-escapes-wall-alone,
+  # is the Node 24 pass's: without the permission model the node flags in play are the same)
   test/sandbox-escapes.test.ts
   test/sandbox-provider.test.ts
   test/microvm-provider.test.ts
