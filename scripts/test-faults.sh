@@ -12,11 +12,11 @@ reporters=(
   --test-reporter=./test/helpers/failure-summary.mjs --test-reporter-destination=stdout
 )
 first=(test/faults/slow-clients.test.ts test/faults/shutdown.test.ts test/faults/microvm-launches.test.ts)
+for file in "${first[@]}"; do [ -f "$file" ] || { echo "scripts/test-faults.sh: $file does not exist" >&2; exit 1; }; done
 files=("${first[@]}")
 for file in test/faults/*.test.ts; do
   [[ " ${first[*]} " == *" $file "* ]] || files+=("$file")
 done
-for file in "${first[@]}"; do [ -f "$file" ] || { echo "scripts/test-faults.sh: $file does not exist" >&2; exit 1; }; done
 
 fuzz_log="$(mktemp)"
 trap 'rm -f "$fuzz_log"' EXIT
