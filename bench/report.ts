@@ -39,6 +39,11 @@ export interface SummaryRow {
   serviceCpuUsPerReq: number;
   /** nats-server CPU per completed request, in microseconds. */
   natsCpuUsPerReq: number;
+  /**
+   * The rest of the machine's busy CPU per completed request (the load generator, the bench
+   * and any other work), in microseconds.
+   */
+  otherCpuUsPerReq: number;
   failures: string[];
 }
 
@@ -76,10 +81,17 @@ export function summarize(rounds: RoundRecord[], names: string[], baselineName: 
       natsCpuS: med((m) => m.cpuSeconds.nats ?? 0),
       serviceCpuUsPerReq: med((m) => (m.requests ? ((m.cpuSeconds.service ?? 0) * 1e6) / m.requests : NaN)),
       natsCpuUsPerReq: med((m) => (m.requests ? ((m.cpuSeconds.nats ?? 0) * 1e6) / m.requests : NaN)),
+      otherCpuUsPerReq: med((m) => (m.requests ? (otherCpuSeconds(m) * 1e6) / m.requests : NaN)),
       failures: pairs.flatMap((p) => (p.m && "error" in p.m ? [p.m.error] : [])),
     };
   });
 }
+
+/** The machine's busy CPU seconds during the load beyond the service's and nats-server's; NaN unmeasured. */
+const otherCpuSeconds = (m: Measurement) =>
+  m.machineCpuSeconds === undefined
+    ? NaN
+    : Math.max(0, m.machineCpuSeconds - (m.cpuSeconds.service ?? 0) - (m.cpuSeconds.nats ?? 0));
 
 /** Service plus nats-server CPU seconds per completed request. */
 export const cpuPerRequest = (m: Measurement) => ((m.cpuSeconds.service ?? 0) + (m.cpuSeconds.nats ?? 0)) / m.requests;
@@ -103,6 +115,7 @@ const columns: [string, (row: SummaryRow) => string][] = [
   ["nats RSS MiB", (r) => fixed(0)(r.natsRssMiB)],
   ["svc CPU µs/req", (r) => fixed(0)(r.serviceCpuUsPerReq)],
   ["nats CPU µs/req", (r) => fixed(0)(r.natsCpuUsPerReq)],
+  ["other CPU µs/req", (r) => fixed(0)(r.otherCpuUsPerReq)],
 ];
 
 /** A Markdown table with aligned columns (numbers right-aligned). */

@@ -36,7 +36,11 @@ export interface ProcessUsage {
   cpuSeconds: Record<string, number>;
 }
 
-export type Measurement = LoadResult & ProcessUsage;
+export type Measurement = LoadResult &
+  ProcessUsage & {
+    /** The machine's busy CPU seconds (all cores, every process) while the load ran. */
+    machineCpuSeconds?: number;
+  };
 
 /** Pids by group; the groups the table reports are `service` and `nats`. */
 export type ProcessGroups = Record<string, number[]>;
