@@ -16,7 +16,7 @@ import {
   type PlacementConfig,
   type RoundRecord,
 } from "./placement-report.ts";
-import { machineCpu, sampleUsage } from "./proc.ts";
+import { sampleUsage } from "./proc.ts";
 import { pause } from "./stats.ts";
 import { saveResults } from "./results.ts";
 
@@ -140,9 +140,7 @@ async function measureRound(
     await pause(200);
     const sampler = sampleUsage(cluster.groups());
     const benchCpu = process.cpuUsage();
-    const machine = machineCpu();
     const result = await runTaskObjectLoad(cluster.client, { ...load, seconds: settings.seconds });
-    const machineCpuSeconds = machine.stop();
     const usage = sampler.stop();
     const benchCpuUs = process.cpuUsage(benchCpu);
     return {
@@ -154,7 +152,7 @@ async function measureRound(
       warmupErrors: warmup?.errors ?? {},
       load: result,
       cpuSeconds: { ...usage.cpuSeconds, bench: Math.round((benchCpuUs.user + benchCpuUs.system) / 1e4) / 100 },
-      machineCpuSeconds,
+      machineCpuSeconds: usage.machineCpuSeconds,
       rssMiB: usage.rssMiB,
       deaths: cluster.deaths(),
       warnings: cluster.warnings(),

@@ -51,9 +51,13 @@ export function currentRssMiB(groups: ProcessGroups): Record<string, number> {
   return Object.fromEntries(Object.entries(groups).map(([name, pids]) => [name, mib(sum(pids, rssKiB))]));
 }
 
-/** Starts sampling `groups`; `stop()` returns the peak RSS and the CPU used since the start. */
+/**
+ * Starts sampling `groups`; `stop()` returns the peak RSS and the CPU used since the start, and
+ * the machine's busy CPU over the same span.
+ */
 export function sampleUsage(groups: ProcessGroups, intervalMs = 100): { stop(): ProcessUsage } {
   const entries = Object.entries(groups);
+  const machine = machineCpu();
   const cpuStart = entries.map(([, pids]) => sum(pids, cpuTicks));
   const peakKiB = entries.map(([, pids]) => sum(pids, rssKiB));
   const sample = () => {
@@ -70,7 +74,7 @@ export function sampleUsage(groups: ProcessGroups, intervalMs = 100): { stop(): 
         rssMiB[name] = mib(peakKiB[i]!);
         cpuSeconds[name] = Math.round(((sum(pids, cpuTicks) - cpuStart[i]!) / clockTicks) * 100) / 100;
       });
-      return { rssMiB, cpuSeconds };
+      return { rssMiB, cpuSeconds, machineCpuSeconds: machine.stop() };
     },
   };
 }
@@ -136,7 +140,7 @@ function busySeconds(): number {
 }
 
 /** Starts counting; `stop()` returns the machine's busy CPU seconds since the start. */
-export function machineCpu(): { stop(): number } {
+function machineCpu(): { stop(): number } {
   const start = busySeconds();
   return { stop: () => Math.round((busySeconds() - start) * 100) / 100 };
 }

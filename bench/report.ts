@@ -87,11 +87,9 @@ export function summarize(rounds: RoundRecord[], names: string[], baselineName: 
   });
 }
 
-/** The machine's busy CPU seconds during the load beyond the service's and nats-server's; NaN unmeasured. */
+/** The machine's busy CPU seconds during the load beyond the service's and nats-server's. */
 const otherCpuSeconds = (m: Measurement) =>
-  m.machineCpuSeconds === undefined
-    ? NaN
-    : Math.max(0, m.machineCpuSeconds - (m.cpuSeconds.service ?? 0) - (m.cpuSeconds.nats ?? 0));
+  Math.max(0, m.machineCpuSeconds - (m.cpuSeconds.service ?? 0) - (m.cpuSeconds.nats ?? 0));
 
 /** Service plus nats-server CPU seconds per completed request. */
 export const cpuPerRequest = (m: Measurement) => ((m.cpuSeconds.service ?? 0) + (m.cpuSeconds.nats ?? 0)) / m.requests;

@@ -6,7 +6,7 @@ import type { Environment } from "./environment.ts";
 import { roundOrder, withCompared, type ComparedServer } from "./compared.ts";
 import { UsageError, type BenchOptions } from "./options.ts";
 import { progressLine, summarize, type Outcome, type RoundRecord, type SummaryRow } from "./report.ts";
-import { machineCpu, sampleUsage } from "./proc.ts";
+import { sampleUsage } from "./proc.ts";
 import { createSeeds, waitForService } from "./seed.ts";
 import { pause } from "./stats.ts";
 import type { LoadSettings, ProcessGroups } from "./types.ts";
@@ -20,11 +20,9 @@ export interface RoundsOutcome {
 /** One measured load: the runner's result plus the peak RSS and CPU of `groups` meanwhile; a failure becomes `{ error }`. */
 export async function measure(run: Runner, groups: ProcessGroups, settings: LoadSettings): Promise<Outcome> {
   const sampler = sampleUsage(groups);
-  const machine = machineCpu();
   try {
     const result = await run(settings);
-    const usage = sampler.stop();
-    return { ...result, ...usage, machineCpuSeconds: machine.stop() };
+    return { ...result, ...sampler.stop() };
   } catch (err) {
     sampler.stop();
     return { error: (err as Error)?.message ?? String(err) };

@@ -34,13 +34,11 @@ export interface LoadResult {
 export interface ProcessUsage {
   rssMiB: Record<string, number>;
   cpuSeconds: Record<string, number>;
+  /** The machine's busy CPU seconds (all cores, every process) over the same span; NaN without /proc. */
+  machineCpuSeconds: number;
 }
 
-export type Measurement = LoadResult &
-  ProcessUsage & {
-    /** The machine's busy CPU seconds (all cores, every process) while the load ran. */
-    machineCpuSeconds?: number;
-  };
+export type Measurement = LoadResult & ProcessUsage;
 
 /** Pids by group; the groups the table reports are `service` and `nats`. */
 export type ProcessGroups = Record<string, number[]>;

@@ -123,6 +123,7 @@ describe("bench twin rows", () => {
     errorSamples: [],
     rssMiB: {},
     cpuSeconds: { service: cpuSeconds, nats: 0 },
+    machineCpuSeconds: cpuSeconds,
   });
 
   it("bench twin rows - each pair is compared within its round, so drift between rounds cancels", () => {
