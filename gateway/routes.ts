@@ -27,6 +27,7 @@ import type { LocalReads } from "./local-reads.ts";
 import type { OwnerRouting } from "./owner-routing.ts";
 import { principalOfRequest } from "./api-keys.ts";
 import { readJsonBody } from "./body.ts";
+import { parseUrl } from "./query.ts";
 import { requestId } from "./request-id.ts";
 import { sendError, sendJson, sendNoContent, setRetryAfter } from "./respond.ts";
 import { follow } from "./follow.ts";
@@ -58,6 +59,7 @@ export function buildRouter(operations: readonly Operation[], options: RouteOpti
       sendError(res, RouteNotFound.make({ message: `no route for ${req.method} ${pathOf(req)}` })),
     onError: (err: unknown, _req: IncomingMessage, res: ServerResponse) => sendError(res, err),
   });
+  app.parse = parseUrl;
   for (const op of operations) {
     app.add(op.http.method, op.http.path, operationRoute(op, options));
   }
