@@ -1,7 +1,7 @@
 // Records in a KV bucket through the lean requester: direct gets, create-only writes and
 // revision-checked deletes, speaking the KV wire format (`$KV.<bucket>.<key>` in stream
 // `KV_<bucket>`), so any KV client sees the same data.
-import { headers, type Msg } from "@nats-io/transport-node";
+import { headers, type Msg, type MsgHdrs } from "@nats-io/transport-node";
 import { NoRespondersError, type Requester } from "./requester.ts";
 
 /** Outcome of a create: written (at this revision), or the key held a record already. */
@@ -264,12 +264,29 @@ export function inTouch(info: StreamInfoReply): boolean {
   return (1 + heard.length) * 2 > peers.length + 1;
 }
 
+/** Fence headers kept per key (see `recordStore`'s `fenceHeaders`). */
+const MAX_FENCE_HEADERS = 10_000;
+
 export function recordStore(requester: Requester, bucket: string, options: RecordStoreOptions = {}): RecordStore {
   const timeout = options.timeoutMs ?? 5_000;
   const stream = `KV_${bucket}`;
   const subjectOf = (key: string) => `$KV.${bucket}.${key}`;
   const createHeaders = headers();
   createHeaders.set("Nats-Expected-Last-Subject-Sequence", "0");
+  // A fence's headers change only when its key is written (a lease renewal, seconds apart):
+  // made once per key and revision, as `createHeaders` is once, not per write.
+  const fences = new Map<string, { readonly revision: number; readonly headers: MsgHdrs }>();
+  const fenceHeaders = (fence: Fence): MsgHdrs => {
+    const made = fences.get(fence.key);
+    if (made?.revision === fence.revision) return made.headers;
+    const h = headers();
+    h.set("Nats-Expected-Last-Subject-Sequence", String(fence.revision));
+    h.set("Nats-Expected-Last-Subject-Sequence-Subject", subjectOf(fence.key));
+    // Bounded: at most the names written to lately (an owner's leases), cleared past that.
+    if (fences.size >= MAX_FENCE_HEADERS) fences.clear();
+    fences.set(fence.key, { revision: fence.revision, headers: h });
+    return h;
+  };
   const directGet = directGets(requester, stream, timeout);
 
   // A leader cut off from its peers answers as leader until it notices (10-20 s), while the
@@ -325,10 +342,7 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ?? "exists";
     },
     async createFenced(key, data, fence) {
-      const h = headers();
-      h.set("Nats-Expected-Last-Subject-Sequence", String(fence.revision));
-      h.set("Nats-Expected-Last-Subject-Sequence-Subject", subjectOf(fence.key));
-      return stored(await requester.request(subjectOf(key), data, timeout, h)) ?? "refused";
+      return stored(await requester.request(subjectOf(key), data, timeout, fenceHeaders(fence))) ?? "refused";
     },
     async update(key, data, revision, writeId) {
       const ack = await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId));
