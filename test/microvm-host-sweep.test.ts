@@ -3,7 +3,8 @@
 // it): on cgroup v1 nothing of those can end, not even on SIGKILL, until thawed. The next host
 // to start on the machine, whatever its key, sweeps it: once that start has returned, no
 // process, cgroup, run directory or lock of the killed host is left. A live host's are never
-// touched, whatever its lock file says. Once per isolating provider (bubblewrap, gVisor), each
+// touched, whatever its lock file says; a host started again with the dead one's key kills its
+// leftovers itself (reclaim). Once per isolating provider (bubblewrap, gVisor), each
 // host a real child process; the hosts of a test share a run directory of their own, so that
 // hosts of other test files (which sweep too) neither see nor disturb them.
 import { after, describe, test, type TestContext } from "node:test";
@@ -72,15 +73,19 @@ function sweepSuite(wall: ProviderKind): void {
       return host;
     }
 
-    test(`microvm host sweep - ${wall.name} - nothing of a host SIGKILLed with frozen groups is left once the next host has started`, async (t) => {
-      const killed = await hostOptions("killed");
-      const host = await frozenHost(t, killed);
-      const warm = cgroupsLeftOfHostKey(killed.hostKey)
+    /** Freezes the host's wall booted ahead, as a host killed in the middle of its group kill leaves it. */
+    function freezeWarmWall(hostKey: string): void {
+      const warm = cgroupsLeftOfHostKey(hostKey)
         .map((dir) => dir.split("/").pop()!)
         .find((name) => name.startsWith(WARM_PREFIX));
       assert.ok(warm, "the host has a wall booted ahead");
-      // As a host killed in the middle of its group kill leaves it (frozen, then SIGKILLed).
-      freezeGroup(killed.hostKey, warm);
+      freezeGroup(hostKey, warm);
+    }
+
+    test(`microvm host sweep - ${wall.name} - nothing of a host SIGKILLed with frozen groups is left once the next host has started`, async (t) => {
+      const killed = await hostOptions("killed");
+      const host = await frozenHost(t, killed);
+      freezeWarmWall(killed.hostKey);
       const members = hostKeyMembers(killed.hostKey);
       assert.ok(members.size >= 2, `the killed host's groups hold its instance and warm wall: ${members.size}`);
       host.kill("SIGKILL");
@@ -142,6 +147,27 @@ function sweepSuite(wall: ProviderKind): void {
         [],
       );
       assert.deepEqual(kept, { processes: members.size, cgroups: true, runDir: true, lock: true });
+    });
+
+    test(`microvm host sweep - ${wall.name} - a host started again with its own key kills its frozen leftovers itself`, async (t) => {
+      const killed = await hostOptions("again");
+      const host = await frozenHost(t, killed);
+      freezeWarmWall(killed.hostKey);
+      const members = hostKeyMembers(killed.hostKey);
+      host.kill("SIGKILL");
+      await once(host, "exit");
+      // Its own key is claimed, not swept: its reclaim kills them (what reconcile reports as killed).
+      const again = await wall.create({ ...killed, workDir: `${killed.workDir}-again`, warmInstances: 0 });
+      const reclaimed = await again.reclaim().finally(() => again.close());
+      const left = cgroupsLeftOfHostKey(killed.hostKey);
+      await clearHostKey(killed.hostKey);
+
+      assert.deepEqual(left, [], "cgroups of the killed run are left");
+      assert.deepEqual(
+        reclaimed.flatMap((instance) => instance.pids).sort((a, b) => a - b),
+        [...members.keys()].sort((a, b) => a - b),
+        "reclaim reports every process it killed",
+      );
     });
   });
 }
