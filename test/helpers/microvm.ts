@@ -2,7 +2,7 @@
 // microVM API gateway on port 0, and typed clients over both transports. Plus the checks
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync, rmdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -261,6 +261,57 @@ async function rmdirOnceEmpty(dir: string): Promise<void> {
   };
   // Past the bound, the last attempt's error (EBUSY: a process is left) fails the test.
   if (!(await pollUntil(removed, 5_000))) rmdirSync(dir);
+}
+
+/** Every live process in the groups of a provider created with this `hostKey`: pid → start time. */
+export function hostKeyMembers(hostKey: string): Map<number, number> {
+  const members = new Map<number, number>();
+  for (const { dir, groups } of hostGroupDirs(hostKey))
+    for (const group of groups) {
+      for (const pid of procsOf(join(dir, group))) {
+        const stat = readProcStat(pid);
+        if (stat && stat.state !== "Z") members.set(pid, stat.startTime);
+      }
+    }
+  return members;
+}
+
+/** Freezes the group `group` of `hostKey` (cgroup v1's freezer or v2's `cgroup.freeze`). */
+export function freezeGroup(hostKey: string, group: string): void {
+  if (cgroupV2()) writeFileSync(join(hostCgroupDir("/sys/fs/cgroup", hostKey), group, "cgroup.freeze"), "1");
+  else writeFileSync(join(hostCgroupDir("/sys/fs/cgroup/freezer", hostKey), group, "freezer.state"), "FROZEN");
+}
+
+/**
+ * Removes whatever a provider created with this `hostKey` left, however it was left: each group
+ * thawed and its processes SIGKILLed (the kernel's lists), then every group and the host's own
+ * removed. A test's cleanup, run before its assertions, so that a failed one leaves nothing.
+ */
+export async function clearHostKey(hostKey: string): Promise<void> {
+  const places = hostGroupDirs(hostKey);
+  const groupDirs = places.flatMap(({ dir, groups }) => groups.map((group) => join(dir, group)));
+  for (const dir of groupDirs) {
+    const thaw = cgroupV2() ? ["cgroup.freeze", "0"] : ["freezer.state", "THAWED"];
+    if (existsSync(join(dir, thaw[0]!))) writeFileSync(join(dir, thaw[0]!), thaw[1]!);
+  }
+  const killAll = () => {
+    for (const pid of groupDirs.flatMap(procsOf)) if (pid > 1 && pid !== process.pid) kill(pid);
+    return groupDirs.every((dir) => procsOf(dir).length === 0);
+  };
+  await pollUntil(killAll, 10_000);
+  for (const dir of groupDirs) await rmdirOnceEmpty(dir);
+  for (const { dir } of places) await rmdirOnceEmpty(dir);
+}
+
+const procsOf = (groupDir: string): number[] =>
+  (readText(join(groupDir, "cgroup.procs")) ?? "").split("\n").filter(Boolean).map(Number);
+
+function kill(pid: number): void {
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // Gone meanwhile.
+  }
 }
 
 /**

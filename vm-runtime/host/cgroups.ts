@@ -39,20 +39,26 @@ export interface InstanceCgroup {
   remove(): Promise<void>;
 }
 
-/** The groups of one host. */
-export interface HostCgroups {
+/** The groups of one host as they are: what a host that is gone left (`existingHostCgroups`). */
+export interface HostGroups {
   readonly version: 1 | 2;
-  /** Makes an instance group with `limits`. */
-  create(name: string, limits: CgroupLimits): Promise<InstanceCgroup>;
   /** The instance groups that exist now (e.g. left by an earlier run of this host). */
   existing(): InstanceCgroup[];
-  /** Renames a group, its processes staying in it (a warm wall named after its instance). */
-  rename(group: InstanceCgroup, name: string): Promise<InstanceCgroup>;
   /** Removes the host's own group once it holds no instance group (best effort). */
   remove(): Promise<void>;
 }
 
+/** The groups of one host. */
+export interface HostCgroups extends HostGroups {
+  /** Makes an instance group with `limits`. */
+  create(name: string, limits: CgroupLimits): Promise<InstanceCgroup>;
+  /** Renames a group, its processes staying in it (a warm wall named after its instance). */
+  rename(group: InstanceCgroup, name: string): Promise<InstanceCgroup>;
+}
+
 const ROOT = "/sys/fs/cgroup";
+/** Where host groups go in each hierarchy by default. */
+export const DEFAULT_CGROUP_PARENT = "typed-service-microvms";
 /** The v1 hierarchies an instance group has a directory in. */
 export const V1_CONTROLLERS = ["memory", "cpu", "pids", "freezer"] as const;
 const CPU_PERIOD_US = 100_000;
@@ -81,23 +87,55 @@ export interface HostLimits {
 export async function openHostCgroups(hostKey: string, limits: HostLimits, root = ROOT): Promise<HostCgroups> {
   const version = cgroupVersion(root);
   if (version === undefined) throw new Error(`no usable cgroup hierarchy under ${root}`);
-  if (!/^[A-Za-z0-9._-]+$/.test(hostKey)) throw new Error(`unusable cgroup name ${JSON.stringify(hostKey)}`);
-  const parent = limits.parent ?? "typed-service-microvms";
+  const parent = limits.parent ?? DEFAULT_CGROUP_PARENT;
+  checkNames(hostKey, parent);
   return version === 2
     ? openV2(join(root, parent, hostKey), join(root, parent), limits)
     : openV1(root, join(parent, hostKey), limits);
 }
 
+/**
+ * The groups `openHostCgroups` made for `hostKey` under `parent`, as they are (nothing is made
+ * or limited): undefined when there are none. For reclaiming what a host that is gone left.
+ */
+export async function existingHostCgroups(
+  hostKey: string,
+  parent = DEFAULT_CGROUP_PARENT,
+  root = ROOT,
+): Promise<HostGroups | undefined> {
+  const version = cgroupVersion(root);
+  if (version === undefined) return undefined;
+  checkNames(hostKey, parent);
+  if (version === 2) {
+    const hostDir = join(root, parent, hostKey);
+    return existsSync(hostDir) ? openV2(hostDir, join(root, parent)) : undefined;
+  }
+  const hostPath = join(parent, hostKey);
+  const exists = V1_CONTROLLERS.some((controller) => existsSync(join(root, controller, hostPath)));
+  return exists ? openV1(root, hostPath) : undefined;
+}
+
+/** A host key is one name; a parent is names joined by `/` (never `.` or `..`). */
+function checkNames(hostKey: string, parent: string): void {
+  const name = /^(?!\.\.?$)[A-Za-z0-9._-]+$/;
+  if (!name.test(hostKey)) throw new Error(`unusable cgroup name ${JSON.stringify(hostKey)}`);
+  if (!parent.split("/").every((part) => name.test(part)))
+    throw new Error(`unusable cgroup parent ${JSON.stringify(parent)}`);
+}
+
 const quotaUs = (cpus: number) => Math.max(1_000, Math.round(cpus * CPU_PERIOD_US));
 
-async function openV1(root: string, hostPath: string, limits: HostLimits): Promise<HostCgroups> {
+/** The host group of `hostPath` in every hierarchy, made and limited first unless `limits` is undefined. */
+async function openV1(root: string, hostPath: string, limits?: HostLimits): Promise<HostCgroups> {
   const dirs = (name: string) => V1_CONTROLLERS.map((controller) => join(root, controller, hostPath, name));
-  await Promise.all(V1_CONTROLLERS.map((controller) => mkdir(join(root, controller, hostPath), { recursive: true })));
-  await writeFile(join(root, "cpu", hostPath, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
-  await writeFile(join(root, "cpu", hostPath, "cpu.cfs_quota_us"), String(quotaUs(limits.cpus)));
-  // A v1 parent's limit covers its children only with use_hierarchy (always on since Linux 5.x; set where it is not).
-  await writeFile(join(root, "memory", hostPath, "memory.use_hierarchy"), "1").catch(() => undefined);
-  await writeFile(join(root, "memory", hostPath, "memory.limit_in_bytes"), String(limits.memoryBytes));
+  if (limits) {
+    await Promise.all(V1_CONTROLLERS.map((controller) => mkdir(join(root, controller, hostPath), { recursive: true })));
+    await writeFile(join(root, "cpu", hostPath, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
+    await writeFile(join(root, "cpu", hostPath, "cpu.cfs_quota_us"), String(quotaUs(limits.cpus)));
+    // A v1 parent's limit covers its children only with use_hierarchy (always on since Linux 5.x; set where it is not).
+    await writeFile(join(root, "memory", hostPath, "memory.use_hierarchy"), "1").catch(() => undefined);
+    await writeFile(join(root, "memory", hostPath, "memory.limit_in_bytes"), String(limits.memoryBytes));
+  }
   const group = (name: string): InstanceCgroup => {
     const [memory, cpu, pids, freezer] = dirs(name) as [string, string, string, string];
     const all = [memory, cpu, pids, freezer];
@@ -139,7 +177,9 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
       await writeFile(join(pids, "pids.max"), String(limits.pids));
       return group(name);
     },
-    existing: () => subdirectories(join(root, "freezer", hostPath)).map(group),
+    // Every hierarchy's: a group whose making stopped half way is in some of them only.
+    existing: () =>
+      [...new Set(V1_CONTROLLERS.flatMap((controller) => subdirectories(join(root, controller, hostPath))))].map(group),
     async rename(from, name) {
       const [sources, targets] = [dirs(from.name), dirs(name)];
       let renamed = 0;
@@ -158,12 +198,15 @@ async function openV1(root: string, hostPath: string, limits: HostLimits): Promi
   };
 }
 
-async function openV2(hostDir: string, parentDir: string, limits: HostLimits): Promise<HostCgroups> {
-  await mkdir(hostDir, { recursive: true });
-  // Children get the controllers only when every ancestor delegates them.
-  for (const dir of [parentDir, hostDir]) await writeFile(join(dir, "cgroup.subtree_control"), "+memory +cpu +pids");
-  await writeFile(join(hostDir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
-  await writeFile(join(hostDir, "memory.max"), String(limits.memoryBytes));
+/** The host group `hostDir`, made and limited first unless `limits` is undefined. */
+async function openV2(hostDir: string, parentDir: string, limits?: HostLimits): Promise<HostCgroups> {
+  if (limits) {
+    await mkdir(hostDir, { recursive: true });
+    // Children get the controllers only when every ancestor delegates them.
+    for (const dir of [parentDir, hostDir]) await writeFile(join(dir, "cgroup.subtree_control"), "+memory +cpu +pids");
+    await writeFile(join(hostDir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
+    await writeFile(join(hostDir, "memory.max"), String(limits.memoryBytes));
+  }
   const group = (name: string): InstanceCgroup => {
     const dir = join(hostDir, name);
     return {

@@ -9,7 +9,14 @@ import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { availableParallelism, totalmem } from "node:os";
 import { basename, join } from "node:path";
 import { bootSlots } from "./boot-slots.ts";
-import { openHostCgroups, type CgroupLimits, type HostCgroups, type InstanceCgroup } from "./cgroups.ts";
+import {
+  existingHostCgroups,
+  openHostCgroups,
+  type CgroupLimits,
+  type HostCgroups,
+  type InstanceCgroup,
+} from "./cgroups.ts";
+import { claimHost, reclaimGroup, type SweptHost } from "./host-sweep.ts";
 import { checkpointing } from "./isolated-checkpoint.ts";
 import { launchKey, launchSnapshots, type LaunchSnapshotOptions, type LaunchSnapshots } from "./launch-snapshots.ts";
 import {
@@ -21,7 +28,6 @@ import {
   type Tracked,
 } from "./isolated-walls.ts";
 import { uidPool } from "./instance-uids.ts";
-import { isProcessAlive } from "./proc.ts";
 import type { InstanceNode } from "./node-args.ts";
 import {
   bootLine,
@@ -78,7 +84,10 @@ export interface IsolatedProviderOptions {
   readonly workDir?: string;
   /** First of the host uids instances run as when the host is root (`MICROVM_UID_BASE`). */
   readonly uidBase?: number;
-  /** Parent of the hosts' instance directories when root (default `/run/typed-service-microvms`). */
+  /**
+   * Parent of the hosts' instance directories and lock files when root (default
+   * `/run/typed-service-microvms`); every host sweeps what hosts that are gone left there.
+   */
   readonly runDir?: string;
   /** Parent of the host cgroups in each hierarchy (default `typed-service-microvms`). */
   readonly cgroupParent?: string;
@@ -123,6 +132,8 @@ export interface IsolatedProvider extends MicrovmProvider {
   reclaim(): Promise<ReclaimedInstance[]>;
   /** Launch snapshots, where this provider takes them (tests and benches read their times). */
   readonly launchSnapshots?: LaunchSnapshots | undefined;
+  /** What the start-up sweep reclaimed of hosts that are gone (host-sweep.ts). */
+  readonly swept: readonly SweptHost[];
   close(): Promise<void>;
 }
 
@@ -140,18 +151,28 @@ export async function createIsolatedProvider(
 ): Promise<IsolatedProvider> {
   const totalCpus = options.totalCpus ?? availableParallelism();
   const totalMemoryBytes = (options.totalMemoryMiB ?? Math.floor(totalmem() / MiB / 2)) * MiB;
+  const asRoot = process.getuid?.() === 0;
+  const log =
+    options.log ??
+    ((message: string, cause?: unknown) =>
+      process.stderr.write(`[microvm] ${message}${cause instanceof Error ? `: ${cause.message}` : ""}\n`));
+  // The instance's uid must reach its socket directory to mount it: as root, a directory of
+  // the host's own under /run whose ancestors it may pass through (but not list).
+  const runRoot = asRoot ? (options.runDir ?? RUN_ROOT) : undefined;
+  // Claimed before anything of the host is made, held until all of it is removed (close).
+  const { lock, swept } = await claimHost({ ...options, runRoot, log });
   const cgroups: HostCgroups = await openHostCgroups(options.hostKey, {
     cpus: totalCpus,
     memoryBytes: totalMemoryBytes,
     ...(options.cgroupParent === undefined ? {} : { parent: options.cgroupParent }),
+  }).catch(async (err: unknown) => {
+    await lock.release();
+    throw err;
   });
   const uids = uidPool(options.uidBase);
   /** Uids of launch snapshots' templates: never given back, shared by their restores. */
   const launchUids = new Set<number>();
-  const asRoot = process.getuid?.() === 0;
-  // The instance's uid must reach its socket directory to mount it: as root, a directory of
-  // the host's own under /run whose ancestors it may pass through (but not list).
-  const runDir = asRoot ? join(options.runDir ?? RUN_ROOT, options.hostKey) : undefined;
+  const runDir = runRoot ? join(runRoot, options.hostKey) : undefined;
   if (runDir) await mkdir(runDir, { recursive: true, mode: 0o711 });
   const tracked = new Set<Tracked>();
   const bundles = bundleCache(options.workDir, `${launcher.name}-`);
@@ -526,10 +547,7 @@ export async function createIsolatedProvider(
             forceStop,
             workDir: () => bundles.workDir(),
             startTimeoutMs,
-            log:
-              options.log ??
-              ((message, cause) =>
-                process.stderr.write(`[microvm] ${message}${cause instanceof Error ? `: ${cause.message}` : ""}\n`)),
+            log,
           },
           options.launchSnapshots || {},
         )
@@ -598,9 +616,7 @@ export async function createIsolatedProvider(
         if (own.has(group.name)) continue;
         // A zombie is still listed until it is reaped (by init, on its own time): it is not a
         // process left running.
-        const pids = group.pids().filter((pid) => isProcessAlive(pid));
-        await group.kill();
-        await group.remove();
+        const pids = await reclaimGroup(group);
         if (pids.length > 0) killed.push({ pids });
       }
       if (runDir) {
@@ -612,6 +628,7 @@ export async function createIsolatedProvider(
       return killed;
     },
     launchSnapshots: launches,
+    swept,
     async close() {
       closed = true;
       clearInterval(oomWatch);
@@ -631,6 +648,9 @@ export async function createIsolatedProvider(
       if (bundles.madeDir) await rm(await bundles.madeDir, { recursive: true, force: true });
       if (runDir) await rm(runDir, { recursive: true, force: true }).catch(() => undefined);
       await cgroups.remove();
+      // The key is given up only with nothing of it left; else a later sweep finds the rest.
+      const left = (await existingHostCgroups(options.hostKey, options.cgroupParent)) !== undefined;
+      await (left ? lock.abandon() : lock.release());
     },
   };
 }
