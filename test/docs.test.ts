@@ -2,9 +2,13 @@
 // running service, so the docs cannot drift from what the service does.
 //
 // The service runs as `npm start` runs it (the esbuild bundle `npm run build` makes, on plain
-// node, with its own private nats-server and DATA_DIR `.data`) in a scratch directory that mirrors the checkout with symlinks, and the snippets run
-// in that same directory, so `.data/nats-url`, `./client/index.ts` and `npx taskctl` mean what
-// they mean to a user. Three things differ from a user's machine, each stated here: the APIs
+// node, with its own private nats-server and DATA_DIR `.data`) in a scratch directory holding a
+// copy of every file of the checkout that git does not ignore, with node_modules, .tools and
+// dist linked (test/helpers/scratch-checkout.ts), and the snippets run in that same directory,
+// so `.data/nats-url`, `./client/index.ts` and `npx taskctl` mean what they mean to a user, and
+// what a snippet writes (`api-keys`, `alice.key`, `my-image.ts`…) lands in the copy: never in
+// the checkout, where a user keeps such files (the names `.gitignore` lists, and their own).
+// Three things differ from a user's machine, each stated here: the APIs
 // listen on free ports, so `:8787`, `:8788` and `:8789` in a snippet are replaced by those
 // ports (and TASK_API_URL / JOB_API_URL / MICROVM_API_URL point taskctl at them); and curl
 // runs with `--fail-with-body`, so a snippet whose request answers an HTTP error fails; and
@@ -17,52 +21,23 @@
 // Blocks tagged `sh` run in one bash per page (`set -euo pipefail`), in order; blocks tagged
 // `ts` run one by one with tsx and must exit 0 by themselves. Other tags (`text`, `json`,
 // `yaml`…) are not code to run.
+//
+// After the pages, the files planted in the checkout under the names snippets write must be as
+// they were.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { lstat, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { lifo } from "./helpers/defer.ts";
+import { codeBlocks, writtenFiles, type Block } from "./helpers/doc-snippets.ts";
+import { changedFiles, plantFiles, removePlanted, type Planted } from "./helpers/planted-files.ts";
+import { scratchCheckout } from "./helpers/scratch-checkout.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const defer = lifo(after);
-
-interface Block {
-  readonly file: string;
-  readonly line: number;
-  readonly lang: string;
-  readonly code: string;
-  readonly skip?: string;
-  readonly writeTo?: string;
-  readonly httpErrors?: boolean;
-}
-
-/** The fenced blocks of a markdown file, with the marker on the line before each. */
-export function codeBlocks(file: string, markdown: string): Block[] {
-  const lines = markdown.split("\n");
-  const blocks: Block[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const open = /^```(\S*)\s*$/.exec(lines[i]!);
-    if (!open) continue;
-    const start = i;
-    const body: string[] = [];
-    for (i++; i < lines.length && !/^```\s*$/.test(lines[i]!); i++) body.push(lines[i]!);
-    let marker = "";
-    for (let j = start - 1; j >= 0 && marker === ""; j--) {
-      if (lines[j]!.trim() === "") continue;
-      marker = lines[j]!.trim();
-      if (!marker.startsWith("<!--")) break;
-    }
-    const skip = /^<!-- not run: (.+) -->$/.exec(marker)?.[1];
-    const writeTo = /^<!-- file: (\S+) -->$/.exec(marker)?.[1];
-    const httpErrors = marker === "<!-- http errors expected -->";
-    blocks.push({ file, line: start + 1, lang: open[1]!, code: `${body.join("\n")}\n`, skip, writeTo, httpErrors });
-  }
-  return blocks;
-}
 
 interface Run {
   code: number | null;
@@ -104,22 +79,27 @@ const pages = [
 const blocksByPage = new Map<string, Block[]>();
 for (const page of pages) blocksByPage.set(page, codeBlocks(page, await readFile(join(root, page), "utf8")));
 
+/** What the docs have a user write in the checkout, and names a user keeps there (`.gitignore`'s, a bundle, a spec). */
+const allBlocks = [...blocksByPage.values()].flat();
+const docsWrite = [...new Set(allBlocks.flatMap(writtenFiles))];
+const userFiles = [...new Set([...docsWrite, "api-keys", "x.key", ".env", "my-image.mjs", "openapi.json"])];
+
 let work: string;
 let service: ServiceProcess;
 let env: NodeJS.ProcessEnv;
 let ports: Record<string, string>;
+let planted: Planted[];
 
 before(async () => {
-  work = await mkdtemp(join(tmpdir(), "docs-"));
-  defer(() => rm(work, { recursive: true, force: true }));
+  // Planted before the scratch directory is made, so that a copy or a link of the checkout sees them.
+  planted = await plantFiles(root, userFiles);
+  defer(() => removePlanted(root, planted));
   // The build writes the repository's own dist/ (scripts/build.mjs), which the work directory
-  // then links like everything else.
+  // then links.
   const build = await run("npm", ["run", "-s", "build"], root, process.env);
   assert.equal(build.code, 0, `npm run build: ${build.output}`);
-  for (const entry of await readdir(root)) {
-    if (entry === ".data" || entry === ".git") continue;
-    await symlink(join(root, entry), join(work, entry));
-  }
+  work = await scratchCheckout(root);
+  defer(() => rm(work, { recursive: true, force: true }));
   await mkdir(join(work, ".curl"));
   await writeFile(join(work, ".curl", ".curlrc"), "fail-with-body\nmax-time = 60\n");
   service = await startServiceProcess({ LOG_FORMAT: "json" }, [], { cwd: work, entry: ["dist/main.mjs"] });
@@ -139,9 +119,7 @@ before(async () => {
     DATA_DIR: "",
     LOG_LEVEL: "warn",
   };
-  for (const blocks of blocksByPage.values()) {
-    for (const block of blocks) if (block.writeTo) await writeFile(join(work, block.writeTo), block.code);
-  }
+  for (const block of allBlocks) if (block.writeTo) await writeFile(join(work, block.writeTo), block.code);
 });
 
 /** Instances of the service's microVM host not ending or ended (TERMINATING, TERMINATED, FAILED), from its `microvm_instances{state}` gauge. */
@@ -197,6 +175,8 @@ describe("docs", () => {
       if (block.lang === "sh" && !block.skip)
         assert.doesNotMatch(block.code, /\|\s*head\b/, `${block.file}:${block.line}: no pipe into head`);
     }
+    for (const name of ["api-keys", "alice.key", "my-image.ts", "example-image.ts"])
+      assert.ok(docsWrite.includes(name), `the files the docs write (${docsWrite.join(", ")}) include ${name}`);
   });
 
   for (const page of pages) {
@@ -233,6 +213,16 @@ describe("docs", () => {
       );
     });
   }
+
+  it("docs - what the snippets write lands in the scratch directory; the checkout's files are as they were", async () => {
+    assert.deepEqual(await changedFiles(root, planted), [], "files in the checkout changed while the snippets ran");
+    assert.deepEqual(planted.map((p) => p.name).sort(), [...userFiles].sort(), "every name is planted or found");
+    const runBlocks = allBlocks.filter((b) => !b.skip);
+    for (const name of new Set(runBlocks.flatMap(writtenFiles))) {
+      const written = await lstat(join(work, name)).catch(() => undefined);
+      assert.ok(written?.isFile(), `${name}, which a snippet writes, is a file of the scratch directory`);
+    }
+  });
 
   it("docs - npx taskctl runs the package's bin, which the snippets' shell calls directly", async () => {
     const real = await run("npx", ["taskctl", "--version"], work, env);
