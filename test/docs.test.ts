@@ -22,8 +22,8 @@
 // `ts` run one by one with tsx and must exit 0 by themselves. Other tags (`text`, `json`,
 // `yaml`…) are not code to run.
 //
-// After the pages, the files planted in the checkout under the names snippets write must be as
-// they were.
+// After the pages: the files the snippets left must pass `biome ci`, and the files planted in
+// the checkout under the names snippets write must be as they were.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -89,6 +89,8 @@ let service: ServiceProcess;
 let env: NodeJS.ProcessEnv;
 let ports: Record<string, string>;
 let planted: Planted[];
+/** The scratch directory's files and their mtimes before any snippet ran. */
+let filesBefore: Map<string, number>;
 
 before(async () => {
   // Planted before the scratch directory is made, so that a copy or a link of the checkout sees them.
@@ -119,8 +121,20 @@ before(async () => {
     DATA_DIR: "",
     LOG_LEVEL: "warn",
   };
+  filesBefore = await fileTimes(work);
   for (const block of allBlocks) if (block.writeTo) await writeFile(join(work, block.writeTo), block.code);
 });
+
+/** The files under `dir` with their mtimes, but those of the service (`.data`) and of curl's settings (`.curl`). */
+async function fileTimes(dir: string): Promise<Map<string, number>> {
+  const times = new Map<string, number>();
+  for (const entry of await readdir(dir, { recursive: true, withFileTypes: true })) {
+    const path = join(entry.parentPath, entry.name).slice(dir.length + 1);
+    if (!entry.isFile() || /^\.(data|curl)\//.test(path)) continue;
+    times.set(path, (await lstat(join(dir, path))).mtimeMs);
+  }
+  return times;
+}
 
 /** Instances of the service's microVM host not ending or ended (TERMINATING, TERMINATED, FAILED), from its `microvm_instances{state}` gauge. */
 async function liveInstances(): Promise<number> {
@@ -203,6 +217,7 @@ describe("docs", () => {
         const name = `snippet-${page.replace(/\W/g, "-")}-${n++}.ts`;
         await writeFile(join(work, name), localized(block.code));
         const result = await run(process.execPath, ["--import", "tsx", name], work, env);
+        await rm(join(work, name));
         assert.equal(result.code, 0, failure(block, result));
       }
       // A user who runs a page as written is not left paying for an instance it launched.
@@ -222,6 +237,16 @@ describe("docs", () => {
       const written = await lstat(join(work, name)).catch(() => undefined);
       assert.ok(written?.isFile(), `${name}, which a snippet writes, is a file of the scratch directory`);
     }
+  });
+
+  it("docs - what the snippets leave in the directory passes lint (biome ci, as npm run lint)", async () => {
+    const left = [...(await fileTimes(work))]
+      .filter(([path, mtime]) => filesBefore.get(path) !== mtime)
+      .map(([p]) => p);
+    assert.ok(left.length > 0, "the snippets write files");
+    const biome = join(work, "node_modules", ".bin", "biome");
+    const lint = await run(biome, ["ci", "--colors=off", "--files-ignore-unknown=true", ...left], work, env);
+    assert.equal(lint.code, 0, `biome ci ${left.join(" ")}:\n${lint.output.slice(-4000)}`);
   });
 
   it("docs - npx taskctl runs the package's bin, which the snippets' shell calls directly", async () => {
