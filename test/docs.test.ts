@@ -20,7 +20,9 @@
 //   <!-- http errors expected --> curl runs without --fail-with-body in this block
 // Blocks tagged `sh` run in one bash per page (`set -euo pipefail`), in order; blocks tagged
 // `ts` run one by one with tsx and must exit 0 by themselves. Other tags (`text`, `json`,
-// `yaml`…) are not code to run.
+// `yaml`…) are not code to run. A shell command followed by a comment that is JSON
+// (`curl -s …/$ID   # {"id":"…","title":"write docs","completed":false}`) must print JSON of
+// that shape: the same keys, values of the same types (test/helpers/json-shape.mjs).
 //
 // After the pages: the files the snippets left must pass `biome ci`, and the files planted in
 // the checkout under the names snippets write must be as they were.
@@ -31,7 +33,7 @@ import { lstat, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { lifo } from "./helpers/defer.ts";
-import { codeBlocks, writtenFiles, type Block } from "./helpers/doc-snippets.ts";
+import { codeBlocks, withShapeChecks, writtenFiles, type Block } from "./helpers/doc-snippets.ts";
 import { changedFiles, plantFiles, removePlanted, type Planted } from "./helpers/planted-files.ts";
 import { scratchCheckout } from "./helpers/scratch-checkout.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
@@ -162,7 +164,13 @@ function localized(code: string): string {
 
 /** A block whose requests answer errors on purpose: curl without the --fail-with-body rc. */
 function withoutFail(code: string): string {
-  return `export CURL_HOME=/nonexistent\n${localized(code)}export CURL_HOME=${JSON.stringify(env.CURL_HOME)}\n`;
+  return `export CURL_HOME=/nonexistent\n${code}export CURL_HOME=${JSON.stringify(env.CURL_HOME)}\n`;
+}
+
+/** A shell block as its page's bash runs it. */
+function shellCode(block: Block): string {
+  const code = withShapeChecks(localized(block.code), block.file, block.line + 1);
+  return `# ${block.file}:${block.line}\n${block.httpErrors ? withoutFail(code) : code}`;
 }
 
 function failure(block: Block, result: Run): string {
@@ -191,6 +199,10 @@ describe("docs", () => {
     }
     for (const name of ["api-keys", "alice.key", "my-image.ts", "example-image.ts"])
       assert.ok(docsWrite.includes(name), `the files the docs write (${docsWrite.join(", ")}) include ${name}`);
+    assert.ok(
+      blocks.some((b) => b.lang === "sh" && withShapeChecks(b.code, b.file, b.line + 1) !== b.code),
+      "some shell commands are followed by the JSON they print",
+    );
   });
 
   for (const page of pages) {
@@ -204,11 +216,7 @@ describe("docs", () => {
       if (runnable.every((b) => b.skip)) return t.skip("every snippet of the page is marked not run (reasons above)");
       const shell = runnable.filter((b) => b.lang === "sh" && !b.skip);
       if (shell.length > 0) {
-        const script = [
-          "set -euo pipefail",
-          npxTaskctl,
-          ...shell.map((b) => `# ${b.file}:${b.line}\n${b.httpErrors ? withoutFail(b.code) : localized(b.code)}`),
-        ].join("\n");
+        const script = ["set -euo pipefail", npxTaskctl, ...shell.map(shellCode)].join("\n");
         const result = await run("bash", ["-c", script], work, env);
         assert.equal(result.code, 0, failure(shell[0]!, result));
       }

@@ -1,5 +1,6 @@
-// The fenced code blocks of the docs as test/docs.test.ts runs them: their markers and the files
-// they write.
+// The fenced code blocks of the docs as test/docs.test.ts runs them: their markers, the files
+// they write, and the shell lines whose trailing comment shows the JSON they print.
+import { fileURLToPath } from "node:url";
 
 export interface Block {
   readonly file: string;
@@ -58,4 +59,28 @@ export function writtenFiles(block: Block): string[] {
     for (const [, target] of found) targets.push(target!);
   }
   return targets;
+}
+
+const shapeChecker = fileURLToPath(new URL("./json-shape.mjs", import.meta.url));
+
+/**
+ * A shell block whose commands followed by a comment that is JSON (`curl -s …/$ID   # {"id":"…",…}`)
+ * pipe their output into a check that it is JSON of that shape (the same keys, the same types;
+ * each array element shaped as the comment's first). `firstLine` numbers the block's first line.
+ */
+export function withShapeChecks(code: string, file: string, firstLine: number): string {
+  return code
+    .split("\n")
+    .map((line, i) => {
+      const comment = /^(.*\S)\s+#\s(.+)$/.exec(line);
+      if (!comment || /^\s*(\w+=|export\s|#)/.test(line) || /[&|\\]\s*$/.test(comment[1]!)) return line;
+      try {
+        JSON.parse(comment[2]!);
+      } catch {
+        return line;
+      }
+      const sample = Buffer.from(comment[2]!).toString("base64");
+      return `${comment[1]} | node ${JSON.stringify(shapeChecker)} ${sample} ${file}:${firstLine + i}`;
+    })
+    .join("\n");
 }
