@@ -24,15 +24,19 @@
 // (`curl -s …/$ID   # {"id":"…","title":"write docs","completed":false}`) must print JSON of
 // that shape: the same keys, values of the same types (test/helpers/json-shape.mjs).
 //
-// After the pages: the files the snippets left must pass `biome ci`, and the files planted in
-// the checkout under the names snippets write must be as they were.
+// After the pages: the files the snippets left must pass `biome ci`, the files planted in the
+// checkout under the names snippets write must be as they were, and docs/discovery.md's
+// endpoint tables must name what the running service registers.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { lstat, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Svcm, type ServiceInfo } from "@nats-io/services";
+import { connectToService } from "../client/index.ts";
 import { lifo } from "./helpers/defer.ts";
+import { code, markdownTables, type Table } from "./helpers/doc-tables.ts";
 import { codeBlocks, withShapeChecks, writtenFiles, type Block } from "./helpers/doc-snippets.ts";
 import { changedFiles, plantFiles, removePlanted, type Planted } from "./helpers/planted-files.ts";
 import { scratchCheckout } from "./helpers/scratch-checkout.ts";
@@ -173,6 +177,35 @@ function shellCode(block: Block): string {
   return `# ${block.file}:${block.line}\n${block.httpErrors ? withoutFail(code) : code}`;
 }
 
+/**
+ * The endpoints docs/discovery.md's table of service `info.name` names, as INFO lists them. A
+ * column headed "`<operation>-suffix` in queue group `…`" (or no queue group) gives each row's
+ * operation with a subject there an endpoint; `<owner>` is the instance's `owner`, `<owner token>`
+ * and `<host token>` its `owner` and `host_id` in base64url.
+ */
+function documentedEndpoints(tables: Table[], info: ServiceInfo): string[] {
+  const table = tables.find((t) => t.heading === `\`${info.name}\``);
+  assert.ok(table, `docs/discovery.md has a table under the heading \`${info.name}\``);
+  const token = (value = "") => Buffer.from(value).toString("base64url");
+  const fill = (template: string, operation: string) =>
+    template
+      .replaceAll("<operation>", operation)
+      .replaceAll("<owner token>", token(info.metadata?.owner))
+      .replaceAll("<host token>", token(info.metadata?.host_id))
+      .replaceAll("<owner>", info.metadata?.owner ?? "");
+  const endpoints: string[] = [];
+  for (const column of table.header.slice(1)) {
+    const [name = "", queue = ""] = [...column.matchAll(/`([^`]*)`/g)].map((m) => m[1]!);
+    for (const row of table.rows) {
+      const operation = code(row[table.header[0]!]!);
+      const subject = code(row[column]!);
+      if (subject)
+        endpoints.push(`${fill(name, operation)} ${fill(subject, operation)} queue=${fill(queue, operation)}`);
+    }
+  }
+  return endpoints.sort();
+}
+
 function failure(block: Block, result: Run): string {
   return `${block.file}:${block.line} (${block.lang}) exited ${result.code}:\n${result.output.slice(-4000)}`;
 }
@@ -255,6 +288,22 @@ describe("docs", () => {
     const biome = join(work, "node_modules", ".bin", "biome");
     const lint = await run(biome, ["ci", "--colors=off", "--files-ignore-unknown=true", ...left], work, env);
     assert.equal(lint.code, 0, `biome ci ${left.join(" ")}:\n${lint.output.slice(-4000)}`);
+  });
+
+  it("docs - discovery.md's endpoint tables name every endpoint the running service registers", async () => {
+    const nc = await connectToService({ env: { DATA_DIR: join(work, ".data") }, name: "docs-test" });
+    try {
+      const infos: ServiceInfo[] = [];
+      for await (const info of await new Svcm(nc).client({ strategy: "stall", maxWait: 1000 }).info()) infos.push(info);
+      const tables = markdownTables(await readFile(join(root, "docs/discovery.md"), "utf8"));
+      assert.deepEqual(infos.map((i) => i.name).sort(), ["actors", "microvms"]);
+      for (const info of infos) {
+        const registered = info.endpoints.map((e) => `${e.name} ${e.subject} queue=${e.queue_group}`).sort();
+        assert.deepEqual(documentedEndpoints(tables, info), registered, `docs/discovery.md's table of ${info.name}`);
+      }
+    } finally {
+      await nc.close();
+    }
   });
 
   it("docs - npx taskctl runs the package's bin, which the snippets' shell calls directly", async () => {
