@@ -5,38 +5,15 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { jobApi, microvmApi, taskApi, type Operation } from "../schemas/index.ts";
+import { code, markdownTables } from "./helpers/doc-tables.ts";
 
 type Row = Record<string, string>;
 
 /** The rows of every markdown table in `markdown` whose first column is `operation`. */
-function operationTables(markdown: string): Row[][] {
-  const tables: Row[][] = [];
-  const lines = markdown.split("\n");
-  for (let i = 0; i < lines.length; i++) {
-    const header = cells(lines[i]!);
-    if (header[0] !== "operation" || !/^\|[\s|:-]+\|$/.test(lines[i + 1]?.trim() ?? "")) continue;
-    const rows: Row[] = [];
-    for (i += 2; i < lines.length && lines[i]!.trim().startsWith("|"); i++) {
-      const values = cells(lines[i]!);
-      rows.push(Object.fromEntries(header.map((name, k) => [name, values[k] ?? ""])));
-    }
-    tables.push(rows);
-  }
-  return tables;
-}
-
-/** The cells of a table row (`\|` is a pipe inside a cell). */
-function cells(line: string): string[] {
-  const trimmed = line.trim();
-  if (!trimmed.startsWith("|")) return [];
-  return trimmed
-    .slice(1, -1)
-    .split(/(?<!\\)\|/)
-    .map((cell) => cell.trim());
-}
-
-/** The first code span of a cell. */
-const code = (cell: string) => /`([^`]*)`/.exec(cell)?.[1] ?? "";
+const operationTables = (markdown: string): Row[][] =>
+  markdownTables(markdown)
+    .filter((table) => table.header[0] === "operation")
+    .map((table) => table.rows);
 
 /** `GET /do/:id?name=` → `GET /do/:id` (the query and anything after the path dropped). */
 function route(cell: string): string {
