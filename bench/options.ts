@@ -83,8 +83,9 @@ Options:
                        clusters with R3 buckets, NATS_SYNC 1s and always, started only
                        when an :r3 row runs; the :noauth ones against the same service with
                        NATS auth off; the :traced ones against the same service with
-                       OTEL_EXPORTER_OTLP_ENDPOINT set, every span exported to a sink in
-                       the bench; the others' has NATS_SYNC as set, else 1s, e.g.
+                       OTEL_EXPORTER_OTLP_ENDPOINT set, spans exported to a sink in the
+                       bench, sampled as OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
+                       say (default: every request); the others' has NATS_SYNC as set, else 1s, e.g.
                        NATS_SYNC=2m for nats-server's own default).
                        listTasks and listTaskObjects read every key of their bucket for
                        each page, so they measure what the rows before them created: run

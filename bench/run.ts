@@ -139,7 +139,7 @@ async function main() {
     );
   if (env.traced)
     console.log(
-      `the :traced workloads: service pid ${env.groups("traced").service.join(",")} with OTEL_EXPORTER_OTLP_ENDPOINT set (every span exported to a sink in the bench)`,
+      `the :traced workloads: service pid ${env.groups("traced").service.join(",")} with OTEL_EXPORTER_OTLP_ENDPOINT set (spans exported to a sink in the bench; sampler ${samplerOf(process.env)})`,
     );
   if (env.always)
     console.log(
@@ -158,6 +158,12 @@ async function main() {
     console.log(
       `cpu profiles in ${options.cpuProf} (npx tsx bench/profile-summary.ts ${options.cpuProf}/*.cpuprofile)`,
     );
+}
+
+/** The traced service's sampler, as the OpenTelemetry variables passed on to it name it. */
+function samplerOf(env: NodeJS.ProcessEnv): string {
+  const sampler = env.OTEL_TRACES_SAMPLER || "parentbased_always_on (the default)";
+  return env.OTEL_TRACES_SAMPLER_ARG ? `${sampler}, OTEL_TRACES_SAMPLER_ARG=${env.OTEL_TRACES_SAMPLER_ARG}` : sampler;
 }
 
 main().catch((err) => {

@@ -79,8 +79,9 @@ function operationRoute(op: Operation, options: RouteOptions) {
   const principal = sendsPrincipal(op);
   const target = principal ? viaGateway(op) : op;
   const spanName = `${op.http.method} ${op.http.path}`;
+  const spanAttributes = { "operation.name": op.name };
   return (req: Request, res: ServerResponse) =>
-    traced(spanName, SpanKind.SERVER, req.headers, () => answer(req, res), { "operation.name": op.name });
+    traced(spanName, SpanKind.SERVER, req.headers, () => answer(req, res), spanAttributes);
 
   /** The NATS headers of a request to the actors: its id, and what the operation takes of HTTP's. */
   function requestHeaders(req: Request, id: string): Record<string, string> {
