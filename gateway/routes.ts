@@ -171,8 +171,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
  */
 function requireJsonType(req: IncomingMessage): void {
   const type = req.headers["content-type"]?.split(";", 1)[0]?.trim().toLowerCase();
-  if (type !== "application/json")
-    throw UnsupportedMediaType.make({ message: "POST bodies must be sent as content-type: application/json" });
+  if (type !== "application/json") throw UnsupportedMediaType.make({});
 }
 
 function bodyLimit(options: RouteOptions, op: Operation): number {
