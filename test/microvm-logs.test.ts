@@ -114,6 +114,31 @@ describe("microvm logs", () => {
     assert.ok(after.indexOf("a warned") < after.findIndex((l) => l.includes("talker gave up")), "the crash comes last");
   });
 
+  it("microvm logs - waitSeconds past 30 or limit past 1000 is a 400 naming the bound, over HTTP as over NATS", async () => {
+    for (const [query, field, bound] of [
+      ["waitSeconds=31", "waitSeconds", 30],
+      ["waitSeconds=120", "waitSeconds", 30],
+      ["limit=1001", "limit", 1000],
+      ["limit=100000", "limit", 1000],
+    ] as const) {
+      const res = await fetch(`${svc.microvmUrl}/2025-09-09/microvms/any-instance/logs?since=0&${query}`);
+      const body = (await res.json()) as { _tag: string; issues: { path: string[]; message: string }[] };
+      assert.equal(res.status, 400, query);
+      assert.equal(body._tag, "HttpApiDecodeError");
+      assert.deepEqual(
+        body.issues.map((i) => [i.path, i.message]),
+        [[[field], `Expected an integer from 1 to ${bound}, actual "${query.split("=")[1]}"`]],
+      );
+    }
+    const overNats = await svc.overNats
+      .getMicrovmLogs({ microvmIdentifier: "any-instance", since: "0", waitSeconds: 31 })
+      .then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    assert.ok(overNats instanceof ClientError && overNats.status === 400, String(overNats));
+  });
+
   it("microvm logs - another principal gets 404, over NATS and HTTP alike, and so does an unknown id", async () => {
     const { microvmId, talker } = await runTalker();
     try {

@@ -14,6 +14,8 @@ import {
   subscriptionSubject,
   taskObjectKey,
   createTask,
+  digitsUpTo,
+  getMicrovmLogs,
   listTasks,
   updateTask,
   ApiError,
@@ -116,6 +118,11 @@ describe("schemas", () => {
       );
       assert.equal(body.message, `["limit"]: ${body.issues[0]!.message}`);
     }
+    const logs = refusal(getMicrovmLogs, { microvmIdentifier: "vm", waitSeconds: "31", follow: "yes" });
+    assert.deepEqual(
+      logs.issues.map((i) => i.message),
+      ['Expected an integer from 1 to 30, actual "31"', 'Expected "1" or "true", actual "yes"'],
+    );
   });
 
   it("validate - a payload that needs one of its fields names them, and never echoes the input", () => {
@@ -128,6 +135,16 @@ describe("schemas", () => {
     // An object or array is described by its kind, whatever the field: no record is quoted back.
     const nested = refusal(createTask, { title: { id: "x", title: "secret" } });
     assert.equal(nested.issues[0]!.message, "Expected string, actual an object");
+  });
+
+  it("counts - the query form of a count takes exactly 1 to its maximum", () => {
+    for (const maximum of [1, 9, 10, 30, 60, 99, 100, 999, 1000, 1001, 86_400]) {
+      const digits = new RegExp(digitsUpTo(maximum));
+      for (let n = 0; n <= maximum + 20; n++)
+        assert.equal(digits.test(String(n)), n >= 1 && n <= maximum, `${n} of ${maximum}`);
+      for (const odd of ["", "01", "+1", "-1", "1.0", "1e1", " 1", "1 "])
+        assert.ok(!digits.test(odd), `${odd} of ${maximum}`);
+    }
   });
 });
 
