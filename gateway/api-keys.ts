@@ -3,10 +3,13 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
+import { type ApiError, UNAUTHORIZED_MESSAGES, Unauthorized } from "../schemas/index.ts";
 
 /** Principal names: no `:`, so none can pass for a NATS principal (`nats:<user>`). */
 const PRINCIPAL = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
+/** `Authorization: Bearer <key>`: the key. */
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
 
 /** Known keys, by the sha256 of the key. */
 export interface ApiKeys {
@@ -42,7 +45,7 @@ export function parseApiKeys(text: string): ApiKeys {
     principals: new Set(principals.values()).size,
     principalOf(req) {
       const header = req.headers.authorization;
-      const match = header && /^Bearer\s+(\S+)\s*$/i.exec(header);
+      const match = header && BEARER.exec(header);
       // A lookup by hash: timing reveals nothing usable about the key itself.
       return match ? principals.get(sha256Hex(match[1]!)) : undefined;
     },
@@ -75,6 +78,15 @@ export function newApiKey(principal: string): { key: string; line: string } {
     throw new Error("a principal is 1-64 of letters, digits, . _ @ - (starting with a letter or digit)");
   const key = `tsk_${randomBytes(32).toString("base64url")}`;
   return { key, line: `${principal} ${sha256Hex(key)}` };
+}
+
+/**
+ * The 401 of a request whose key named no principal: no bearer key at all, or one that is not
+ * valid (unknown, revoked). Neither says whether a principal exists (keys are found by hash).
+ */
+export function unauthorized(req: IncomingMessage): ApiError {
+  const sent = BEARER.test(req.headers.authorization ?? "");
+  return Unauthorized.make({ message: sent ? UNAUTHORIZED_MESSAGES.invalid : UNAUTHORIZED_MESSAGES.missing });
 }
 
 /** True for a loopback address (the microVM API may run without keys only there). */

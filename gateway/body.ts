@@ -12,7 +12,7 @@ export function isJsonContentType(header: string | undefined): boolean {
 /** Reads and parses the body; throws 415, 413 or 400 as `ApiError`s. */
 export async function readJsonBody(req: IncomingMessage, limit: number): Promise<unknown> {
   if (!isJsonContentType(req.headers["content-type"])) {
-    throw UnsupportedMediaType.make({ message: "request body must be application/json" });
+    throw UnsupportedMediaType.make({});
   }
   const declared = Number(req.headers["content-length"]);
   if (declared > limit) throw tooLarge(limit);

@@ -27,8 +27,12 @@ export function follow(
     const { follow: _, ...input } = first;
     let next: Record<string, unknown> = input;
     for (;;) {
-      const reply = await read(next);
-      if (closed) return;
+      // A read under way when the client leaves is given up (its rejection is that).
+      const reply = await read(next).catch((err: unknown) => {
+        if (closed) return undefined;
+        throw err;
+      });
+      if (closed || !reply) return;
       if (reply.status !== 200) {
         if (!res.headersSent) {
           res.writeHead(reply.status, { "content-type": "application/json" });

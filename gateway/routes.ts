@@ -31,7 +31,7 @@ import { parseUrl } from "./query.ts";
 import { requestId } from "./request-id.ts";
 import { sendError, sendJson, sendNoContent, setRetryAfter } from "./respond.ts";
 import { follow } from "./follow.ts";
-import { forward } from "./transport.ts";
+import { forward, type ForwardOptions } from "./transport.ts";
 
 export interface RouteOptions {
   nats: NatsHandle;
@@ -105,6 +105,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
     const started = performance.now();
     const id = requestId(req);
     traceAttribute("request.id", id);
+    let held: ForwardOptions["held"];
     try {
       if (options.jsonOnly && req.method === "POST") requireJsonType(req);
       const payload = op.payload ? await readJsonBody(req, bodyLimit(options, op)) : {};
@@ -112,12 +113,17 @@ function operationRoute(op: Operation, options: RouteOptions) {
         throw notAnObject(payload);
       }
       const input = decode({ ...req.params, ...req.query, ...payload });
-      if (op.follow && (input as { follow?: unknown }).follow !== undefined) {
+      const following = op.follow !== undefined && (input as { follow?: unknown }).follow !== undefined;
+      // A request that waits (RunMicrovm's `wait`, a long poll) is given up when its client leaves.
+      const waitMs = op.waitMsOf?.(input as Record<string, unknown>);
+      if (following || waitMs !== undefined) held = { signal: clientLeft(res), prefix: options.prefix };
+      if (following) {
         const headers = requestHeaders(req, id);
-        await follow(op.follow, res, options.stopping, (next) =>
+        await follow(op.follow!, res, options.stopping, (next) =>
           forward(options.nats, requestSubject(target, next, options.prefix), requestBody(op, next), {
             timeoutMs: options.requestTimeoutMs + (op.waitMsOf?.(next) ?? 0),
             headers,
+            held,
           }),
         )(input as Record<string, unknown>);
       } else if (localRead) {
@@ -134,8 +140,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
         const direct =
           ownerRouting &&
           (await ownerRouting.tryOwner(op, input, body, headers, op.timeoutMs ?? options.requestTimeoutMs));
-        // A request that waits (RunMicrovm's `wait`) has that much more time, in one attempt.
-        const waitMs = op.waitMsOf?.(input as Record<string, unknown>);
+        // A request that waits has that much more time, in one attempt.
         const timeoutMs = Math.max(
           1,
           (op.timeoutMs ?? options.requestTimeoutMs) + (waitMs ?? 0) - (performance.now() - started),
@@ -146,6 +151,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
             timeoutMs,
             attemptMs: waitMs === undefined ? attemptMs : undefined,
             headers,
+            held,
           }));
         const stored = reply.status === 200 ? reply.stored : undefined;
         // Seen before it is answered: a read here after this answer never finds what it replaced.
@@ -156,7 +162,9 @@ function operationRoute(op: Operation, options: RouteOptions) {
         else sendJson(res, reply.status, reply.data, stored?.revision);
       }
     } catch (err) {
-      sendError(res, err, { op: op.name, requestId: id });
+      // Nobody to answer: nginx's 499 (client closed request) for the metrics and the log.
+      if (held?.signal.aborted) res.statusCode = 499;
+      else sendError(res, err, { op: op.name, requestId: id });
     }
     const seconds = (performance.now() - started) / 1000;
     recordHttp(op.api, op.name, res.statusCode, seconds);
@@ -172,8 +180,16 @@ function operationRoute(op: Operation, options: RouteOptions) {
  */
 function requireJsonType(req: IncomingMessage): void {
   const type = req.headers["content-type"]?.split(";", 1)[0]?.trim().toLowerCase();
-  if (type !== "application/json")
-    throw UnsupportedMediaType.make({ message: "POST bodies must be sent as content-type: application/json" });
+  if (type !== "application/json") throw UnsupportedMediaType.make({});
+}
+
+/** Aborts when the client goes away before its answer is sent in full. */
+function clientLeft(res: ServerResponse): AbortSignal {
+  const left = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) left.abort();
+  });
+  return left.signal;
 }
 
 function bodyLimit(options: RouteOptions, op: Operation): number {

@@ -2,9 +2,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { once } from "node:events";
 import type { AddressInfo } from "node:net";
-import { MisdirectedRequest, Unauthorized, type OpenApiInfo, type Operation } from "../schemas/index.ts";
+import { MisdirectedRequest, type OpenApiInfo, type Operation } from "../schemas/index.ts";
 import { log, recordHttp } from "../platform/index.ts";
-import { ANONYMOUS, setPrincipal, type ApiKeys } from "./api-keys.ts";
+import { ANONYMOUS, setPrincipal, unauthorized, type ApiKeys } from "./api-keys.ts";
 import { answerClientError } from "./client-error.ts";
 import { allowedMethods, applyCors, CORS_HEADERS, corsHeaders } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
@@ -88,7 +88,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
       if (answerHealth(req, res, ready) || answerDocs(req, res)) return;
       if (principal === undefined) {
         res.setHeader("www-authenticate", "Bearer");
-        return sendError(res, Unauthorized.make({}));
+        return sendError(res, unauthorized(req));
       }
       if (options.apiKeys) setPrincipal(req, principal);
       if (closing) res.setHeader("connection", "close");

@@ -1,6 +1,7 @@
 // Forwarding a request to the actors over NATS, mapping transport trouble to 503 / 504.
-import { headers as natsHeaders, type Msg } from "@nats-io/transport-node";
+import { headers as natsHeaders, type Msg, type MsgHdrs } from "@nats-io/transport-node";
 import {
+  holdRequest,
   injectTrace,
   isNoResponders,
   isTimeout,
@@ -27,6 +28,11 @@ export interface ForwardOptions {
   attemptMs?: number;
   /** Headers to send (e.g. `Idempotency-Key`). */
   headers?: Record<string, string>;
+  /**
+   * A request the actor may hold open (a long poll): given up when `signal` aborts (its client
+   * left), and the actor told so (`holdRequest`). The request then rejects with the abort.
+   */
+  held?: { signal: AbortSignal; prefix: string };
 }
 
 const RETRY_PAUSE_MS = 100;
@@ -49,21 +55,39 @@ export function forward(
 }
 
 async function send(nats: NatsHandle, subject: string, body: string, options: ForwardOptions): Promise<OperationReply> {
-  const start = Date.now();
-  const deadline = start + options.timeoutMs;
-  const noRespondersUntil = Math.min(deadline, start + NO_RESPONDERS_WAIT_MS);
   const h = natsHeaders();
   for (const [k, v] of Object.entries(options.headers ?? {})) h.set(k, v);
   // The handler's span is a child of this request's.
   injectTrace(h);
+  const { held } = options;
+  if (!held) return attempts(nats, subject, body, options, h);
+  const stopHolding = holdRequest(nats.nc, held.prefix, h, held.signal);
+  try {
+    return await attempts(nats, subject, body, options, h);
+  } finally {
+    stopHolding();
+  }
+}
+
+async function attempts(
+  nats: NatsHandle,
+  subject: string,
+  body: string,
+  options: ForwardOptions,
+  h: MsgHdrs,
+): Promise<OperationReply> {
+  const start = Date.now();
+  const deadline = start + options.timeoutMs;
+  const noRespondersUntil = Math.min(deadline, start + NO_RESPONDERS_WAIT_MS);
   for (;;) {
     if (!nats.connected()) throw ServiceUnavailable.make({});
     const remaining = deadline - Date.now();
     const timeout = Math.max(1, Math.min(remaining, options.attemptMs ?? remaining));
     let msg: Msg;
     try {
-      msg = await nats.requester.request(subject, body, timeout, h);
+      msg = await nats.requester.request(subject, body, timeout, h, options.held?.signal);
     } catch (err) {
+      if (options.held?.signal.aborted) throw err;
       // An attempt that may have been received: the next one is checked (KEY_FRESH_HEADER).
       h.delete(KEY_FRESH_HEADER);
       if (isNoResponders(err) && Date.now() + RETRY_PAUSE_MS < noRespondersUntil) {

@@ -7,6 +7,7 @@ export * from "./nats-auth.ts";
 export * from "./buckets.ts";
 export * from "./log.ts";
 export * from "./requester.ts";
+export * from "./held-requests.ts";
 export * from "./replies.ts";
 export * from "./failures.ts";
 export * from "./record-store.ts";

@@ -52,6 +52,13 @@ export const microvmBoots = new Gauge({
   registers: [registry],
 });
 
+/** Filled at scrape time by the microVM host: long polls of instance logs waiting for a line. */
+export const microvmLogWaits = new Gauge({
+  name: "microvm_log_waits",
+  help: "Reads of instance logs waiting for a new line on this host (each holds a NATS subscription)",
+  registers: [registry],
+});
+
 const taskObjectActivations = new Gauge({
   name: "task_object_activations",
   help: "Task-object names whose lease this process holds",

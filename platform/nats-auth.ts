@@ -26,6 +26,7 @@ import {
   recordChangesSubject,
   snapshotObjectBucket,
 } from "./buckets.ts";
+import { heldCancelSubject } from "./held-requests.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
 export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
@@ -188,8 +189,9 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
   const inbox = (role: NatsRole) => `${inboxPrefixOf(role)}.>`;
   return {
     gateway: {
-      // Besides the operations, the reads it serves itself from storage.
-      publish: { allow: [...ops.gateway.publish, ...ACTOR_BUCKETS.flatMap(kvRead)] },
+      // Besides the operations, the reads it serves itself from storage, and the cancels of
+      // the held requests whose clients left.
+      publish: { allow: [...ops.gateway.publish, ...ACTOR_BUCKETS.flatMap(kvRead), heldCancelSubject(prefix)] },
       // The change feed of the records whose reads it keeps.
       subscribe: { allow: [...ops.gateway.subscribe, `${recordChangesSubject(prefix)}.>`, inbox("gateway")] },
     },
@@ -219,8 +221,10 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
           ...ops.microvms.subscribe,
           ...serviceControlSubjects(serviceNames.microvms),
           inbox("microvms"),
-          // A read that waits for an instance's next line listens on its subject.
+          // A read that waits for an instance's next line listens on its subject, until the
+          // gateway says its client left.
           instanceLogSubjects,
+          heldCancelSubject(prefix),
         ],
       },
       allow_responses: true,

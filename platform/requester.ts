@@ -16,6 +16,10 @@ export class NoRespondersError extends Error {
 export class DisconnectedError extends Error {
   override readonly name = "DisconnectedError";
 }
+/** The caller gave up on the request (its signal aborted): a reply, if one comes, is dropped. */
+export class RequestAbortedError extends Error {
+  override readonly name = "AbortError";
+}
 
 interface Pending {
   resolve(msg: Msg): void;
@@ -55,9 +59,20 @@ export class Requester {
     });
   }
 
-  /** Sends `data` to `subject` and resolves with the reply. */
-  request(subject: string, data: Uint8Array | string | undefined, timeoutMs: number, headers?: MsgHdrs): Promise<Msg> {
-    return this.requestMany(subject, data, timeoutMs, undefined, headers);
+  /** Sends `data` to `subject` and resolves with the reply; `signal` gives up on it early. */
+  request(
+    subject: string,
+    data: Uint8Array | string | undefined,
+    timeoutMs: number,
+    headers?: MsgHdrs,
+    signal?: AbortSignal,
+  ): Promise<Msg> {
+    return this.requestMany(subject, data, timeoutMs, undefined, headers, signal);
+  }
+
+  /** Requests waiting for their reply. */
+  get waiting(): number {
+    return this.#pending.size;
   }
 
   /**
@@ -70,11 +85,25 @@ export class Requester {
     timeoutMs: number,
     last: ((msg: Msg) => boolean) | undefined,
     headers?: MsgHdrs,
+    signal?: AbortSignal,
   ): Promise<Msg> {
+    if (signal?.aborted) return Promise.reject(new RequestAbortedError("request given up before it was sent"));
     return new Promise((resolve, reject) => {
       const token = (this.#next++).toString(36);
       const pending: Pending = { resolve, reject, deadline: Date.now() + timeoutMs };
       if (last) pending.last = last;
+      if (signal) {
+        const abort = () => {
+          if (this.#pending.delete(token)) reject(new RequestAbortedError("request given up"));
+        };
+        signal.addEventListener("abort", abort, { once: true });
+        const settle = (then: () => void) => {
+          signal.removeEventListener("abort", abort);
+          then();
+        };
+        pending.resolve = (msg) => settle(() => resolve(msg));
+        pending.reject = (err) => settle(() => reject(err));
+      }
       this.#pending.set(token, pending);
       this.#sweeper ??= setInterval(() => this.#sweep(), SWEEP_MS).unref();
       this.#publisher.publish({
@@ -84,7 +113,7 @@ export class Requester {
         headers,
         onError: (err) => {
           this.#pending.delete(token);
-          reject(err);
+          pending.reject(err);
         },
       });
     });

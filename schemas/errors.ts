@@ -132,19 +132,26 @@ export const ImageQuotaExceeded = defineError("ImageQuotaExceeded", 429, {
   quota: Type.Integer(),
   message: Type.String(),
 });
+/**
+ * The messages of a 401: no bearer key sent, or one that is not valid. Neither says whose keys
+ * exist: a key is looked up by its hash alone.
+ */
+export const UNAUTHORIZED_MESSAGES = {
+  missing: "missing Authorization: Bearer <key> (taskctl: TASKCTL_API_KEY)",
+  invalid: "the API key is not valid (sent in Authorization: Bearer <key>)",
+} as const;
 /** No `Authorization: Bearer <key>` naming a known API key (when API keys are on). */
-export const Unauthorized = defineError(
-  "Unauthorized",
-  401,
-  {},
-  () => "send an API key in the Authorization header: `Authorization: Bearer <key>` (taskctl: TASKCTL_API_KEY)",
-);
+export const Unauthorized = defineError("Unauthorized", 401, {}, () => UNAUTHORIZED_MESSAGES.missing);
 /** The `Host` header names none of the API's configured host names. */
 export const MisdirectedRequest = defineError("MisdirectedRequest", 421, { message: Type.String() });
 export const RouteNotFound = defineError("RouteNotFound", 404, { message: Type.String() });
-export const UnsupportedMediaType = defineError("UnsupportedMediaType", 415, {
-  message: Type.String(),
-});
+/** A body (or a POST, on the microVM API) not sent as JSON: one wording for every API. */
+export const UnsupportedMediaType = defineError(
+  "UnsupportedMediaType",
+  415,
+  {},
+  () => "content-type must be application/json",
+);
 export const PayloadTooLarge = defineError("PayloadTooLarge", 413, {
   limit: Type.Integer(),
   message: Type.String(),

@@ -9,6 +9,7 @@ export * from "./images.ts";
 export * from "./services.ts";
 export * from "./escape.ts";
 export * from "./validate.ts";
+export * from "./counts.ts";
 export * from "./subjects.ts";
 export * from "./replies.ts";
 export * from "./openapi.ts";

@@ -1,6 +1,7 @@
 // MicroVM instance operation contracts: served over NATS (`microvms.<op>`) and as REST
 // under `/2025-09-09/microvms` on the microVM API.
 import { Type, type Static } from "@sinclair/typebox";
+import { Count } from "./counts.ts";
 import {
   ImageNotFound,
   InvalidStateTransition,
@@ -148,14 +149,9 @@ export const runMicrovm = {
     ),
     // A number over NATS, digits in an HTTP query string.
     waitSeconds: Type.Optional(
-      Type.Union(
-        [
-          Type.Integer({ minimum: 1, maximum: MAX_RUN_WAIT_SECONDS }),
-          Type.String({ pattern: "^([1-9]|[1-5][0-9]|60)$" }),
-        ],
-        {
-          description: `with wait=running: how long to wait, 1-${MAX_RUN_WAIT_SECONDS} s (default ${DEFAULT_RUN_WAIT_SECONDS}); then 504 MicrovmStartTimeout`,
-        },
+      Count(
+        MAX_RUN_WAIT_SECONDS,
+        `with wait=running: how long to wait, 1-${MAX_RUN_WAIT_SECONDS} s (default ${DEFAULT_RUN_WAIT_SECONDS}); then 504 MicrovmStartTimeout`,
       ),
     ),
   }),
@@ -204,12 +200,6 @@ export const LogLine = Type.Object({
   stream: Type.Union([Type.Literal("stdout"), Type.Literal("stderr")]),
   line: Type.String({ description: "without its newline; a line longer than 8 KiB is cut and ends in ` …[cut]`" }),
 });
-
-/** A positive integer: a number over NATS, digits in an HTTP query string. */
-const Count = (maximum: number, description: string) =>
-  Type.Union([Type.Integer({ minimum: 1, maximum }), Type.String({ pattern: "^[1-9][0-9]{0,9}$" })], {
-    description,
-  });
 
 export const getMicrovmLogs = {
   name: "getMicrovmLogs",

@@ -1,5 +1,6 @@
 // Task API contracts: the object-store operations and the task-object (`/do`) operations.
 import { Type } from "@sinclair/typebox";
+import { Count } from "./counts.ts";
 import { PreconditionFailed, TaskNotFound, TaskObjectBusy, TaskObjectNotFound } from "./errors.ts";
 import { ownedByName, stateless } from "./placement.ts";
 import { NoContent } from "./replies.ts";
@@ -34,11 +35,7 @@ const TaskObjectParams = Type.Object({ name: Type.String(TaskObjectName) }, { ad
  * a list of tasks or of task objects.
  */
 const PageFields = {
-  limit: Type.Optional(
-    Type.Union([Type.Integer({ minimum: 1, maximum: 1000 }), Type.String({ pattern: "^(?:[1-9][0-9]{0,2}|1000)$" })], {
-      description: "items per page, 1-1000 (default 100)",
-    }),
-  ),
+  limit: Type.Optional(Count(1000, "items per page, 1-1000 (default 100)")),
   cursor: Type.Optional(
     Type.String({ pattern: "^[A-Za-z0-9_-]{1,1400}$", description: "the `cursor` of the page before" }),
   ),

@@ -6,6 +6,8 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { ClientError } from "../client/index.ts";
 import { runCli } from "../client/cli.ts";
+import { metricsText } from "../platform/index.ts";
+import { getMicrovmLogs } from "../schemas/index.ts";
 import { connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
@@ -68,6 +70,20 @@ async function runTalker(): Promise<{ microvmId: string; talker: Talker }> {
   return { microvmId: run.microvmId, talker: connectMicrovm<Talker>({ endpoint: run.endpoint, authToken }) };
 }
 
+/** Reads of instance logs the hosts hold now, waiting for a line (`microvm_log_waits`). */
+const logWaits = async () => Number(/^microvm_log_waits (\d+)$/m.exec((await metricsText()).body)?.[1]);
+/** The wait of each read a follow makes after its first. */
+const FOLLOW_WAIT_SECONDS = getMicrovmLogs.follow.waitSeconds;
+
+/** Resolves once `check` holds; fails with `what` after `timeoutMs`. */
+async function eventually(check: () => Promise<boolean>, timeoutMs: number, what: () => string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    assert.ok(Date.now() < deadline, what());
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
 const linesOf = async (microvmId: string, limit = 1000) =>
   (await svc.overHttp.getMicrovmLogs({ microvmIdentifier: microvmId, limit })).lines;
 
@@ -112,6 +128,31 @@ describe("microvm logs", () => {
     await waitForState(svc.overHttp, microvmId, ["FAILED", "TERMINATED"], 30_000);
     const after = await readUntil(microvmId, (lines) => lines.some((l) => l.includes("talker gave up")));
     assert.ok(after.indexOf("a warned") < after.findIndex((l) => l.includes("talker gave up")), "the crash comes last");
+  });
+
+  it("microvm logs - waitSeconds past 30 or limit past 1000 is a 400 naming the bound, over HTTP as over NATS", async () => {
+    for (const [query, field, bound] of [
+      ["waitSeconds=31", "waitSeconds", 30],
+      ["waitSeconds=120", "waitSeconds", 30],
+      ["limit=1001", "limit", 1000],
+      ["limit=100000", "limit", 1000],
+    ] as const) {
+      const res = await fetch(`${svc.microvmUrl}/2025-09-09/microvms/any-instance/logs?since=0&${query}`);
+      const body = (await res.json()) as { _tag: string; issues: { path: string[]; message: string }[] };
+      assert.equal(res.status, 400, query);
+      assert.equal(body._tag, "HttpApiDecodeError");
+      assert.deepEqual(
+        body.issues.map((i) => [i.path, i.message]),
+        [[[field], `Expected an integer from 1 to ${bound}, actual "${query.split("=")[1]}"`]],
+      );
+    }
+    const overNats = await svc.overNats
+      .getMicrovmLogs({ microvmIdentifier: "any-instance", since: "0", waitSeconds: 31 })
+      .then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    assert.ok(overNats instanceof ClientError && overNats.status === 400, String(overNats));
   });
 
   it("microvm logs - another principal gets 404, over NATS and HTTP alike, and so does an unknown id", async () => {
@@ -174,6 +215,44 @@ describe("microvm logs", () => {
       assert.equal(got[3]?.stream, "stdout");
     } finally {
       aborter.abort();
+      await svc.overHttp.terminateMicrovm({ microvmIdentifier: microvmId });
+    }
+  });
+
+  it("microvm logs - a long poll ends when its HTTP client leaves: the host's wait and the gateway's request are released", async () => {
+    const { microvmId, talker } = await runTalker();
+    try {
+      await talker.say("polled", 1);
+      await readUntil(microvmId, (lines) => lines.includes("polled 1"));
+      const { cursor } = await svc.overHttp.getMicrovmLogs({ microvmIdentifier: microvmId, limit: 1 });
+      const url = `${svc.microvmUrl}/2025-09-09/microvms/${microvmId}/logs`;
+      // Each held read would end by itself after its waitSeconds: a release before then is the client's leaving.
+      for (const [how, query, waitSeconds] of [
+        ["a long poll", `since=${cursor}&waitSeconds=30`, 30],
+        ["a follow", "follow=1&limit=1", FOLLOW_WAIT_SECONDS],
+      ] as const) {
+        const [requests, waits] = [svc.gatewayHandle.requester.waiting, await logWaits()];
+        const aborter = new AbortController();
+        const response = fetch(`${url}?${query}`, { signal: aborter.signal }).then(async (res) => {
+          // A follow answers its first lines at once, then holds its next read.
+          await res.body?.getReader().read();
+        });
+        await eventually(
+          async () => (await logWaits()) === waits + 1,
+          waitSeconds * 1000,
+          () => `${how}: the host never held a wait`,
+        );
+        const held = Date.now();
+        assert.ok(svc.gatewayHandle.requester.waiting > requests, `${how}: the gateway holds its request`);
+        aborter.abort();
+        await response.catch(() => undefined);
+        await eventually(
+          async () => (await logWaits()) === waits && svc.gatewayHandle.requester.waiting === requests,
+          waitSeconds * 1000 - (Date.now() - held),
+          () => `${how}: still held ${Date.now() - held} ms after its client left`,
+        );
+      }
+    } finally {
       await svc.overHttp.terminateMicrovm({ microvmIdentifier: microvmId });
     }
   });

@@ -14,6 +14,10 @@ import {
   subscriptionSubject,
   taskObjectKey,
   createTask,
+  digitsUpTo,
+  getMicrovmLogs,
+  listTasks,
+  updateTask,
   ApiError,
   imageApi,
   jobApi,
@@ -81,7 +85,65 @@ describe("schemas", () => {
     } catch (err) {
       assert.ok(err instanceof ApiError);
       assert.equal(err.status, 400);
-      assert.deepEqual(err.body.issues, [{ _tag: "Type", path: ["title"], message: 'Expected string, actual ["x"]' }]);
+      assert.deepEqual(err.body.issues, [
+        { _tag: "Type", path: ["title"], message: "Expected string, actual an array" },
+      ]);
+    }
+  });
+
+  /** The 400 body `decode(input)` throws. */
+  const refusal = (op: Operation, input: Record<string, unknown>) => {
+    try {
+      compileDecoder(inputSchema(op))(input);
+    } catch (err) {
+      assert.ok(err instanceof ApiError);
+      return err.body as unknown as { issues: { _tag: string; path: unknown[]; message: string }[]; message: string };
+    }
+    return assert.fail(`accepted ${JSON.stringify(input)}`);
+  };
+
+  it("validate - one issue per field: a union's failed branches are one message saying what it takes", () => {
+    for (const limit of ["0", 0, "1001", 1001, "ten", "01"]) {
+      const body = refusal(listTasks, { limit });
+      assert.deepEqual(
+        body.issues,
+        [
+          {
+            _tag: "Type",
+            path: ["limit"],
+            message: `Expected an integer from 1 to 1000, actual ${JSON.stringify(limit)}`,
+          },
+        ],
+        String(limit),
+      );
+      assert.equal(body.message, `["limit"]: ${body.issues[0]!.message}`);
+    }
+    const logs = refusal(getMicrovmLogs, { microvmIdentifier: "vm", waitSeconds: "31", follow: "yes" });
+    assert.deepEqual(
+      logs.issues.map((i) => i.message),
+      ['Expected an integer from 1 to 30, actual "31"', 'Expected "1" or "true", actual "yes"'],
+    );
+  });
+
+  it("validate - a payload that needs one of its fields names them, and never echoes the input", () => {
+    const body = refusal(updateTask, { id: "6f1c1f9e-stored-id" });
+    assert.deepEqual(body, {
+      _tag: "HttpApiDecodeError",
+      issues: [{ _tag: "Missing", path: [], message: "send title or completed" }],
+      message: "send title or completed",
+    });
+    // An object or array is described by its kind, whatever the field: no record is quoted back.
+    const nested = refusal(createTask, { title: { id: "x", title: "secret" } });
+    assert.equal(nested.issues[0]!.message, "Expected string, actual an object");
+  });
+
+  it("counts - the query form of a count takes exactly 1 to its maximum", () => {
+    for (const maximum of [1, 9, 10, 30, 60, 99, 100, 999, 1000, 1001, 86_400]) {
+      const digits = new RegExp(digitsUpTo(maximum));
+      for (let n = 0; n <= maximum + 20; n++)
+        assert.equal(digits.test(String(n)), n >= 1 && n <= maximum, `${n} of ${maximum}`);
+      for (const odd of ["", "01", "+1", "-1", "1.0", "1e1", " 1", "1 "])
+        assert.ok(!digits.test(odd), `${odd} of ${maximum}`);
     }
   });
 });

@@ -60,6 +60,10 @@ describe("task lists", () => {
       assert.equal(res.status, 400, query);
       assert.equal((res.body as { _tag: string })._tag, "HttpApiDecodeError", query);
     }
+    // One issue per problem, saying what the field takes.
+    assert.deepEqual(((await getJson(`${svc.taskUrl}/?limit=0`)).body as { issues: unknown[] }).issues, [
+      { _tag: "Type", path: ["limit"], message: 'Expected an integer from 1 to 1000, actual "0"' },
+    ]);
     assert.equal((await getJson(`${svc.taskUrl}/?cursor=${listed.cursor}`)).status, 400);
     await Promise.all([1, 2, 3].map((i) => postJson(`${svc.taskUrl}/`, { title: `plain ${i}` })));
     const nats = await request("tasks.list", { limit: 2 });

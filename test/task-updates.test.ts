@@ -63,6 +63,13 @@ describe("task updates", () => {
       assert.equal(res.status, 400, JSON.stringify(body));
       assert.equal((res.body as { _tag: string })._tag, "HttpApiDecodeError");
     }
+    // No field: the message names the fields to send, and quotes nothing of the task or the request.
+    const empty = await send(`${svc.taskUrl}/${task.id}`, "PATCH", {});
+    assert.deepEqual(empty.body, {
+      _tag: "HttpApiDecodeError",
+      issues: [{ _tag: "Missing", path: [], message: "send title or completed" }],
+      message: "send title or completed",
+    });
     const missing = await send(`${svc.taskUrl}/no-such-task`, "PATCH", { completed: true });
     assert.equal(missing.status, 404);
     assert.deepEqual(missing.body, { _tag: "TaskNotFound", id: "no-such-task", message: 'no task "no-such-task"' });

@@ -37,6 +37,8 @@ export interface MicrovmService {
   nats: TestNats;
   /** The test's own connection (user `admin`), to set up and inspect. */
   handle: NatsHandle;
+  /** The gateways' connection (user `gateway`), to inspect what they hold. */
+  gatewayHandle: NatsHandle;
   /** The `microvms` bucket, opened by the test's connection. */
   kv: KV;
   host: MicrovmHost;
@@ -98,6 +100,7 @@ export async function startMicrovmService(
   return {
     nats,
     handle: admin,
+    gatewayHandle: gatewayNats,
     kv: microvms,
     host: first.host,
     dataDir: first.dataDir,

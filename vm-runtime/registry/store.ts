@@ -10,11 +10,12 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { bucketNames, ensureStreamSettings, imageObjectBucket, log } from "../../platform/index.ts";
-import { ImageQuotaExceeded, MAX_IMAGE_MODULE_BYTES, nameToken } from "../../schemas/index.ts";
+import { MAX_IMAGE_MODULE_BYTES, nameToken } from "../../schemas/index.ts";
 import type { MethodDescription } from "../index.ts";
 import { afterDelete, withNameLock } from "./lock.ts";
 import { listObjects, readObject } from "./objects.ts";
 import { DEFAULT_IMAGE_CACHE_MIB, ModuleCache } from "./module-cache.ts";
+import { DEFAULT_IMAGE_QUOTA, QuotaReservations, type ImageQuota } from "./quota.ts";
 
 /** The owner of the built-in images, which every principal sees (no principal has a `~`-prefixed name here). */
 export const BUILTIN_OWNER = "~builtin";
@@ -48,6 +49,7 @@ const objectName = ({ owner, name, digest }: Pick<ImageRecord, "owner" | "name" 
 const latestKey = (owner: string, name: string) => `${ownerKey(owner)}.latest.${name}`;
 const versionKey = (owner: string, name: string, digest: string) => `${ownerKey(owner)}.v.${name}.${hexOf(digest)}`;
 const lockKey = (owner: string, name: string) => `${ownerKey(owner)}.lock.${name}`;
+const usageKey = (owner: string) => `${ownerKey(owner)}.usage`;
 
 /** A module on this host's disk, held in the cache until `release`. */
 export interface HeldModule {
@@ -71,15 +73,7 @@ export interface ImageStoreOptions {
   readonly storeMiB?: number;
 }
 
-/** A principal's stored-image allowance. */
-export interface ImageQuota {
-  /** Stored versions (default 50, `MICROVM_IMAGE_QUOTA_VERSIONS`). */
-  readonly versions: number;
-  /** Bytes of stored modules (default 64 MiB, `MICROVM_IMAGE_QUOTA_MIB`). */
-  readonly bytes: number;
-}
-
-export const DEFAULT_IMAGE_QUOTA: ImageQuota = { versions: 50, bytes: 64 * 1024 * 1024 };
+export { DEFAULT_IMAGE_QUOTA, type ImageQuota } from "./quota.ts";
 export const DEFAULT_IMAGE_STORE_MIB = 1024;
 
 /** `name` or `name@sha256:<hex>`; undefined when it is neither. */
@@ -91,6 +85,8 @@ export function parseImageIdentifier(identifier: string): { name: string; digest
 
 export class ImageStore {
   #jsm: Promise<JetStreamManager> | undefined;
+  /** Each principal's pushes under way, reserved against its quota before they write. */
+  readonly quota: QuotaReservations;
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -98,8 +94,10 @@ export class ImageStore {
     private readonly objects: ObjectStore,
     /** This host's modules, one `<hex>.mjs` per digest. */
     readonly modules: ModuleCache,
-    private readonly quota: ImageQuota,
-  ) {}
+    quota: ImageQuota,
+  ) {
+    this.quota = new QuotaReservations(kv, quota, usageKey, (owner) => this.#objectsUnder(`${ownerKey(owner)}/`));
+  }
 
   /** Creates (or binds to) the image buckets; `cacheDir` holds this host's module cache. */
   static async open(nc: NatsConnection, cacheDir: string, options: ImageStoreOptions = {}): Promise<ImageStore> {
@@ -144,8 +142,12 @@ export class ImageStore {
       const name = objectName(record);
       const stored = await this.objects.info(name);
       if (!stored || stored.deleted) {
-        if (record.owner !== BUILTIN_OWNER) await this.assertQuota(record.owner, module.byteLength);
-        await this.objects.putBlob({ name }, module);
+        const put = () => this.objects.putBlob({ name }, module);
+        if (record.owner === BUILTIN_OWNER) await put();
+        else
+          await this.quota.within(record.owner, name, module.byteLength, put, () =>
+            this.objects.delete(name).then(() => undefined),
+          );
       }
       const existing = await this.readKey(versionKey(record.owner, record.name, record.digest));
       // The same module pushed again keeps its first registration time.
@@ -202,29 +204,6 @@ export class ImageStore {
       for (const key of versions) await this.kv.purge(key);
       for (const object of await this.objectsOf(owner, name)) await this.objects.delete(object);
     });
-  }
-
-  /**
-   * 429 when storing `adding` more bytes as one more version would take `owner` past its
-   * quota; every stored version of every name counts. Two pushes of different names at the
-   * same moment may both pass (each holds only its own name's lock).
-   */
-  private async assertQuota(owner: string, adding: number): Promise<void> {
-    const own = await this.#objectsUnder(`${ownerKey(owner)}/`);
-    const bytes = own.reduce((sum, info) => sum + info.size, 0);
-    const { versions, bytes: maxBytes } = this.quota;
-    if (own.length + 1 > versions)
-      throw ImageQuotaExceeded.make({
-        limit: "versions",
-        quota: versions,
-        message: `you store ${own.length} image versions (old versions count), the most allowed is ${versions}: delete an image first`,
-      });
-    if (bytes + adding > maxBytes)
-      throw ImageQuotaExceeded.make({
-        limit: "bytes",
-        quota: maxBytes,
-        message: `your images take ${bytes} bytes (old versions count); this module's ${adding} more would pass your quota of ${maxBytes} bytes: delete an image first`,
-      });
   }
 
   /** Names of the stored objects of `owner`'s `name`. */

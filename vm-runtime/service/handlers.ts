@@ -3,6 +3,7 @@
 // adapter routes each to the instance's host first (`hostOwners`, owners.ts).
 import { createHash, randomUUID } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
+import type { HeldRequests } from "../../platform/index.ts";
 import {
   IdempotencyKeyReused,
   ImageNotFound,
@@ -44,6 +45,8 @@ export interface HostState extends OwnerDeps {
   readonly images: ImageStore;
   /** Instances' output lines, stored per owner and instance. */
   readonly logs: InstanceLogs;
+  /** Long polls held for the gateway, each ended when it says its HTTP client left. */
+  readonly held: HeldRequests;
   readonly forwardTimeoutMs: number;
   /** This host's live instances and launches under way, and the limits they count against. */
   readonly instances: HostInstances;
@@ -88,8 +91,12 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
           await readOwned(host.store, microvmIdentifier, principal);
       };
       if (since !== undefined && input.waitSeconds !== undefined) {
-        await mustOwn();
-        return host.logs.read(principal, microvmIdentifier, { ...read, waitMs: Number(input.waitSeconds) * 1000 });
+        const waitMs = Number(input.waitSeconds) * 1000;
+        // Held until a line comes, the wait ends, or the gateway says the HTTP client left.
+        return host.held.hold(context.headers, async (signal) => {
+          await mustOwn();
+          return host.logs.read(principal, microvmIdentifier, { ...read, waitMs, ...(signal ? { signal } : {}) });
+        });
       }
       const page = await host.logs.read(principal, microvmIdentifier, read);
       if (page.lines.length === 0) await mustOwn();

@@ -7,7 +7,7 @@ import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
 import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../index.ts";
-import { log, microvmBoots, microvmInstances, onScrape } from "../../platform/index.ts";
+import { HeldRequests, log, microvmBoots, microvmInstances, microvmLogWaits, onScrape } from "../../platform/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
@@ -179,6 +179,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     tokenKey,
     images,
     logs,
+    held: new HeldRequests(nc, prefix),
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new HostInstances({
@@ -265,6 +266,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const stopCounting = onScrape(() => {
     microvmInstances.reset();
     for (const hosted of host.instances.values()) microvmInstances.inc({ state: hosted.state() });
+    microvmLogWaits.set(logs.waiting);
     if ("boots" in provider) {
       const { running, waiting } = provider.boots();
       microvmBoots.set({ state: "running" }, running);
@@ -285,6 +287,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   async function shutdown(): Promise<void> {
     const launched = host.instances.close();
     stopCounting();
+    // Long polls under way answer now (what they have) rather than at the end of their wait.
+    host.held.close();
     await Promise.all([...queued.map((sub) => sub.drain().catch(() => undefined)), service.close()]);
     await sweeper.stop();
     await launched;

@@ -45,6 +45,7 @@ const subjectOf = (owner: string, microvmId: string) =>
 export class InstanceLogs {
   /** The owner of each instance whose output this host stores, and how many launches keep it. */
   readonly #owners = new Map<string, { owner: string; keeps: number }>();
+  #waiting = 0;
 
   private constructor(
     private readonly nc: NatsConnection,
@@ -122,31 +123,43 @@ export class InstanceLogs {
     }
   }
 
+  /** Reads waiting for a line now (each holds a subscription): `microvm_log_waits`. */
+  get waiting(): number {
+    return this.#waiting;
+  }
+
   /**
    * `owner`'s lines of the instance: the `limit` latest (without `since`), or the first `limit`
    * after the line at sequence `since`; with `waitMs`, a read after `since` that finds none waits
-   * that long for one. Empty when the instance wrote nothing (or is not the owner's).
+   * that long for one, or until `signal` aborts (its caller left: the page is then empty).
+   * Empty when the instance wrote nothing (or is not the owner's).
    */
   async read(
     owner: string,
     microvmId: string,
-    options: { limit?: number; since?: number; waitMs?: number } = {},
+    options: { limit?: number; since?: number; waitMs?: number; signal?: AbortSignal } = {},
   ): Promise<LogPage> {
     const subject = subjectOf(owner, microvmId);
     const limit = options.limit ?? DEFAULT_LOG_LINES;
     if (options.since === undefined) return this.latest(subject, limit);
-    const since = options.since;
-    if (!options.waitMs) return this.after(subject, since, limit);
+    const { since, signal } = options;
+    if (!options.waitMs || signal?.aborted) return this.after(subject, since, limit);
     // Subscribed before the read, so a line stored between the two still wakes the wait.
     const sub = this.nc.subscribe(subject, { max: 1 });
-    const timer = setTimeout(() => sub.unsubscribe(), options.waitMs);
+    const stop = () => sub.unsubscribe();
+    const timer = setTimeout(stop, options.waitMs);
+    signal?.addEventListener("abort", stop, { once: true });
+    this.#waiting += 1;
     try {
       const page = await this.after(subject, since, limit);
       if (page.lines.length > 0) return page;
       for await (const _ of sub) break;
+      if (signal?.aborted) return { lines: [], cursor: String(since) };
       return await this.after(subject, since, limit);
     } finally {
+      this.#waiting -= 1;
       clearTimeout(timer);
+      signal?.removeEventListener("abort", stop);
       sub.unsubscribe();
     }
   }
