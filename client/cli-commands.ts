@@ -351,15 +351,15 @@ export const commands: readonly CommandSpec[] = [
     },
     async run(client, [id], options, out) {
       const first = await client.getMicrovmLogs({ microvmIdentifier: id, limit: integer(options, "limit", 100) });
-      const print = (lines: typeof first.lines) => {
+      const print = (lines: typeof first.items) => {
         for (const line of lines) out(options.json ? JSON.stringify(line) : visible(line.line));
       };
-      if (!options.follow) return { json: first, text: first.lines.map((l) => visible(l.line)).join("\n") };
-      print(first.lines);
+      if (!options.follow) return { json: first, text: first.items.map((l) => visible(l.line)).join("\n") };
+      print(first.items);
       // A long poll at a time: each answer starts after the last line printed.
       for (let cursor = first.cursor; ; ) {
         const page = await client.getMicrovmLogs({ microvmIdentifier: id, since: cursor, waitSeconds: 20 });
-        print(page.lines);
+        print(page.items);
         cursor = page.cursor;
       }
     },

@@ -236,12 +236,12 @@ export const getMicrovmLogs = {
     { additionalProperties: false },
   ),
   success: Type.Object({
-    lines: Type.Array(LogLine),
+    items: Type.Array(LogLine),
     cursor: Type.String({ description: "pass as `since` to read the lines written after these" }),
   }),
   errors: [MicrovmNotFound],
   waitMsOf: (input) => (input.waitSeconds === undefined ? undefined : Number(input.waitSeconds) * 1000),
-  follow: { items: "lines", waitSeconds: 20 },
+  follow: { items: "items", waitSeconds: 20 },
   summary: "Read an instance's output lines (stdout and stderr): the latest, or those after a cursor",
 } as const satisfies Operation;
 

@@ -85,18 +85,18 @@ async function eventually(check: () => Promise<boolean>, timeoutMs: number, what
 }
 
 const linesOf = async (microvmId: string, limit = 1000) =>
-  (await svc.overHttp.getMicrovmLogs({ microvmIdentifier: microvmId, limit })).lines;
+  (await svc.overHttp.getMicrovmLogs({ microvmIdentifier: microvmId, limit })).items;
 
 /** Reads until `done` holds for the lines read, waiting on the service's long poll (no sleeps). */
 async function readUntil(microvmId: string, done: (lines: string[]) => boolean): Promise<string[]> {
   const first = await svc.overHttp.getMicrovmLogs({ microvmIdentifier: microvmId, limit: 1000 });
-  const seen = first.lines.map((l) => l.line);
+  const seen = first.items.map((l) => l.line);
   let cursor = first.cursor;
   const deadline = Date.now() + 60_000;
   while (!done(seen)) {
     assert.ok(Date.now() < deadline, `the lines never came; read so far: ${JSON.stringify(seen.slice(-10))}`);
     const page = await svc.overHttp.getMicrovmLogs({ microvmIdentifier: microvmId, since: cursor, waitSeconds: 10 });
-    seen.push(...page.lines.map((l) => l.line));
+    seen.push(...page.items.map((l) => l.line));
     cursor = page.cursor;
   }
   return seen;

@@ -99,7 +99,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
         });
       }
       const page = await host.logs.read(principal, microvmIdentifier, read);
-      if (page.lines.length === 0) await mustOwn();
+      if (page.items.length === 0) await mustOwn();
       return page;
     },
     ...instanceHandlers(host),

@@ -30,7 +30,7 @@ export interface LogLine {
 }
 
 export interface LogPage {
-  readonly lines: LogLine[];
+  readonly items: LogLine[];
   /** The stream sequence of the last line answered (or `since`): the next read's `since`. */
   readonly cursor: string;
 }
@@ -152,9 +152,9 @@ export class InstanceLogs {
     this.#waiting += 1;
     try {
       const page = await this.after(subject, since, limit);
-      if (page.lines.length > 0) return page;
+      if (page.items.length > 0) return page;
       for await (const _ of sub) break;
-      if (signal?.aborted) return { lines: [], cursor: String(since) };
+      if (signal?.aborted) return { items: [], cursor: String(since) };
       return await this.after(subject, since, limit);
     } finally {
       this.#waiting -= 1;
@@ -176,13 +176,13 @@ export class InstanceLogs {
       lines.push(lineOf(message));
       cursor = message.seq;
     }
-    return { lines, cursor: String(cursor) };
+    return { items: lines, cursor: String(cursor) };
   }
 
   /** The last `limit` lines: the subject holds at most `linesPerInstance`, read in batches. */
   private async latest(subject: string, limit: number): Promise<LogPage> {
     const last = await this.jsm.direct.getMessage(instanceLogStream, { last_by_subj: subject }).catch(() => null);
-    if (!last) return { lines: [], cursor: "0" };
+    if (!last) return { items: [], cursor: "0" };
     const kept: StoredMsg[] = [];
     let from = 1;
     for (;;) {
@@ -195,7 +195,7 @@ export class InstanceLogs {
       if (end === undefined || end >= last.seq || batch.length < BATCH) break;
       from = end + 1;
     }
-    return { lines: kept.map(lineOf), cursor: String(kept.at(-1)?.seq ?? last.seq) };
+    return { items: kept.map(lineOf), cursor: String(kept.at(-1)?.seq ?? last.seq) };
   }
 
   private async batch(subject: string, seq: number, batch: number): Promise<StoredMsg[]> {
