@@ -60,7 +60,7 @@ export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./h
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";
 export { WARM_PREFIX } from "./host/isolated-provider.ts";
 export type { IsolatedProvider, IsolatedProviderOptions } from "./host/isolated-provider.ts";
-export { permissionFlag } from "./host/node-args.ts";
+export { permissionFlag, permissionGrants } from "./host/node-args.ts";
 export type { InstanceNode } from "./host/node-args.ts";
 export { SANDBOX_MARKER } from "./host/sandbox-command.ts";
 export type { SandboxProvider, SandboxProviderOptions } from "./host/sandbox-provider.ts";
