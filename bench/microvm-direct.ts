@@ -98,7 +98,13 @@ async function startRuntime(bundle: string, workDir: string, options: DirectOpti
     ...heapCap,
     ...extra,
     ...((options.permissions ?? true)
-      ? [permissionFlag(), ...permissionGrants(), `--allow-fs-read=${bundle}`, `--allow-fs-read=${scratch}`, `--allow-fs-write=${scratch}`]
+      ? [
+          permissionFlag(),
+          ...permissionGrants(),
+          `--allow-fs-read=${bundle}`,
+          `--allow-fs-read=${scratch}`,
+          `--allow-fs-write=${scratch}`,
+        ]
       : []),
     bundle,
   ];
