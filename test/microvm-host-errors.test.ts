@@ -24,6 +24,7 @@ import {
   createSandboxProvider,
   hostFailureOf,
   MicrovmHostError,
+  MicrovmStartFailed,
   type MicrovmProvider,
 } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -164,6 +165,24 @@ for (const wall of walls) {
         (await checkImageModule(good, provider, CHECK_MS)).map((m) => m.name),
         ["greet"],
       );
+      await closeClean(provider, wall);
+    });
+
+    it(`host errors (${wall}) - a module that throws in a healthy wall fails its start saying how it ended and why`, async (t) => {
+      const provider = await providerOf(wall);
+      t.after(() => provider.close());
+      await assert.rejects(provider.start({ microvmId: "throws-at-load", image: throwing }), (err: unknown) => {
+        assert.ok(err instanceof MicrovmStartFailed, String(err));
+        assert.equal(hostFailureOf(err), undefined);
+        // The message is the stateReason a user reads: the exit and node's error line, no host path.
+        assert.equal(
+          err.message,
+          "instance throws-at-load exited (code 1) before it was ready: RangeError: the config is missing",
+        );
+        assert.deepEqual(err.exit, { code: 1, signal: null });
+        assert.match(err.stderr, /RangeError: the config is missing/, "the log gets its last stderr lines");
+        return true;
+      });
       await closeClean(provider, wall);
     });
 

@@ -42,12 +42,15 @@ export {
   MicrovmProviderError,
   MicrovmHostError,
   MicrovmImageTimeout,
+  MicrovmStartFailed,
   hostFailureOf,
   imageTimedOut,
+  startFailureOf,
   realPort,
   upstreamOf,
 } from "./host/provider.ts";
 export type {
+  InstanceExit,
   MicrovmProvider,
   MicrovmHandle,
   MicrovmSpec,
@@ -55,6 +58,7 @@ export type {
   RestoreSpec,
   Upstream,
 } from "./host/provider.ts";
+export { errorLineOf, exitText, withoutPaths } from "./host/start-failure.ts";
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
 export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";
