@@ -29,6 +29,7 @@ import {
 } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { cgroupsLeftOfHostKey } from "./helpers/microvm.ts";
+import { loggedWithin } from "./helpers/process.ts";
 import { isolatedProviders } from "./helpers/providers.ts";
 
 const defer = lifo(after);
@@ -335,21 +336,6 @@ for (const wall of walls.filter((name) => name !== "process")) {
     await copyFile(process.execPath, node);
     assert.equal((await post(images, { name: "after", module: goodModule })).status, 200);
   });
-}
-
-/** The first log entry `match` accepts, once the service has logged it (fails after `timeoutMs`). */
-async function loggedWithin(
-  svc: Service,
-  timeoutMs: number,
-  match: (entry: Record<string, unknown>) => boolean,
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const found = svc.logs.find(match);
-    if (found) return found;
-    assert.ok(Date.now() < deadline, `not logged within ${timeoutMs} ms: ${JSON.stringify(svc.logs.slice(-5))}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 /** GetMicrovm over HTTP until the instance is in `state` (20 s at most). */

@@ -439,7 +439,12 @@ export async function createIsolatedProvider(
       // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
       throw (
         (await stopFailedWall(entry, cause, deadline, signal)) ??
-        startFailed(spec.microvmId, { cause, exit, stderrTail: entry.output.stderrTail, secret: entry.secret })
+        startFailed(spec.microvmId, {
+          cause,
+          exit,
+          stderr: { tail: entry.output.stderrTail, errors: entry.output.stderrErrors },
+          secret: entry.secret,
+        })
       );
     }
   }

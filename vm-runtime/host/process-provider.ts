@@ -143,7 +143,12 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
       await outputDrained(child, 1_000);
       if (output.booted) {
         const secret = upstreamHeaders[INSTANCE_SECRET_HEADER];
-        throw startFailed(spec.microvmId, { cause, exit, stderrTail: output.stderrTail, secret });
+        throw startFailed(spec.microvmId, {
+          cause,
+          exit,
+          stderr: { tail: output.stderrTail, errors: output.stderrErrors },
+          secret,
+        });
       }
       // node or the runtime never came up: nothing of the image ran.
       throw new MicrovmHostError(`the host could not start instance ${spec.microvmId}'s runtime`, {
