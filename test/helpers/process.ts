@@ -93,9 +93,14 @@ export interface Exited {
   stderr: string;
 }
 
-/** Runs `file args` (e.g. main.ts through tsx) in the checkout to its exit; fails after `timeoutMs`. */
-export function runToExit(args: string[], env: Record<string, string> = {}, timeoutMs = 60_000): Promise<Exited> {
-  const child = spawn(process.execPath, ["--import", "tsx", ...args], {
+/** Runs `file args` (e.g. main.ts through tsx) in the checkout to its exit, on `node`; fails after `timeoutMs`. */
+export function runToExit(
+  args: string[],
+  env: Record<string, string> = {},
+  timeoutMs = 60_000,
+  node = process.execPath,
+): Promise<Exited> {
+  const child = spawn(node, ["--import", "tsx", ...args], {
     cwd: root,
     env: { ...process.env, TASK_API_PORT: "0", JOB_API_PORT: "0", MICROVM_API_PORT: "0", LOG_LEVEL: "info", ...env },
     stdio: ["ignore", "pipe", "pipe"],
