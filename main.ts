@@ -30,6 +30,7 @@ import {
   logFormatProblem,
   prettyLogs,
   packageVersion,
+  unsupportedNode,
   type InstanceLock,
   type NatsHandle,
   type NatsServer,
@@ -210,6 +211,8 @@ async function main() {
     configOrExit(() => {
       throw new ConfigError(problem);
     });
+  const oldNode = unsupportedNode();
+  if (oldNode) log.warn({ node: process.versions.node }, oldNode);
   const keys = await apiKeys(active);
   // Before any store or route is made: with an OTLP endpoint set, they record spans.
   lifecycle.stopTracing = await startTracing("typed-service");

@@ -15,6 +15,7 @@ import {
   INSTANCE_SECRET_HEADER,
   parseReadyLine,
   permissionFlag,
+  permissionGrants,
 } from "../vm-runtime/index.ts";
 import { tempDir } from "./children.ts";
 
@@ -97,7 +98,13 @@ async function startRuntime(bundle: string, workDir: string, options: DirectOpti
     ...heapCap,
     ...extra,
     ...((options.permissions ?? true)
-      ? [permissionFlag(), `--allow-fs-read=${bundle}`, `--allow-fs-read=${scratch}`, `--allow-fs-write=${scratch}`]
+      ? [
+          permissionFlag(),
+          ...permissionGrants(),
+          `--allow-fs-read=${bundle}`,
+          `--allow-fs-read=${scratch}`,
+          `--allow-fs-write=${scratch}`,
+        ]
       : []),
     bundle,
   ];

@@ -94,7 +94,7 @@ build_service() {
   if has_image "$SERVICE_IMAGE"; then echo "$SERVICE_IMAGE: present"; return; fi
   local context="$work/service" node nats
   node="$(readlink -f "$(command -v node)")"
-  [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || { echo "error: node >= 20 needed for the image" >&2; exit 1; }
+  [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ] || { echo "error: node >= 22 needed for the image" >&2; exit 1; }
   rm -rf "$context" && mkdir -p "$context/app"
   cp "$node" "$context/node"
   # What cluster/Dockerfile's `COPY . .` takes: the work tree without what git ignores.

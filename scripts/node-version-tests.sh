@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The test files whose subject is what a Node version changes: CI runs every file on Node 24 and
-# these on the system's node (docs/testing.md, "Node versions"). Prints them, one line.
+# The test files whose subject is what a Node version changes: CI runs every file on Node 26 and
+# these on Node 24 (docs/testing.md, "Node versions"). Prints them, one line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 files=(
   # the instance runtime on the host's node: its flags, boot, permission model, randomness
   # (the escapes with the permission model on; each wall alone, sandbox-escapes-wall-alone,
-  # is the Node 24 pass's: without the permission model the node flags in play are the same)
+  # is the Node 26 pass's: without the permission model the node flags in play are the same)
   test/sandbox-escapes.test.ts
   test/sandbox-provider.test.ts
   test/microvm-provider.test.ts
@@ -22,7 +22,7 @@ files=(
   test/malformed-requests.test.ts
   test/oversized-body.test.ts
   # the service as npm start runs it, the CLI's bundle (the docs' snippets, which run against
-  # the same bundle, are the Node 24 pass's: what they check is the docs, not the Node version)
+  # the same bundle, are the Node 26 pass's: what they check is the docs, not the Node version)
   test/npm-start-signals.test.ts
   test/cli.test.ts
   test/terminal-output.test.ts

@@ -24,10 +24,12 @@ import {
   createSandboxProvider,
   hostFailureOf,
   MicrovmHostError,
+  MicrovmStartFailed,
   type MicrovmProvider,
 } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { cgroupsLeftOfHostKey } from "./helpers/microvm.ts";
+import { loggedWithin } from "./helpers/process.ts";
 import { isolatedProviders } from "./helpers/providers.ts";
 
 const defer = lifo(after);
@@ -164,6 +166,24 @@ for (const wall of walls) {
         (await checkImageModule(good, provider, CHECK_MS)).map((m) => m.name),
         ["greet"],
       );
+      await closeClean(provider, wall);
+    });
+
+    it(`host errors (${wall}) - a module that throws in a healthy wall fails its start saying how it ended and why`, async (t) => {
+      const provider = await providerOf(wall);
+      t.after(() => provider.close());
+      await assert.rejects(provider.start({ microvmId: "throws-at-load", image: throwing }), (err: unknown) => {
+        assert.ok(err instanceof MicrovmStartFailed, String(err));
+        assert.equal(hostFailureOf(err), undefined);
+        // The message is the stateReason a user reads: the exit and node's error line, no host path.
+        assert.equal(
+          err.message,
+          "instance throws-at-load exited (code 1) before it was ready: RangeError: the config is missing",
+        );
+        assert.deepEqual(err.exit, { code: 1, signal: null });
+        assert.match(err.stderr, /RangeError: the config is missing/, "the log gets its last stderr lines");
+        return true;
+      });
       await closeClean(provider, wall);
     });
 
@@ -316,21 +336,6 @@ for (const wall of walls.filter((name) => name !== "process")) {
     await copyFile(process.execPath, node);
     assert.equal((await post(images, { name: "after", module: goodModule })).status, 200);
   });
-}
-
-/** The first log entry `match` accepts, once the service has logged it (fails after `timeoutMs`). */
-async function loggedWithin(
-  svc: Service,
-  timeoutMs: number,
-  match: (entry: Record<string, unknown>) => boolean,
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const found = svc.logs.find(match);
-    if (found) return found;
-    assert.ok(Date.now() < deadline, `not logged within ${timeoutMs} ms: ${JSON.stringify(svc.logs.slice(-5))}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 /** GetMicrovm over HTTP until the instance is in `state` (20 s at most). */

@@ -2,13 +2,13 @@
 // stack, and nothing left running (the private nats-server stops when start-up fails).
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
 import { chmod, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { findNatsServer, freePort, natsServerPath, recentEnough } from "../platform/index.ts";
+import { findNatsServer, freePort, natsServerPath, OLDEST_MAINTAINED_NODE, recentEnough } from "../platform/index.ts";
 import { alive, runToExit, serviceDataDir, type Exited } from "./helpers/process.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -22,7 +22,40 @@ function oneLine(run: Exited, pattern: RegExp, code = 1): void {
   assert.doesNotMatch(run.stdout + run.stderr, /\n\s+at |"stack"/, "no stack");
 }
 
+/** A node of a line past its end of life on this machine (`OLD_NODE`, else the system's), if any. */
+function oldNode(): { path: string; version: string } | undefined {
+  const path = process.env.OLD_NODE ?? "/usr/bin/node";
+  const run = spawnSync(path, ["-p", "process.versions.node"], { encoding: "utf8" });
+  const version = run.status === 0 ? run.stdout.trim() : "";
+  return version && Number(version.split(".")[0]) < OLDEST_MAINTAINED_NODE ? { path, version } : undefined;
+}
+
 describe("start-up errors", () => {
+  it("start-up errors - on a Node.js line past its end of life the service says it is not supported", async (t) => {
+    const old = oldNode();
+    if (!old) return t.skip(`no node older than ${OLDEST_MAINTAINED_NODE} here (OLD_NODE names one)`);
+    const dir = await serviceDataDir(t);
+    // A HOST that does not resolve ends the start right after the warning, before NATS.
+    const env = { NATS_URL: "", DATA_DIR: dir, HOST: "nonsense.invalid" };
+    const [onOld, onThis] = await Promise.all([
+      runToExit(["main.ts"], env, 60_000, old.path),
+      runToExit(["main.ts"], env),
+    ]);
+    const warning = (run: Exited) =>
+      run.stdout
+        .split("\n")
+        .filter((line) => line.startsWith("{"))
+        .map((line) => JSON.parse(line) as { level: number; msg: string })
+        .find((entry) => /end of life/.test(entry.msg));
+    assert.deepEqual(warning(onOld), {
+      ...warning(onOld),
+      level: 40,
+      msg: `Node.js ${old.version} is past its end of life and not supported: use Node.js 26 (the active LTS) or 24`,
+    });
+    assert.equal(warning(onThis), undefined, `node ${process.versions.node} is maintained`);
+    oneLine(onOld, /^error: HOST=nonsense\.invalid is not an address of this machine/);
+  });
+
   it("start-up errors - out-of-range port, unknown LOG_LEVEL or LOG_FORMAT, unresolvable HOST and unknown flags answer one line", async (t) => {
     const dir = await serviceDataDir(t);
     const env = { NATS_URL: "", DATA_DIR: dir };

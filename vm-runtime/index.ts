@@ -42,12 +42,15 @@ export {
   MicrovmProviderError,
   MicrovmHostError,
   MicrovmImageTimeout,
+  MicrovmStartFailed,
   hostFailureOf,
   imageTimedOut,
+  startFailureOf,
   realPort,
   upstreamOf,
 } from "./host/provider.ts";
 export type {
+  InstanceExit,
   MicrovmProvider,
   MicrovmHandle,
   MicrovmSpec,
@@ -55,12 +58,13 @@ export type {
   RestoreSpec,
   Upstream,
 } from "./host/provider.ts";
+export { errorLineOf, exitText, withoutPaths } from "./host/start-failure.ts";
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
 export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";
 export { WARM_PREFIX } from "./host/isolated-provider.ts";
 export type { IsolatedProvider, IsolatedProviderOptions } from "./host/isolated-provider.ts";
-export { permissionFlag } from "./host/node-args.ts";
+export { permissionFlag, permissionGrants } from "./host/node-args.ts";
 export type { InstanceNode } from "./host/node-args.ts";
 export { SANDBOX_MARKER } from "./host/sandbox-command.ts";
 export type { SandboxProvider, SandboxProviderOptions } from "./host/sandbox-provider.ts";

@@ -1,4 +1,5 @@
 // Runs `main.ts` as a real child process (cluster/process.ts starts it and waits for "ready").
+import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { startNodeProcess } from "../../cluster/process.ts";
 import { once } from "node:events";
@@ -92,9 +93,14 @@ export interface Exited {
   stderr: string;
 }
 
-/** Runs `file args` (e.g. main.ts through tsx) in the checkout to its exit; fails after `timeoutMs`. */
-export function runToExit(args: string[], env: Record<string, string> = {}, timeoutMs = 60_000): Promise<Exited> {
-  const child = spawn(process.execPath, ["--import", "tsx", ...args], {
+/** Runs `file args` (e.g. main.ts through tsx) in the checkout to its exit, on `node`; fails after `timeoutMs`. */
+export function runToExit(
+  args: string[],
+  env: Record<string, string> = {},
+  timeoutMs = 60_000,
+  node = process.execPath,
+): Promise<Exited> {
+  const child = spawn(node, ["--import", "tsx", ...args], {
     cwd: root,
     env: { ...process.env, TASK_API_PORT: "0", JOB_API_PORT: "0", MICROVM_API_PORT: "0", LOG_LEVEL: "info", ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -131,4 +137,19 @@ export async function serviceDataDir(t: { after(fn: () => unknown): void }): Pro
     await rm(dir, { recursive: true, force: true });
   });
   return dir;
+}
+
+/** The first log entry `match` accepts, once the service has logged it (its pipe may lag its answers; fails after `timeoutMs`). */
+export async function loggedWithin(
+  svc: { readonly logs: readonly Record<string, unknown>[] },
+  timeoutMs: number,
+  match: (entry: Record<string, unknown>) => boolean,
+): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = svc.logs.find(match);
+    if (found) return found;
+    assert.ok(Date.now() < deadline, `not logged within ${timeoutMs} ms: ${JSON.stringify(svc.logs.slice(-5))}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }

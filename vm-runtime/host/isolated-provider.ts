@@ -39,6 +39,7 @@ import {
   type OutputSink,
 } from "./process-io.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
+import { exitOf, startFailed } from "./start-failure.ts";
 import { LAUNCH_TEMPLATE_LINE, MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
 import { makeSocketDir, openRuntimeSocket, type RuntimeSocket } from "./runtime-socket.ts";
 import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
@@ -433,10 +434,17 @@ export async function createIsolatedProvider(
       launches?.noteCold(key, module, memoryMiB, Date.now() - startedAt);
       return handle;
     } catch (cause) {
+      // How it ended by itself, if it did: after stopFailedWall, it ended by the kill.
+      const exit = exitOf(entry.launched.child);
       // A wall booted ahead may have failed before its runtime came up: nothing of the image ran.
       throw (
         (await stopFailedWall(entry, cause, deadline, signal)) ??
-        new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause })
+        startFailed(spec.microvmId, {
+          cause,
+          exit,
+          stderr: { tail: entry.output.stderrTail, errors: entry.output.stderrErrors },
+          secret: entry.secret,
+        })
       );
     }
   }

@@ -22,6 +22,16 @@ export function permissionFlag(version = process.versions.node): string {
     : "--experimental-permission";
 }
 
+/**
+ * Node's permission flags beyond the file system that an instance's runtime needs: from 25 on
+ * the model gates sockets too, and the runtime listens on one (TCP or a Unix socket; 24 and
+ * older refuse the flag). The network itself is the wall's to deny (no interface in the sandbox).
+ */
+export function permissionGrants(version = process.versions.node): string[] {
+  const [major = 0] = version.split(".").map(Number);
+  return major >= 25 ? ["--allow-net"] : [];
+}
+
 export interface RuntimeNodeFlags {
   /** The version of the node that runs them (default: the host's). */
   readonly nodeVersion?: string;
@@ -55,6 +65,7 @@ export function runtimeNodeFlags({
     ...(permissions
       ? [
           permissionFlag(nodeVersion),
+          ...permissionGrants(nodeVersion),
           ...readable.map((path) => `--allow-fs-read=${path}`),
           ...writable.map((path) => `--allow-fs-write=${path}`),
         ]

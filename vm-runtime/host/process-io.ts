@@ -8,6 +8,7 @@ import { boundedLines } from "./output-lines.ts";
 import { BOOTED_LINE, parseReadyLine, READY_KEY } from "../runtime/boot.ts";
 import { MicrovmImageTimeout, type Upstream } from "./provider.ts";
 import { within } from "./provider-util.ts";
+import { isErrorLine } from "./start-failure.ts";
 import { RPC_HEALTH_PATH } from "../wire/rpc.ts";
 
 /** How every line of the runtime's start-up protocol begins (`{"~microvm/runtime":…}`). */
@@ -20,6 +21,11 @@ export type OutputSink = (microvmId: string, stream: "stdout" | "stderr", line: 
 export interface OutputWatch {
   readonly stdout: EventEmitter<{ line: [string] }>;
   readonly stderrTail: string[];
+  /**
+   * The last stderr lines that say why it failed (`isErrorLine`), kept apart from the tail: a
+   * long trace after one (node's native stack after a FATAL ERROR) does not push it out.
+   */
+  readonly stderrErrors: string[];
   /** The runtime printed `BOOTED_LINE`: a start failing from then on is the image's doing. */
   booted: boolean;
   /** The port the runtime's ready line announced, once it did. */
@@ -27,12 +33,13 @@ export interface OutputWatch {
 }
 
 const STDERR_TAIL_LINES = 20;
+const STDERR_ERROR_LINES = 5;
 /** How long an exited process's pipes may take to yield what it wrote before it ended. */
 const DRAIN_MS = 1_000;
 
 /** Drains both pipes for the life of the process, bounded in line length and rate (output-lines.ts). */
 export function watchOutput(child: ChildProcess, microvmId: string, sink?: OutputSink): OutputWatch {
-  const watch: OutputWatch = { stdout: new EventEmitter(), stderrTail: [], booted: false };
+  const watch: OutputWatch = { stdout: new EventEmitter(), stderrTail: [], stderrErrors: [], booted: false };
   if (child.stdout) {
     boundedLines(child.stdout, (line) => {
       if (!watch.booted && line === BOOTED_LINE) watch.booted = true;
@@ -47,6 +54,8 @@ export function watchOutput(child: ChildProcess, microvmId: string, sink?: Outpu
     boundedLines(child.stderr, (line) => {
       watch.stderrTail.push(line);
       if (watch.stderrTail.length > STDERR_TAIL_LINES) watch.stderrTail.shift();
+      if (isErrorLine(line)) watch.stderrErrors.push(line);
+      if (watch.stderrErrors.length > STDERR_ERROR_LINES) watch.stderrErrors.shift();
       sink?.(microvmId, "stderr", line);
     });
   }

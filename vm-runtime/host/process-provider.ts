@@ -11,6 +11,7 @@ import { INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import { isProcessAlive, readProcStat } from "./proc.ts";
 import { INSTANCE_MARKER, instanceProcessesUnder, killProcessGroup } from "./process-reclaim.ts";
 import { bundleCache, pollUntil, safeName, within } from "./provider-util.ts";
+import { exitOf, startFailed } from "./start-failure.ts";
 import {
   outputDrained,
   waitForExit,
@@ -135,10 +136,20 @@ export function createProcessProvider(options: ProcessProviderOptions = {}): Pro
         },
       );
     } catch (cause) {
+      // How it ended by itself, if it did: after the kill below, it ended by the kill.
+      const exit = exitOf(child);
       signalGroup(pid, "SIGKILL");
       await entry.exited;
       await outputDrained(child, 1_000);
-      if (output.booted) throw new MicrovmProviderError(`instance ${spec.microvmId} did not become ready`, { cause });
+      if (output.booted) {
+        const secret = upstreamHeaders[INSTANCE_SECRET_HEADER];
+        throw startFailed(spec.microvmId, {
+          cause,
+          exit,
+          stderr: { tail: output.stderrTail, errors: output.stderrErrors },
+          secret,
+        });
+      }
       // node or the runtime never came up: nothing of the image ran.
       throw new MicrovmHostError(`the host could not start instance ${spec.microvmId}'s runtime`, {
         cause,

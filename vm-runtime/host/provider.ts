@@ -136,6 +136,34 @@ export class MicrovmHostError extends MicrovmProviderError {
   }
 }
 
+/** How an instance's process ended: its exit code, or the signal that ended it. */
+export interface InstanceExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+/**
+ * A start that failed once the runtime was up (the image's share): `message` says how the
+ * instance ended and the error line it printed, with no host path (a user reads it as the
+ * `stateReason`); `stderr` holds its last lines for the host's log.
+ */
+export class MicrovmStartFailed extends MicrovmProviderError {
+  /** How its process ended by itself; undefined when it was stopped (a deadline, an abort). */
+  readonly exit: InstanceExit | undefined;
+  readonly stderr: string;
+  constructor(message: string, options: { cause?: unknown; exit: InstanceExit | undefined; stderr: string }) {
+    super(message, { cause: options.cause });
+    this.name = "MicrovmStartFailed";
+    this.exit = options.exit;
+    this.stderr = options.stderr;
+  }
+}
+
+/** The `MicrovmStartFailed` in `err`'s cause chain, if any. */
+export function startFailureOf(err: unknown): MicrovmStartFailed | undefined {
+  return causeOfType(err, MicrovmStartFailed);
+}
+
 /** The image did not answer its readiness probe within `MicrovmSpec.imageTimeoutMs` of its runtime's boot. */
 export class MicrovmImageTimeout extends MicrovmProviderError {
   constructor(

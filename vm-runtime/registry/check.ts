@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import { InternalServerError, InvalidImage, MAX_IMAGE_MODULE_BYTES, ServiceUnavailable } from "../../schemas/index.ts";
 import {
+  errorLineOf,
   hostFailureOf,
   imageTimedOut,
   RPC_HEALTH_PATH,
@@ -15,6 +16,7 @@ import {
   type MethodDescription,
   type MicrovmHandle,
   type MicrovmProvider,
+  withoutPaths,
 } from "../index.ts";
 
 /** Fails with a 400 `InvalidImage` when the module is larger than the limit. */
@@ -85,13 +87,10 @@ function loadFailure(err: unknown): string {
   const texts: string[] = [];
   for (let cause: unknown = err; cause instanceof Error; cause = cause.cause) texts.push(cause.message);
   const raw = texts.join("\n").split("\n");
-  const lines = raw.map((line) => line.trim());
-  const refused = lines.find((line) => line.startsWith("ImageError: "));
-  if (refused) return refused.slice(0, 500);
-  const thrown = lines.filter((line) => /^(\w*Error|Uncaught|Error)\b.*:/.test(line) || /^\w+Error$/.test(line)).at(-1);
-  const line = thrown ?? lines.find((l) => l.length > 0) ?? "the instance did not start";
-  const where = thrown?.startsWith("SyntaxError") ? sourcePosition(raw) : "";
-  return withoutPaths(line) + where;
+  const line = errorLineOf(raw);
+  if (line === undefined)
+    return withoutPaths(raw.find((l) => l.trim().length > 0)?.trim() ?? "the instance did not start");
+  return line.startsWith("SyntaxError") ? line + sourcePosition(raw) : line;
 }
 
 /** What the provider's start failure quotes of the instance's stderr (its last lines), paths replaced. */
@@ -124,11 +123,6 @@ function sourcePosition(lines: readonly string[]): string {
   // Spaces without a caret when the error has no width (the end of the input).
   const caret = /^( *)\^*$/.exec(lines[at + 2] ?? "");
   return caret ? ` (line ${line}:${caret[1]!.length + 1})` : ` (line ${line})`;
-}
-
-/** Replaces file paths and URLs with `<module>`: an answer never shows the host's layout. */
-export function withoutPaths(text: string): string {
-  return text.replace(/(file:\/\/)?\/[^\s:'"()]+/g, "<module>").slice(0, 500);
 }
 
 /**

@@ -1,7 +1,7 @@
 // Which isolation this host's instances get: gVisor where it runs, else the bubblewrap sandbox
 // (each refuses to start where the machine cannot run it, saying what is missing), or, as an
 // explicit development opt-in, the plain process provider, announced with a warning. An
-// instance that does not start for a reason of the host is logged here with its cause.
+// instance that does not start is logged here with its cause.
 import { createHash } from "node:crypto";
 import { resolve } from "node:path";
 import {
@@ -10,7 +10,9 @@ import {
   createGvisorProvider,
   createProcessProvider,
   createSandboxProvider,
+  exitText,
   hostFailureOf,
+  startFailureOf,
   type IsolatedProvider,
   type MicrovmProvider,
   type IsolatedProviderOptions,
@@ -68,7 +70,7 @@ export async function createHostProvider(
       "MICROVM_PROVIDER=process: instances run as plain processes of this host's user, NOT isolated " +
         "(they can reach the network and NATS, signal host processes and fill the disk). Development only.",
     );
-    return loggingHostFailures(
+    return loggingStartFailures(
       createProcessProvider({
         workDir,
         onOutput,
@@ -95,7 +97,7 @@ export async function createHostProvider(
         { provider: "gvisor", cgroup: `v${provider.cgroupVersion}`, ...limits },
         "microVM isolation: gVisor (runsc user-space kernel, no network) + cgroups, a host uid per instance",
       );
-      return loggingHostFailures(provider);
+      return loggingStartFailures(provider);
     }
     if (name === "gvisor") throw new ProviderUnavailable(`MICROVM_PROVIDER=gvisor cannot run here: ${check.reason}`);
     gvisorSkipped = check.reason;
@@ -119,29 +121,47 @@ export async function createHostProvider(
       gvisorSkipped ? `; gVisor skipped: ${gvisorSkipped}` : ""
     }`,
   );
-  return loggingHostFailures(provider);
+  return loggingStartFailures(provider);
 }
 
 /**
- * `provider` whose starts that fail for a reason of the host (its wall or node never came up:
- * a flag node refuses, a binary gone) are logged with their cause and what the wall printed:
- * the caller answers a bare 5xx or a `stateReason` that names no host detail. A start its
- * caller gave up (a terminate while PENDING) is no failure.
+ * `provider` whose failed starts are logged with their cause: those of the host (its wall or
+ * node never came up: a flag node refuses, a binary gone) at error level with what the wall
+ * printed, where the caller answers a bare 5xx or a `stateReason` that names no host detail;
+ * the others (the runtime or the image ended or stalled once up) at warn level with how the
+ * instance ended and its last stderr lines. A start its caller gave up (a terminate while
+ * PENDING) is no failure.
  */
-function loggingHostFailures<P extends MicrovmProvider>(provider: P): P {
+function loggingStartFailures<P extends MicrovmProvider>(provider: P): P {
   const start: MicrovmProvider["start"] = (spec, signal) =>
     provider.start(spec, signal).catch((err: unknown) => {
-      const failure = hostFailureOf(err);
       const gaveUp = signal?.aborted === true && (signal.reason as Error | undefined)?.name !== "TimeoutError";
-      if (failure && !gaveUp) {
-        const fields = { microvmId: spec.microvmId, provider: provider.name, err, stderr: failure.stderr };
-        if (failure.timedOut)
-          log.warn(fields, "microVM instance did not start in time: this host is slow, not its image");
-        else log.error(fields, "microVM instance did not start for a reason of this host, not of its image");
-      }
+      if (!gaveUp) logStartFailure(spec.microvmId, provider.name, err);
       throw err;
     });
   return { ...provider, start };
+}
+
+function logStartFailure(microvmId: string, provider: string, err: unknown): void {
+  const host = hostFailureOf(err);
+  if (host) {
+    const fields = { microvmId, provider, err, stderr: host.stderr };
+    if (host.timedOut) log.warn(fields, "microVM instance did not start in time: this host is slow, not its image");
+    else log.error(fields, "microVM instance did not start for a reason of this host, not of its image");
+    return;
+  }
+  const failure = startFailureOf(err);
+  if (!failure) return;
+  log.warn(
+    {
+      microvmId,
+      provider,
+      reason: failure.message,
+      ...(failure.exit ? { exit: exitText(failure.exit) } : {}),
+      stderr: failure.stderr,
+    },
+    "microVM instance did not start: its runtime ended or did not answer once up",
+  );
 }
 
 function withoutUndefined<T extends object>(value: T): T {
