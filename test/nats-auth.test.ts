@@ -8,7 +8,7 @@ import { Kvm } from "@nats-io/kv";
 import { Objm } from "@nats-io/obj";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { startActors } from "../actors/index.ts";
-import { startMicrovmHost } from "../vm-runtime/service/index.ts";
+import { provisionMicrovmStores, startMicrovmHost } from "../vm-runtime/service/index.ts";
 import { natsClient, watchJobs } from "../client/index.ts";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -23,6 +23,7 @@ import {
   credentialsFromEnv,
   ensureNatsCredentials,
   openBuckets,
+  provisionBuckets,
   recordStores,
   seedFile,
   type NatsHandle,
@@ -40,7 +41,8 @@ before(async () => {
   nats = await testNats(defer, { private: true });
   admin = await connectNats({ ...nats.login("admin"), name: "test" });
   defer(() => admin.close());
-  await openBuckets(admin.nc);
+  await provisionBuckets(admin.nc);
+  await provisionMicrovmStores(admin.nc);
 });
 
 /** A raw nats.js connection as `role` (no reconnects: a refused connect fails at once). */
