@@ -272,7 +272,7 @@ async function main() {
     configOrExit(() => {
       throw new ConfigError(problem);
     });
-  const keys = await apiKeys(active);
+  const keys = flags.provisionOnly ? undefined : await apiKeys(active);
   // Before any store or route is made: with an OTLP endpoint set, they record spans.
   lifecycle.stopTracing = await startTracing("typed-service");
   const server = config.natsUrl ? undefined : await privateNatsServer();
