@@ -4,6 +4,9 @@
 // The provisioning user makes the streams, and an earlier release's streams get the new settings.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
@@ -16,12 +19,14 @@ import {
   openBuckets,
   provisionBuckets,
   rolePermissions,
+  seedFile,
   serviceStreams,
   snapshotObjectBucket,
   type NatsRole,
 } from "../platform/index.ts";
 import { provisionMicrovmStores } from "../vm-runtime/service/index.ts";
 import { lifo } from "./helpers/defer.ts";
+import { runToExit, startServiceProcess } from "./helpers/process.ts";
 import { testNats, type TestNats, type TestRole } from "./helpers/nats.ts";
 
 const defer = lifo(after);
@@ -249,5 +254,36 @@ describe("nats roles - provisioning an earlier release's streams", () => {
       name: "StoreNotProvisioned",
       message: /the stream KV_tasks does not exist: the stores are made at start with the provisioning credential/,
     });
+  });
+});
+
+describe("nats roles - provisioning by a process", () => {
+  it("nats roles - a role holding only its own credential opens the stores; --provision makes them first", {
+    timeout: 120_000,
+  }, async () => {
+    const fresh = await testNats(defer, { private: true });
+    const dataDir = await mkdtemp(join(tmpdir(), "nats-roles-"));
+    defer(() => rm(dataDir, { recursive: true, force: true }));
+    // As compose.yaml runs a role: its own user, no provisioning credential.
+    const common = { NATS_URL: fresh.url, NATS_AUTH_DIR: "", DATA_DIR: dataDir };
+    const actorsEnv = { ...common, NATS_NKEY: seedFile(fresh.authDir!, "actors"), NATS_INBOX_PREFIX: "_INBOX_actors" };
+    const early = await runToExit(["main.ts", "--role", "actors"], actorsEnv);
+    assert.equal(early.code, 1);
+    assert.match(
+      early.stderr,
+      /^error: the stream KV_[a-z-]+ does not exist: the stores are made at start with the provisioning credential/m,
+    );
+    const withoutCredential = await runToExit(["main.ts", "--provision"], actorsEnv);
+    assert.equal(withoutCredential.code, 1);
+    assert.match(withoutCredential.stderr, /^error: --provision needs the provisioning credential/m);
+
+    const provision = await runToExit(["main.ts", "--provision"], {
+      ...common,
+      NATS_PROVISION_NKEY: seedFile(fresh.authDir!, "provision"),
+    });
+    assert.equal(provision.code, 0, provision.stderr);
+    const actors = await startServiceProcess(actorsEnv, ["--role", "actors"]);
+    defer(() => actors.stop());
+    assert.ok(actors.logs.some((line) => line.msg === "no provisioning credential: the stores are opened as they are"));
   });
 });
