@@ -4,7 +4,7 @@
 // between them; then what N SUSPENDED instances hold on the host (instance processes, their
 // memory and cgroups, the service's RSS, records and snapshots) against the same ones RUNNING.
 import { basename } from "node:path";
-import { provisionBuckets } from "../platform/index.ts";
+import { openBuckets } from "../platform/index.ts";
 import { idKey } from "../schemas/index.ts";
 import { WARM_PREFIX } from "../vm-runtime/index.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
@@ -58,7 +58,7 @@ export interface SnapshotResults {
 const mib = (kib: number) => Math.round((kib / 1024) * 10) / 10;
 
 export async function measureSnapshots(env: MicrovmEnvironment, settings: SnapshotSettings): Promise<SnapshotResults> {
-  const kv = (await provisionBuckets(env.nc, { only: ["microvms"] })).microvms;
+  const kv = (await openBuckets(env.nc, { only: ["microvms"] })).microvms;
   const recordOf = async (microvmId: string) => {
     const entry = await kv.get(idKey(microvmId)!);
     if (!entry) throw new Error(`no record of ${microvmId}`);

@@ -5,7 +5,7 @@
 // wall's cost as ratios (sandbox / process, gvisor / sandbox) against the issues' targets; and on
 // gvisor its snapshots, suspend/resume and launch from a snapshot vs cold start.
 // Every instance is terminated and every child stopped, also on error and Ctrl-C.
-import { provisionBuckets } from "../platform/index.ts";
+import { openBuckets } from "../platform/index.ts";
 import { cleanUpOnInterrupt } from "./children.ts";
 import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
@@ -179,7 +179,7 @@ async function measureAll(
   );
   const samplers = {} as Record<ProviderName, ReturnType<typeof launchSampler>>;
   for (const provider of providers) {
-    samplers[provider] = launchSampler(envs[provider].api, (await provisionBuckets(envs[provider].nc)).microvms);
+    samplers[provider] = launchSampler(envs[provider].api, (await openBuckets(envs[provider].nc)).microvms);
     await samplers[provider].cold();
   }
   for (let i = 0; i < settings.launches; i++) {

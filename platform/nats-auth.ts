@@ -233,7 +233,7 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {
-      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn), "$JS.API.INFO"] },
+      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn)] },
       subscribe: {
         allow: [...ops.actors.subscribe, ...serviceControlSubjects(serviceNames.actors), inbox("actors")],
       },

@@ -181,7 +181,7 @@ describe("nats roles - what each role may send on $JS.API", () => {
     const actorStreams = ["KV_tasks", "KV_taskobjects", "KV_jobs", "KV_taskobject-leases"];
     const sorted = (list: string[]) => [...list].sort();
     assert.deepEqual(sorted(jsApi("gateway")), sorted(actorStreams.flatMap(reads)));
-    assert.deepEqual(sorted(jsApi("actors")), sorted([...actorStreams.flatMap(reads), "$JS.API.INFO"]));
+    assert.deepEqual(sorted(jsApi("actors")), sorted(actorStreams.flatMap(reads)));
     assert.deepEqual(sorted(jsApi("internal")), sorted(reads("KV_jobs")));
     const objects = (stream: string) => [
       `$JS.API.STREAM.INFO.${stream}`,
