@@ -193,6 +193,8 @@ Runs the Task API, the Job API, the microVM API and their actors on NATS. Withou
 starts a private nats-server with its data in DATA_DIR (.data); one such service per DATA_DIR.
 
   --role <r>   run only these roles (repeat or comma-separate); default all
+  --provision  make the stores of these roles on the NATS at NATS_URL (or bring them up to
+               date) with the provisioning credential (NATS_PROVISION_*), then exit
   --help       this text
   --version    the version
 
@@ -210,16 +212,19 @@ export type Flags =
       readonly roles: ReadonlySet<Role>;
       /** True when `--role` named the roles (then each must start, or the process fails). */
       readonly explicit: boolean;
+      /** `--provision`: make the roles' stores, then exit (nothing is served). */
+      readonly provisionOnly: boolean;
     };
 
 /** Reads the flags of `args`; an unknown flag or role throws a `ConfigError`. */
 export function readFlags(args: string[]): Flags {
-  let values: { role?: string[]; help?: boolean; version?: boolean };
+  let values: { role?: string[]; help?: boolean; version?: boolean; provision?: boolean };
   try {
     ({ values } = parseArgs({
       args,
       options: {
         role: { type: "string", multiple: true },
+        provision: { type: "boolean" },
         help: { type: "boolean", short: "h" },
         version: { type: "boolean", short: "v" },
       },
@@ -231,7 +236,8 @@ export function readFlags(args: string[]): Flags {
   if (values.version) return { kind: "version" };
   const asked = (values.role ?? []).flatMap((r) => r.split(","));
   const explicit = asked.length > 0 && !asked.includes("all");
-  if (!explicit) return { kind: "run", roles: new Set(roles), explicit };
+  const provisionOnly = values.provision === true;
+  if (!explicit) return { kind: "run", roles: new Set(roles), explicit, provisionOnly };
   for (const r of asked) if (!roles.includes(r as Role)) fail(`unknown role "${r}" (use ${roles.join(", ")} or all)`);
-  return { kind: "run", roles: new Set(asked as Role[]), explicit };
+  return { kind: "run", roles: new Set(asked as Role[]), explicit, provisionOnly };
 }

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
 import { gatewayDispatch, startActors } from "./actors/index.ts";
-import { ProviderUnavailable, startMicrovmHost } from "./vm-runtime/service/index.ts";
+import { ProviderUnavailable, provisionMicrovmStores, startMicrovmHost } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
 import { once } from "node:events";
@@ -20,6 +20,8 @@ import {
   log,
   natsServerPath,
   openBuckets,
+  provisionBuckets,
+  provisionerFromEnv,
   recordStores,
   startNatsServer,
   startTracing,
@@ -28,6 +30,7 @@ import {
   AlreadyRunning,
   logLevelProblem,
   logFormatProblem,
+  StoreNotProvisioned,
   prettyLogs,
   packageVersion,
   unsupportedNode,
@@ -185,7 +188,7 @@ async function listenOn(
   }
 }
 
-/** Opens the buckets, or fails with what the NATS lacks. */
+/** Opens (or provisions) the buckets, or fails with what the NATS lacks. */
 async function openBucketsOrFail<T>(open: () => Promise<T>, servers: string): Promise<T> {
   try {
     return await open();
@@ -195,9 +198,62 @@ async function openBucketsOrFail<T>(open: () => Promise<T>, servers: string): Pr
         `the NATS at ${servers} has no JetStream: run it with \`nats-server -js\` (or a jetstream {} block in its config)`,
       );
     }
+    if (err instanceof StoreNotProvisioned) fail(err.message);
     throw err;
   }
 }
+
+/**
+ * Makes the stores of the `active` roles, or brings an earlier release's to the current
+ * settings, as the provisioning user; that connection is closed before any role connects (no
+ * role's own user may change a stream). Without a provisioning credential (a role's own user on
+ * another NATS, as in compose.yaml, whose one-shot `provision` service ran first) the roles
+ * open the stores as they are; `--provision` then fails.
+ */
+async function provisionStores(
+  servers: string,
+  privateServer: boolean,
+  active: ReadonlySet<Role>,
+  required: boolean,
+): Promise<void> {
+  const provisioner = privateServer
+    ? { credentials: await readNatsCredentials(authDirOf(config.dataDir), "provision") }
+    : await provisionerFromEnv(env);
+  if (!provisioner) {
+    if (required)
+      fail(
+        "--provision needs the provisioning credential: NATS_PROVISION_USER and NATS_PROVISION_PASSWORD, NATS_PROVISION_CREDS or NATS_PROVISION_NKEY (docs/security.md#provisioning)",
+      );
+    log.info("no provisioning credential: the stores are opened as they are");
+    return;
+  }
+  const handle = await connectNats({ servers, name: "service:provision", credentials: provisioner.credentials }).catch(
+    (err) => fail(`cannot connect to NATS at ${servers} to provision the stores: ${(err as Error).message}`),
+  );
+  try {
+    await openBucketsOrFail(async () => {
+      // The gateway reads the actors' buckets: a gateway started alone finds them too.
+      if (active.has("actors") || active.has("gateway"))
+        await provisionBuckets(handle.nc, { replicas: config.replicas, prefix: config.prefix, only: actorBuckets });
+      if (active.has("microvms")) await provisionMicrovmStores(handle.nc, { replicas: config.replicas, ...hostStores });
+    }, servers).catch((err: Error) =>
+      err instanceof StartupError
+        ? Promise.reject(err)
+        : fail(`cannot provision the stores at ${servers}: ${err.message}`),
+    );
+  } finally {
+    await handle.close().catch(() => undefined);
+  }
+  log.info({ roles: [...active] }, "stores provisioned");
+}
+
+/** The limits of the microVM host's stores, which the provisioning step sets. */
+const hostStores = {
+  imageStoreMiB: microvmHost.imageStoreMiB,
+  snapshots: microvmHost.snapshots,
+  snapshotStoreMiB: microvmHost.snapshotStoreMiB,
+  logLimits: microvmHost.logLimits,
+};
 
 async function main() {
   const flags = configOrExit(() => readFlags(process.argv.slice(2)));
@@ -206,6 +262,12 @@ async function main() {
     process.exit(0);
   }
   const active = flags.roles;
+  if (flags.provisionOnly && !config.natsUrl)
+    configOrExit(() => {
+      throw new ConfigError(
+        "--provision makes the stores on the NATS at NATS_URL: set it (without it, npm start provisions its private server itself)",
+      );
+    });
   const problem = logLevelProblem ?? logFormatProblem;
   if (problem)
     configOrExit(() => {
@@ -213,11 +275,16 @@ async function main() {
     });
   const oldNode = unsupportedNode();
   if (oldNode) log.warn({ node: process.versions.node }, oldNode);
-  const keys = await apiKeys(active);
+  const keys = flags.provisionOnly ? undefined : await apiKeys(active);
   // Before any store or route is made: with an OTLP endpoint set, they record spans.
   lifecycle.stopTracing = await startTracing("typed-service");
   const server = config.natsUrl ? undefined : await privateNatsServer();
   const servers = config.natsUrl ?? server!.url;
+  await provisionStores(servers, server !== undefined, active, flags.provisionOnly);
+  if (flags.provisionOnly) {
+    await lifecycle.stopTracing?.();
+    process.exit(0);
+  }
   // One connection per role, each as its own NATS user: least privilege holds in one process too.
   const connections = lifecycle.connections;
   const connectAs = async (role: Role) => {
@@ -238,10 +305,7 @@ async function main() {
 
   if (active.has("actors")) {
     const nats = await connectAs("actors");
-    await openBucketsOrFail(
-      () => openBuckets(nats.nc, { replicas: config.replicas, prefix: config.prefix, only: actorBuckets }),
-      servers,
-    );
+    await openBucketsOrFail(() => openBuckets(nats.nc, { only: actorBuckets }), servers);
     const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
       prefix: config.prefix,
       publisher: nats.publisher,
@@ -253,10 +317,7 @@ async function main() {
   }
   if (active.has("microvms")) {
     const nats = await connectAs("microvms");
-    const { microvms } = await openBucketsOrFail(
-      () => openBuckets(nats.nc, { replicas: config.replicas, only: ["microvms"] }),
-      servers,
-    );
+    const { microvms } = await openBucketsOrFail(() => openBuckets(nats.nc, { only: ["microvms"] }), servers);
     const { limits, ...hostConfig } = microvmHost;
     const host = await startMicrovmHost(nats.nc, {
       kv: microvms,

@@ -10,7 +10,7 @@ import {
   actorBuckets,
   authOptions,
   freePort,
-  openBuckets,
+  provisionBuckets,
   startNatsServer,
   type NatsCredentials,
   type NatsRole,
@@ -200,7 +200,7 @@ export interface JetStreamWaitOptions {
   /** Replicas of the service's buckets (3 on a 3-node cluster). */
   readonly replicas: number;
   readonly timeoutMs?: number;
-  /** The roles' credentials: each creates its own buckets. */
+  /** The roles' credentials: `provision` creates the buckets. */
   readonly credentials?: Partial<Record<NatsRole, NatsCredentials>>;
 }
 
@@ -220,8 +220,7 @@ export async function waitForJetStream(servers: string, options: JetStreamWaitOp
       maxReconnectAttempts: -1,
       ...authOptions(options.credentials?.[role]),
     });
-  const nc = await as("actors");
-  const host = await as("microvms");
+  const nc = await as("provision");
   const retry = async (step: () => Promise<void>) => {
     for (;;) {
       try {
@@ -244,11 +243,13 @@ export async function waitForJetStream(servers: string, options: JetStreamWaitOp
       const error = reply.json<{ error?: { description: string } }>().error;
       if (error) throw new Error(error.description);
     });
-    await retry(async () => void (await openBuckets(nc, { replicas: options.replicas, only: actorBuckets })));
-    await retry(async () => void (await openBuckets(host, { replicas: options.replicas, only: ["microvms"] })));
+    await retry(
+      async () =>
+        void (await provisionBuckets(nc, { replicas: options.replicas, only: [...actorBuckets, "microvms"] })),
+    );
     return Date.now() - started;
   } finally {
-    await Promise.all([nc.close(), host.close()]);
+    await nc.close();
   }
 }
 

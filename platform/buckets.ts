@@ -1,5 +1,13 @@
-// The JetStream KV buckets the actors persist in, created on first use.
-import { jetstreamManager, type Republish, type StreamConfig } from "@nats-io/jetstream";
+// The JetStream KV buckets the actors persist in: made or brought up to date at start by the
+// provisioning step (`provisionBuckets`), opened as they are by the running roles (`openBuckets`).
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  jetstreamManager,
+  type Republish,
+  type StreamConfig,
+  type StreamInfo,
+} from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
@@ -80,15 +88,16 @@ export const actorBuckets = [
 ] as const satisfies readonly BucketName[];
 
 /**
- * Creates (or binds to) the buckets named in `only` (default: every bucket). Direct get lets
- * any replica answer reads. A role opens only its own: its NATS user may create no other.
+ * Creates the buckets named in `only` (default: every bucket), or brings ones that exist to
+ * these settings. Direct get lets any replica answer reads. Needs the provisioning credential:
+ * no running role may create or update a stream.
  */
-export async function openBuckets<K extends BucketName = BucketName>(
+export async function provisionBuckets<K extends BucketName = BucketName>(
   nc: NatsConnection,
   options: BucketOptions & { only?: readonly K[] } = {},
 ): Promise<Pick<Buckets, K>> {
   const kvm = new Kvm(nc);
-  const open = async (key: BucketName) => {
+  const provision = async (key: BucketName) => {
     const name = bucketNames[key];
     const settings = republishOf(key, options.prefix);
     const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
@@ -96,9 +105,52 @@ export async function openBuckets<K extends BucketName = BucketName>(
     if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
     return kv;
   };
-  const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
+  return eachBucket(options.only, provision);
+}
+
+/**
+ * Opens the buckets named in `only` (default: every bucket) as they are: a stream info each
+ * (`StoreNotProvisioned` when one is missing), never a create or an update.
+ */
+export async function openBuckets<K extends BucketName = BucketName>(
+  nc: NatsConnection,
+  options: { only?: readonly K[] } = {},
+): Promise<Pick<Buckets, K>> {
+  const kvm = new Kvm(nc);
+  const open = async (key: BucketName) => {
+    const name = bucketNames[key];
+    const { config } = await provisionedStream(nc, `KV_${name}`);
+    return kvm.open(name, { allow_direct: config.allow_direct === true });
+  };
+  return eachBucket(options.only, open);
+}
+
+async function eachBucket<K extends BucketName>(
+  only: readonly K[] | undefined,
+  open: (key: BucketName) => Promise<KV>,
+): Promise<Pick<Buckets, K>> {
+  const wanted = only ?? (Object.keys(bucketNames) as K[]);
   const entries = await Promise.all(wanted.map(async (key) => [key, await open(key)] as const));
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
+}
+
+/** A stream the service needs does not exist: no provisioning step has made it on this NATS. */
+export class StoreNotProvisioned extends Error {
+  override name = "StoreNotProvisioned";
+}
+
+/** The info of `stream`, which must exist: a running role opens its stores, never makes them. */
+export async function provisionedStream(nc: NatsConnection, stream: string): Promise<StreamInfo> {
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
+  try {
+    return await jsm.streams.info(stream);
+  } catch (err) {
+    if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
+    throw new StoreNotProvisioned(
+      `the stream ${stream} does not exist: the stores are made at start with the provisioning credential (docs/security.md#provisioning)`,
+      { cause: err },
+    );
+  }
 }
 
 /**
@@ -145,7 +197,7 @@ export type RecordStores = {
   readonly taskObjectLeases: VersionedStore;
 };
 
-/** Lean stores over the record buckets (create them first with `openBuckets`). */
+/** Lean stores over the record buckets (made first by `provisionBuckets`). */
 export function recordStores(requester: Requester, options: BucketOptions = {}): RecordStores {
   const open = (name: string) =>
     tracedMethods(recordStore(requester, name, { replicas: options.replicas }), `kv ${name}`);

@@ -1,6 +1,7 @@
 // NATS credentials and least-privilege permissions: one nkey user per role (gateway, actors,
-// microVM host, internal), seeds generated once into a 0700 directory as 0600 files, and the
-// `authorization {}` block of the private server's config (public keys only, no secret).
+// microVM host, internal, and the provisioning step that makes the streams), seeds generated
+// once into a 0700 directory as 0600 files, and the `authorization {}` block of the private
+// server's config (public keys only, no secret).
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import * as nkeys from "@nats-io/nkeys";
@@ -25,11 +26,16 @@ import {
   jobsCreatedSubject,
   recordChangesSubject,
   snapshotObjectBucket,
+  type BucketName,
 } from "./buckets.ts";
 import { heldCancelSubject } from "./held-requests.ts";
 
-/** The NATS users of the service; `internal` is for other services. */
-export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
+/**
+ * The NATS users of the service; `internal` is for other services. `provision` makes the
+ * streams and brings their configuration up to date at start, and is then closed: no running
+ * role holds it, and none may create, update or delete a stream.
+ */
+export const natsRoles = ["gateway", "actors", "microvms", "internal", "provision"] as const;
 export type NatsRole = (typeof natsRoles)[number];
 
 /** How one connection authenticates; nothing here is ever logged. */
@@ -87,11 +93,25 @@ export interface Permissions {
   readonly allow_responses?: boolean;
 }
 
-/** The buckets each role writes (and creates at start). */
+/** The buckets each role writes. */
 const ACTOR_BUCKETS = actorBuckets.map((key) => bucketNames[key]);
 const HOST_BUCKETS = [bucketNames.microvms, bucketNames.images];
 
-/** Reading a bucket: direct gets, the last-message fallback, and its stream info (`kvm.open`). */
+/**
+ * Every stream of the service: what the provisioning step makes, and no running role may
+ * create, update or delete.
+ */
+export const serviceStreams: readonly string[] = [
+  ...(Object.keys(bucketNames) as BucketName[]).map((key) => `KV_${bucketNames[key]}`),
+  `OBJ_${imageObjectBucket}`,
+  `OBJ_${snapshotObjectBucket}`,
+  instanceLogStream,
+];
+
+/**
+ * Reading a bucket: direct gets, the last-message fallback, and its stream info (the change
+ * feed's check, the open's existence check).
+ */
 function kvRead(bucket: string): string[] {
   const stream = `KV_${bucket}`;
   return [
@@ -102,37 +122,53 @@ function kvRead(bucket: string): string[] {
   ];
 }
 
-/** Owning a bucket: read, write its keys, create it at start. */
+/**
+ * Owning a bucket: read, and write its keys. Never its stream's configuration: a role that
+ * could update a stream could add any subject to it (another role's inbox) or another stream
+ * as its source, since permissions see the subject of a request, not its payload.
+ */
 export function kvOwn(bucket: string): string[] {
-  const stream = `KV_${bucket}`;
-  return [...kvRead(bucket), `$KV.${bucket}.>`, `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`];
+  return [...kvRead(bucket), `$KV.${bucket}.>`];
 }
 
 /**
- * Owning an object store bucket: create it, put (chunks and meta), read (meta from the leader,
- * chunks by direct gets, objects listed from the stream info: no consumer) and purge (delete).
- * No consumer create: a push consumer may name any deliver subject, which permissions cannot see.
+ * Owning an object store bucket: put (chunks and meta), read (meta from the leader, chunks by
+ * direct gets, objects listed from the stream info: no consumer) and purge (a delete purges the
+ * object's chunk subject, within this stream only). No consumer create: a push consumer may
+ * name any deliver subject, which permissions cannot see.
  */
 function objOwn(bucket: string): string[] {
   const stream = `OBJ_${bucket}`;
   return [
     `$O.${bucket}.>`,
-    ...[`INFO`, `CREATE`, `UPDATE`, `PURGE`, `MSG.GET`].map((api) => `$JS.API.STREAM.${api}.${stream}`),
+    ...[`INFO`, `PURGE`, `MSG.GET`].map((api) => `$JS.API.STREAM.${api}.${stream}`),
     `$JS.API.DIRECT.GET.${stream}`,
     `$JS.API.DIRECT.GET.${stream}.>`,
   ];
 }
 
 /**
- * Owning the instance log stream: write lines (core publishes it captures), create it or bring
- * it to this host's limits, read by direct gets (no consumer), purge an instance's lines.
+ * Owning the instance log stream: write lines (core publishes it captures), read by direct
+ * gets (no consumer), purge an instance's lines when its record goes (within this stream only).
  */
 function logStreamOwn(): string[] {
   return [
     instanceLogSubjects,
-    ...[`INFO`, `CREATE`, `UPDATE`, `PURGE`].map((api) => `$JS.API.STREAM.${api}.${instanceLogStream}`),
+    ...[`INFO`, `PURGE`].map((api) => `$JS.API.STREAM.${api}.${instanceLogStream}`),
     `$JS.API.DIRECT.GET.${instanceLogStream}`,
     `$JS.API.DIRECT.GET.${instanceLogStream}.>`,
+  ];
+}
+
+/**
+ * Provisioning: make each of the service's streams, or bring its configuration up to date
+ * (stream info, create, update), and the account info the clients ask first. No delete, no
+ * purge, no consumer, no message of any stream.
+ */
+function provisionStreams(): string[] {
+  return [
+    "$JS.API.INFO",
+    ...serviceStreams.flatMap((stream) => [`INFO`, `CREATE`, `UPDATE`].map((api) => `$JS.API.STREAM.${api}.${stream}`)),
   ];
 }
 
@@ -197,19 +233,20 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {
-      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn), "$JS.API.INFO"] },
+      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn)] },
       subscribe: {
         allow: [...ops.actors.subscribe, ...serviceControlSubjects(serviceNames.actors), inbox("actors")],
       },
       allow_responses: true,
     },
     microvms: {
-      // Purge: the retention sweep removes ended records for good.
+      // Purge of `microvms` (its own stream only): the retention sweep removes an ended record's
+      // delete marker for good. `images` needs none (a KV purge is a publish to the key).
       publish: {
         allow: [
           ...ops.microvms.publish,
           ...HOST_BUCKETS.flatMap(kvOwn),
-          ...HOST_BUCKETS.map((b) => `$JS.API.STREAM.PURGE.KV_${b}`),
+          `$JS.API.STREAM.PURGE.KV_${bucketNames.microvms}`,
           ...objOwn(imageObjectBucket),
           ...objOwn(snapshotObjectBucket),
           ...logStreamOwn(),
@@ -236,6 +273,11 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
       // see it) and so make the server publish where this user may not.
       publish: { allow: [...ops.internal.publish, ...kvRead(bucketNames.jobs), `${SERVICE_API_PREFIX}.>`] },
       subscribe: { allow: [...ops.internal.subscribe, `${jobsCreatedSubject(prefix)}.>`, inbox("internal")] },
+    },
+    // Used once at start, by the process that starts the service, then closed (main.ts).
+    provision: {
+      publish: { allow: provisionStreams() },
+      subscribe: { allow: [inbox("provision")] },
     },
   };
 }
@@ -280,6 +322,34 @@ export async function credentialsFromEnv(
   if (env.NATS_NKEY) return { nkeySeed: (await readFile(env.NATS_NKEY, "utf8")).trim(), ...inbox };
   const dir = env.NATS_AUTH_DIR || fallbackDir;
   return dir ? readNatsCredentials(dir, role) : undefined;
+}
+
+/** Who makes the streams at start: connect with `credentials` (undefined: without any). */
+export interface Provisioner {
+  readonly credentials: NatsCredentials | undefined;
+}
+
+/**
+ * The provisioning credential of a process joining another NATS, from its environment:
+ * `NATS_PROVISION_CREDS`, `NATS_PROVISION_USER`/`NATS_PROVISION_PASSWORD`, `NATS_PROVISION_NKEY`,
+ * else the generated `provision` seed in `NATS_AUTH_DIR`. A NATS joined with no credential at
+ * all takes anyone, so that connection provisions too. Undefined: this process opens the stores
+ * as they are and changes no stream (the roles of compose.yaml, provisioned by a one-shot step).
+ */
+export async function provisionerFromEnv(env: NodeJS.ProcessEnv): Promise<Provisioner | undefined> {
+  const inbox = { inboxPrefix: inboxPrefixOf("provision") };
+  if (env.NATS_PROVISION_CREDS)
+    return { credentials: { creds: await readFile(env.NATS_PROVISION_CREDS, "utf8"), ...inbox } };
+  if (env.NATS_PROVISION_USER)
+    return { credentials: { user: env.NATS_PROVISION_USER, pass: env.NATS_PROVISION_PASSWORD ?? "", ...inbox } };
+  if (env.NATS_PROVISION_NKEY)
+    return { credentials: { nkeySeed: (await readFile(env.NATS_PROVISION_NKEY, "utf8")).trim(), ...inbox } };
+  if (env.NATS_AUTH_DIR) {
+    const credentials = await readNatsCredentials(env.NATS_AUTH_DIR, "provision");
+    return credentials ? { credentials } : undefined;
+  }
+  const anonymous = !env.NATS_CREDS && !env.NATS_USER && !env.NATS_NKEY;
+  return anonymous ? { credentials: undefined } : undefined;
 }
 
 /**

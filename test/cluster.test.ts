@@ -288,6 +288,7 @@ describe("cluster", () => {
       ...defaultTopology.gateways.map((g) => g.name),
       ...defaultTopology.actors,
       ...defaultTopology.microvmHosts,
+      "provision",
     ];
     assert.deepEqual(Object.keys(services).sort(), expected.sort());
 
@@ -343,9 +344,25 @@ describe("cluster", () => {
         new RegExp(`^\\$\\{NATS_${roleOf(s)!.toUpperCase()}_PASSWORD:\\?`),
       );
       assert.equal(s.environment?.KV_REPLICAS, String(defaultTopology.replicas));
-      assert.deepEqual(Object.keys(s.depends_on ?? {}).sort(), natsNames);
+      assert.deepEqual(Object.keys(s.depends_on ?? {}).sort(), [...natsNames, "provision"].sort());
+      assert.deepEqual(
+        s.depends_on?.provision,
+        { condition: "service_completed_successfully" },
+        `${name} starts once the streams are made`,
+      );
+      const provisioning = Object.keys(s.environment ?? {}).filter((v) => v.startsWith("NATS_PROVISION_"));
+      assert.deepEqual(provisioning, [], `${name} holds no provisioning credential`);
       assert.equal(s.build?.dockerfile, "cluster/Dockerfile");
     }
+    const provision = services.provision;
+    assert.deepEqual(provision.command, ["node", "dist/main.mjs", "--provision"], "provisions, then exits");
+    assert.equal(provision.restart, "no");
+    assert.deepEqual(Object.keys(provision.depends_on ?? {}).sort(), natsNames);
+    assert.equal(provision.environment?.NATS_URL, natsUrl);
+    assert.equal(provision.environment?.KV_REPLICAS, String(defaultTopology.replicas));
+    assert.equal(provision.environment?.NATS_PROVISION_USER, "provision");
+    assert.match(provision.environment?.NATS_PROVISION_PASSWORD ?? "", /^\$\{NATS_PROVISION_PASSWORD:\?/);
+    assert.equal(provision.environment?.NATS_USER, undefined, "and no role's");
     for (const [i, g] of defaultTopology.gateways.entries()) {
       const s = services[g.name];
       assert.equal(roleOf(s), "gateway");
@@ -403,7 +420,7 @@ describe("cluster", () => {
     let stores: Record<string, string> = {};
     // What `.env` holds (compose.yaml's first lines make one).
     const passwords = Object.fromEntries(
-      ["GATEWAY", "ACTORS", "MICROVMS", "INTERNAL", "ROUTE"].map((r) => [
+      ["GATEWAY", "ACTORS", "MICROVMS", "INTERNAL", "PROVISION", "ROUTE"].map((r) => [
         `NATS_${r}_PASSWORD`,
         `pw${r.toLowerCase()}0123abc`,
       ]),
@@ -524,6 +541,7 @@ interface ComposeService {
   ports?: string[];
   volumes?: string[];
   depends_on?: Record<string, unknown>;
+  restart?: string;
   build?: { context: string; dockerfile: string };
   healthcheck?: { test: string[] };
   privileged?: boolean;

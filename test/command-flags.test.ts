@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { runCli } from "../client/cli.ts";
-import { connectNats, freePort, openBuckets } from "../platform/index.ts";
+import { connectNats, freePort, provisionBuckets } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats } from "./helpers/nats.ts";
 import { runToExit } from "./helpers/process.ts";
@@ -75,7 +75,7 @@ describe("command flags", () => {
     const nats = await testNats(defer);
     const admin = await connectNats({ ...nats.login("admin"), name: "test-admin" });
     defer(() => admin.close());
-    await openBuckets(admin.nc, { only: ["jobs"] });
+    await provisionBuckets(admin.nc, { only: ["jobs"] });
     const child = spawn(process.execPath, ["--import", "tsx", "client/watch-jobs-cli.ts"], {
       cwd: fileURLToPath(new URL("..", import.meta.url)),
       env: { ...process.env, ...nats.env() },

@@ -7,8 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Svcm, type ServiceClient, type ServiceIdentity, type ServiceInfo, type ServiceStats } from "@nats-io/services";
 import { startActors, type ActorsHandle } from "../actors/index.ts";
-import { startMicrovmHost } from "../vm-runtime/service/index.ts";
-import { connectNats, openBuckets, recordStores, type NatsHandle } from "../platform/index.ts";
+import { provisionMicrovmStores, startMicrovmHost } from "../vm-runtime/service/index.ts";
+import { connectNats, openBuckets, provisionBuckets, recordStores, type NatsHandle } from "../platform/index.ts";
 import {
   inputSchema,
   jobApi,
@@ -53,7 +53,8 @@ describe("discovery", () => {
     nats = await testNats(defer);
     const admin = await connectNats({ ...nats.login("admin"), name: "test" });
     defer(() => admin.close());
-    await openBuckets(admin.nc);
+    await provisionBuckets(admin.nc);
+    await provisionMicrovmStores(admin.nc);
     actors.push(await startActorProcess(), await startActorProcess());
     const hostNats = await connectNats({ ...nats.login("microvms"), name: "test:microvms" });
     defer(() => hostNats.close());

@@ -9,7 +9,7 @@ import { type ClientError, natsClient } from "../client/index.ts";
 import {
   bucketNames,
   connectNats,
-  openBuckets,
+  provisionBuckets,
   recordChangesSubject,
   recordStore,
   recordStores,
@@ -30,7 +30,7 @@ before(async () => {
   nats = await testNats(defer, { private: true });
   client = await connectNats({ ...nats.login("admin"), name: "test:fenced-writes" });
   defer(() => client.close());
-  await openBuckets(client.nc);
+  await provisionBuckets(client.nc);
 });
 
 /** The lease store with its writes counted. */
@@ -258,7 +258,7 @@ describe("fenced writes", () => {
         headers_only: true,
       },
     });
-    await openBuckets(admin.nc, { only: ["taskObjects"], prefix });
+    await provisionBuckets(admin.nc, { only: ["taskObjects"], prefix });
     let firstFed!: (subject: string) => void;
     const fed = new Promise<string>((resolve) => (firstFed = resolve));
     const sub = admin.nc.subscribe(`${recordChangesSubject(prefix)}.>`, { callback: (_e, m) => firstFed(m.subject) });

@@ -11,7 +11,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import { serveOperation } from "../actors/index.ts";
 import { httpClient } from "../client/index.ts";
-import { connectNats, openBuckets, type BatchPublisher, type NatsHandle } from "../platform/index.ts";
+import { connectNats, provisionBuckets, type BatchPublisher, type NatsHandle } from "../platform/index.ts";
 import {
   getTask,
   idKey,
@@ -39,7 +39,7 @@ before(async () => {
   nats = await testNats(defer);
   admin = await connectNats({ ...nats.login("admin"), name: "test:malformed" });
   defer(() => admin.close());
-  await openBuckets(admin.nc);
+  await provisionBuckets(admin.nc);
   const dataDir = await mkdtemp(join(tmpdir(), "malformed-input-"));
   defer(() => rm(dataDir, { recursive: true, force: true }));
   svc = await startServiceProcess({
@@ -130,7 +130,7 @@ describe("malformed input - the process keeps serving", () => {
 
   it("malformed input - KV records of the wrong shape fail only their own reads", { timeout: 120_000 }, async () => {
     const bad = ["not json", "null", "[]", '{"id":5}', '{"microvmId":{},"state":7}', "\u0000\u00ff"];
-    const kvm = await openBuckets(admin.nc);
+    const kvm = await provisionBuckets(admin.nc);
     for (const [i, value] of bad.entries()) {
       await kvm.tasks.put(idKey(`bad-task-${i}`)!, value);
       await kvm.jobs.put(idKey(`bad-job-${i}`)!, value);
@@ -183,7 +183,7 @@ describe("malformed input - the process keeps serving", () => {
       `{"id":"x","title":"${secret}","completed":"${secret}"}`,
       `{"id":"x","completed":false,"note":"${secret}"}`,
     ];
-    const kvm = await openBuckets(admin.nc);
+    const kvm = await provisionBuckets(admin.nc);
     const reads: { key: string; http: string; subject: string; body: string }[] = [];
     for (const [i, value] of corrupt.entries()) {
       const id = `corrupt-${i}`;

@@ -22,6 +22,9 @@ before(async () => {
 
 /** An image store as the microVM host opens it: its own NATS user, its own cache directory. */
 async function openStore(options: Parameters<typeof ImageStore.open>[2]) {
+  const provisioner = await connectNats({ ...svc.nats.login("provision"), name: "test:provision" });
+  await ImageStore.provision(provisioner.nc, options);
+  await provisioner.close();
   const handle = await connectNats({ ...svc.nats.login("microvms"), name: "test:images" });
   defer(() => handle.close());
   const dir = await mkdtemp(join(tmpdir(), "image-quota-"));

@@ -36,7 +36,9 @@ async function login(nats: TestNats, role: TestRole): Promise<NatsHandle> {
 }
 
 async function openStore(nats?: TestNats): Promise<ImageStore> {
-  const handle = await login(nats ?? (await testNats(defer)), "microvms");
+  const server = nats ?? (await testNats(defer));
+  await ImageStore.provision((await login(server, "provision")).nc);
+  const handle = await login(server, "microvms");
   return ImageStore.open(handle.nc, await tempDir("image-store-"));
 }
 

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { natsClient } from "../client/index.ts";
 import { instanceProcessesUnder } from "../vm-runtime/index.ts";
 import { SWEEP_KILL_TIMEOUT_MS } from "../vm-runtime/host/host-sweep.ts";
-import { startMicrovmHost } from "../vm-runtime/service/index.ts";
+import { provisionMicrovmStores, startMicrovmHost } from "../vm-runtime/service/index.ts";
 import {
   hostCgroupKey,
   hostGoneReason,
@@ -19,7 +19,7 @@ import {
   MicrovmStore,
   REASON_PROCESS_GONE,
 } from "../vm-runtime/service/index.ts";
-import { connectNats, openBuckets, type NatsHandle } from "../platform/index.ts";
+import { connectNats, provisionBuckets, type NatsHandle } from "../platform/index.ts";
 import { microvmApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
@@ -50,7 +50,8 @@ before(async () => {
   handle = await connectNats({ ...nats.login("admin"), name: "reconcile-test" });
   defer(() => handle.close());
   api = natsClient(microvmApi, handle.nc);
-  store = new MicrovmStore((await openBuckets(handle.nc)).microvms, handle.nc);
+  store = new MicrovmStore((await provisionBuckets(handle.nc)).microvms, handle.nc);
+  await provisionMicrovmStores(handle.nc);
   dataDir = await mkdtemp(join(tmpdir(), "microvm-reconcile-"));
   defer(() => rm(dataDir, { recursive: true, force: true }));
   workDir = hostWorkDir(dataDir, hostId);

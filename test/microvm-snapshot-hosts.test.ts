@@ -9,8 +9,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Objm } from "@nats-io/obj";
 import { natsClient } from "../client/index.ts";
-import { hostWorkDir, MicrovmStore, startMicrovmHost, type MicrovmRecord } from "../vm-runtime/service/index.ts";
-import { connectNats, openBuckets, snapshotObjectBucket } from "../platform/index.ts";
+import {
+  hostWorkDir,
+  MicrovmStore,
+  provisionMicrovmStores,
+  startMicrovmHost,
+  type MicrovmRecord,
+} from "../vm-runtime/service/index.ts";
+import { connectNats, provisionBuckets, snapshotObjectBucket } from "../platform/index.ts";
 import { microvmApi, nameToken } from "../schemas/index.ts";
 import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -53,7 +59,8 @@ describe("microvm snapshot hosts", { skip: gvisor.ok ? false : gvisor.reason }, 
     const admin = await connectNats({ ...nats.login("admin"), name: "snapshot-hosts-test" });
     defer(() => admin.close());
     api = natsClient(microvmApi, admin.nc);
-    store = new MicrovmStore((await openBuckets(admin.nc)).microvms, admin.nc);
+    store = new MicrovmStore((await provisionBuckets(admin.nc)).microvms, admin.nc);
+    await provisionMicrovmStores(admin.nc);
     dataDir = await mkdtemp(join(tmpdir(), "microvm-snapshot-hosts-"));
     defer(() => rm(dataDir, { recursive: true, force: true }));
   });

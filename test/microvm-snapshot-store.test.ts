@@ -34,6 +34,9 @@ async function tempDir(prefix = "snapshot-store-"): Promise<string> {
 }
 
 async function openStore(nats: TestNats, options: SnapshotStoreOptions = {}): Promise<SnapshotStore> {
+  const provisioner = await connectNats({ ...nats.login("provision"), name: "test-snapshot-provision" });
+  await SnapshotStore.provision(provisioner.nc, options);
+  await provisioner.close();
   const handle = await connectNats({ ...nats.login("microvms"), name: "test-snapshot-store" });
   defer(() => handle.close());
   return SnapshotStore.open(handle.nc, options);

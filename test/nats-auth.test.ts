@@ -5,10 +5,9 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { Objm } from "@nats-io/obj";
 import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
 import { startActors } from "../actors/index.ts";
-import { startMicrovmHost } from "../vm-runtime/service/index.ts";
+import { provisionMicrovmStores, startMicrovmHost } from "../vm-runtime/service/index.ts";
 import { natsClient, watchJobs } from "../client/index.ts";
 import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -16,15 +15,16 @@ import { join } from "node:path";
 import {
   actorBuckets,
   authOptions,
-  bucketNames,
-  imageObjectBucket,
   connectNats,
   clientCredentials,
   credentialsFromEnv,
   ensureNatsCredentials,
+  natsRoles,
   openBuckets,
+  provisionBuckets,
   recordStores,
   seedFile,
+  serviceStreams,
   type NatsHandle,
 } from "../platform/index.ts";
 import { jobApi, microvmApi, PRINCIPAL_HEADER, taskApi } from "../schemas/index.ts";
@@ -40,7 +40,8 @@ before(async () => {
   nats = await testNats(defer, { private: true });
   admin = await connectNats({ ...nats.login("admin"), name: "test" });
   defer(() => admin.close());
-  await openBuckets(admin.nc);
+  await provisionBuckets(admin.nc);
+  await provisionMicrovmStores(admin.nc);
 });
 
 /** A raw nats.js connection as `role` (no reconnects: a refused connect fails at once). */
@@ -105,7 +106,7 @@ describe("nats auth - connecting", () => {
   });
 
   it("nats auth - seeds are files only their owner can read", async () => {
-    for (const role of ["gateway", "actors", "microvms", "internal"] as const) {
+    for (const role of natsRoles) {
       assert.equal((await stat(seedFile(nats.authDir!, role))).mode & 0o077, 0, role);
     }
     assert.equal((await stat(nats.authDir!)).mode & 0o077, 0);
@@ -348,11 +349,7 @@ describe("nats auth - credentials from the environment", () => {
 });
 
 describe("nats auth - consumers", () => {
-  const kvStreams = Object.values(bucketNames).map((bucket) => `KV_${bucket}`);
-  const streams = [...kvStreams, `OBJ_${imageObjectBucket}`];
-  before(async () => {
-    await new Objm(admin.nc).create(imageObjectBucket);
-  });
+  const streams = serviceStreams;
 
   /** A push consumer delivering into the actors' queue group: what a rogue user would create. */
   const rogue = (stream: string, name: string) =>
@@ -385,7 +382,7 @@ describe("nats auth - consumers", () => {
   ];
 
   // `microvms` included: it reads its object store by direct gets, so it needs no consumer either.
-  for (const role of ["gateway", "actors", "microvms", "internal"] as const) {
+  for (const role of ["gateway", "actors", "microvms", "internal", "provision"] as const) {
     it(`nats auth - ${role} cannot create a push consumer with a foreign deliver subject on any stream`, async () => {
       const nc = await as(role);
       for (const stream of streams) {

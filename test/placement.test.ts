@@ -10,7 +10,7 @@ import { createGateways } from "../gateway/index.ts";
 import {
   CONFLICT,
   connectNats,
-  openBuckets,
+  provisionBuckets,
   recordStores,
   registry,
   leaseBucketFor,
@@ -147,7 +147,7 @@ before(async () => {
   nats = await testNats(defer, { private: true });
   client = await connectNats({ ...nats.login("admin"), name: "test:client" });
   defer(() => client.close());
-  await openBuckets(client.nc);
+  await provisionBuckets(client.nc);
 });
 
 describe("placement", () => {

@@ -19,7 +19,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { reconcileHost } from "../vm-runtime/service/reconcile.ts";
 import { loadTokenKey, MicrovmStore, REASON_PROCESS_GONE, type MicrovmRecord } from "../vm-runtime/service/index.ts";
-import { openBuckets, freePort } from "../platform/index.ts";
+import { provisionBuckets, freePort } from "../platform/index.ts";
 import {
   createProcessProvider,
   readProcStat,
@@ -293,7 +293,7 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
     });
 
     test(`${name} - reconcile never signals a pid read from a forged record`, async () => {
-      const { microvms } = await openBuckets(service.handle.nc);
+      const { microvms } = await provisionBuckets(service.handle.nc);
       const store = new MicrovmStore(microvms, service.handle.nc);
       const hostId = `reconcile-${hostKey}`;
       const now = new Date().toISOString();

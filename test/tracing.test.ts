@@ -10,7 +10,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { startActors, type ActivationEvent } from "../actors/index.ts";
 import { createGateways } from "../gateway/index.ts";
-import { connectNats, log, recordStores, openBuckets, startTracing } from "../platform/index.ts";
+import { connectNats, log, recordStores, provisionBuckets, startTracing } from "../platform/index.ts";
 import { nameToken } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats } from "./helpers/nats.ts";
@@ -98,7 +98,7 @@ before(async () => {
   const nats = await testNats(defer);
   const admin = await connectNats({ ...nats.login("admin"), name: "test" });
   defer(() => admin.close());
-  await openBuckets(admin.nc);
+  await provisionBuckets(admin.nc);
   // Two actor processes' worth: a request on the shared subject lands on either, and the one
   // that does not own the name passes it on to the one that does.
   for (const name of ["x", "y"]) {

@@ -84,10 +84,12 @@ describe("unavailable", () => {
     defer(() => gateways.task.close());
     // Actors in their own connection, as in a separate process.
     const { startActors } = await import("../actors/index.ts");
-    const { openBuckets } = await import("../platform/index.ts");
+    const { actorBuckets, provisionBuckets } = await import("../platform/index.ts");
+    const provision = await connectNats({ ...nats.login("provision"), name: "provision" });
+    await provisionBuckets(provision.nc, { only: actorBuckets });
+    await provision.close();
     const actorConn = await connectNats({ ...nats.login("actors"), name: "actors" });
     defer(() => actorConn.close());
-    await openBuckets(actorConn.nc, { only: ["tasks", "taskObjects", "jobs", "taskObjectLeases"] });
     const actors = startActors(actorConn.nc, recordStores(actorConn.requester));
     defer(() => actors.close());
     await actorConn.nc.flush(); // the actors' subscriptions are known to the server before any request

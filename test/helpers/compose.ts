@@ -86,7 +86,7 @@ async function publishablePort(): Promise<number> {
 export async function composeProject(name: string, env: Record<string, string> = {}): Promise<ComposeProject> {
   const dir = await mkdtemp(join(tmpdir(), "compose-test-"));
   const passwords = Object.fromEntries(
-    ["GATEWAY", "ACTORS", "MICROVMS", "INTERNAL", "ROUTE"].map((role) => [
+    ["GATEWAY", "ACTORS", "MICROVMS", "INTERNAL", "PROVISION", "ROUTE"].map((role) => [
       `NATS_${role}_PASSWORD`,
       `pw${randomBytes(24).toString("hex")}`,
     ]),

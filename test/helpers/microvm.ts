@@ -9,13 +9,14 @@ import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import {
   hostCgroupKey,
+  provisionMicrovmStores,
   startMicrovmHost,
   type MicrovmHost,
   type MicrovmHostOptions,
 } from "../../vm-runtime/service/index.ts";
 import { httpClient, natsClient, type Client } from "../../client/index.ts";
 import { createGateways, type GatewayOptions } from "../../gateway/index.ts";
-import { connectNats, openBuckets, type NatsHandle } from "../../platform/index.ts";
+import { connectNats, openBuckets, provisionBuckets, type NatsHandle } from "../../platform/index.ts";
 import { microvmApi } from "../../schemas/index.ts";
 import {
   childProcessesWith,
@@ -71,6 +72,10 @@ export async function startMicrovmService(
   gatewayOptions: Pick<GatewayOptions, "apiKeys" | "microvmHostNames"> = {},
 ): Promise<MicrovmService> {
   const nats = await testNats(defer);
+  const admin = await connectNats({ ...nats.login("admin"), name: "test" });
+  defer(() => admin.close());
+  // The hosts open their stores as they are: made first, with the limits the test asks for.
+  await provisionMicrovmStores(admin.nc, options);
   const addHost = async (hostOptions: Partial<MicrovmHostOptions> = {}) => {
     const handle = await connectNats({ ...nats.login("microvms"), name: "test-microvm-host" });
     defer(() => handle.close());
@@ -83,9 +88,7 @@ export async function startMicrovmService(
     return { host, handle, dataDir, kv: microvms };
   };
   const first = await addHost(options);
-  const admin = await connectNats({ ...nats.login("admin"), name: "test" });
-  defer(() => admin.close());
-  const { microvms } = await openBuckets(admin.nc, { only: ["microvms"] });
+  const { microvms } = await provisionBuckets(admin.nc, { only: ["microvms"] });
   const gatewayNats = await connectNats({ ...nats.login("gateway"), name: "test:gateway" });
   defer(() => gatewayNats.close());
   const internal = await connectNats({ ...nats.login("internal"), name: "test:internal" });

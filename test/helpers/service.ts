@@ -2,7 +2,7 @@
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { gatewayDispatch, startActors, type ActorOptions } from "../../actors/index.ts";
 import { createGateways, type ApiKeys } from "../../gateway/index.ts";
-import { connectNats, openBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
+import { connectNats, provisionBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
@@ -35,7 +35,7 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
   const nats = await testNats(defer);
   const handle = await connectNats({ ...nats.login("admin"), name: "test" });
   defer(() => handle.close());
-  const buckets = await openBuckets(handle.nc);
+  const buckets = await provisionBuckets(handle.nc);
   // The service's pieces run as their own NATS users, as `npm start` runs them.
   const actorsNats = await connectNats({ ...nats.login("actors"), name: "test:actors" });
   defer(() => actorsNats.close());

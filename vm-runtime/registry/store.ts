@@ -9,7 +9,14 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { bucketNames, ensureStreamSettings, imageObjectBucket, log } from "../../platform/index.ts";
+import {
+  bucketNames,
+  ensureStreamSettings,
+  imageObjectBucket,
+  log,
+  openBuckets,
+  provisionedStream,
+} from "../../platform/index.ts";
 import { MAX_IMAGE_MODULE_BYTES, nameToken } from "../../schemas/index.ts";
 import type { MethodDescription } from "../index.ts";
 import { afterDelete, withNameLock } from "./lock.ts";
@@ -99,22 +106,24 @@ export class ImageStore {
     this.quota = new QuotaReservations(kv, quota, usageKey, (owner) => this.#objectsUnder(`${ownerKey(owner)}/`));
   }
 
-  /** Creates (or binds to) the image buckets; `cacheDir` holds this host's module cache. */
-  static async open(nc: NatsConnection, cacheDir: string, options: ImageStoreOptions = {}): Promise<ImageStore> {
+  /** Creates the image buckets, or brings existing ones to these limits (the provisioning credential's work). */
+  static async provision(nc: NatsConnection, options: Pick<ImageStoreOptions, "replicas" | "storeMiB"> = {}) {
     const replicas = options.replicas ?? 1;
     const storeBytes = (options.storeMiB ?? DEFAULT_IMAGE_STORE_MIB) * 1024 * 1024;
     const metaBytes = Math.max(1024 * 1024, Math.floor(storeBytes / 64));
-    const kv = await new Kvm(nc).create(bucketNames.images, {
-      history: 1,
-      replicas,
-      allow_direct: true,
-      max_bytes: metaBytes,
-    });
-    const objects = await new Objm(nc).create(imageObjectBucket, { replicas, max_bytes: storeBytes });
+    await new Kvm(nc).create(bucketNames.images, { history: 1, replicas, allow_direct: true, max_bytes: metaBytes });
+    await new Objm(nc).create(imageObjectBucket, { replicas, max_bytes: storeBytes });
     // `create` binds to buckets as they are: ones made before these limits get them now, and
     // direct gets (how modules are read) where they are off.
     await ensureStreamSettings(nc, `KV_${bucketNames.images}`, { max_bytes: metaBytes });
     await ensureStreamSettings(nc, `OBJ_${imageObjectBucket}`, { max_bytes: storeBytes, allow_direct: true });
+  }
+
+  /** Opens the image buckets as they are; `cacheDir` holds this host's module cache. */
+  static async open(nc: NatsConnection, cacheDir: string, options: ImageStoreOptions = {}): Promise<ImageStore> {
+    const { images: kv } = await openBuckets(nc, { only: ["images"] });
+    await provisionedStream(nc, `OBJ_${imageObjectBucket}`);
+    const objects = await new Objm(nc).open(imageObjectBucket, false);
     await mkdir(cacheDir, { recursive: true, mode: 0o700 });
     const modules = await ModuleCache.open(cacheDir, (options.cacheMiB ?? DEFAULT_IMAGE_CACHE_MIB) * 1024 * 1024);
     return new ImageStore(nc, kv, objects, modules, options.quota ?? DEFAULT_IMAGE_QUOTA);

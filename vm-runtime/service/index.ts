@@ -7,7 +7,15 @@ import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
 import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../index.ts";
-import { HeldRequests, log, microvmBoots, microvmInstances, microvmLogWaits, onScrape } from "../../platform/index.ts";
+import {
+  HeldRequests,
+  log,
+  microvmBoots,
+  microvmInstances,
+  microvmLogWaits,
+  onScrape,
+  provisionBuckets,
+} from "../../platform/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
@@ -35,7 +43,7 @@ export { MicrovmStore, type MicrovmRecord, type StoredHandle } from "./store.ts"
 export type { SweepReport } from "./sweeper.ts";
 
 export interface MicrovmHostOptions {
-  /** The `microvms` bucket (from `openBuckets`). */
+  /** The `microvms` bucket (from `openBuckets`; every store is made first by `provisionMicrovmStores`). */
   readonly kv: KV;
   /** Holds the token key file and the instance work directory (`DATA_DIR`). */
   readonly dataDir: string;
@@ -119,6 +127,33 @@ export interface MicrovmHost {
   close(): Promise<void>;
 }
 
+/** What the provisioning step needs to make the host's stores: their replicas and limits. */
+export type MicrovmStoreOptions = Pick<
+  MicrovmHostOptions,
+  "replicas" | "imageStoreMiB" | "snapshots" | "snapshotStoreMiB" | "logLimits"
+>;
+
+/**
+ * Makes the microVM host's stores, or brings existing ones to these limits: the `microvms` and
+ * `images` buckets, the image and snapshot object stores (the latter unless snapshots are off)
+ * and the instance log stream. With the provisioning credential, before any host starts: a host
+ * opens them as they are (`startMicrovmHost`) and may change no stream's configuration.
+ */
+export async function provisionMicrovmStores(nc: NatsConnection, options: MicrovmStoreOptions = {}): Promise<void> {
+  const replicas = options.replicas === undefined ? {} : { replicas: options.replicas };
+  await provisionBuckets(nc, { ...replicas, only: ["microvms"] });
+  await ImageStore.provision(nc, {
+    ...replicas,
+    ...(options.imageStoreMiB === undefined ? {} : { storeMiB: options.imageStoreMiB }),
+  });
+  if (options.snapshots !== false)
+    await SnapshotStore.provision(nc, {
+      ...replicas,
+      ...(options.snapshotStoreMiB === undefined ? {} : { storeMiB: options.snapshotStoreMiB }),
+    });
+  await InstanceLogs.provision(nc, { ...replicas, ...options.logLimits });
+}
+
 export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostOptions): Promise<MicrovmHost> {
   const prefix = options.prefix ?? "";
   const hostId = options.hostId || defaultHostId(options.dataDir);
@@ -127,10 +162,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const tokenKey =
     options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
   const store = new MicrovmStore(options.kv, nc);
-  const logs = await InstanceLogs.open(nc, {
-    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
-    ...options.logLimits,
-  }).catch(async (err: unknown) => {
+  const logs = await InstanceLogs.open(nc).catch(async (err: unknown) => {
     await unlock();
     throw err;
   });
@@ -159,8 +191,6 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   // Suspend keeps a snapshot where the provider checkpoints (gVisor); elsewhere it freezes.
   const snapshots = keepSnapshots
     ? await SnapshotStore.open(nc, {
-        ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
-        ...(options.snapshotStoreMiB === undefined ? {} : { storeMiB: options.snapshotStoreMiB }),
         ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
       }).catch(async (err: unknown) => {
         await provider.close();

@@ -6,7 +6,13 @@
 // consumer is made; only the owner's subject is ever read, so another principal sees none.
 import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import { headers, type NatsConnection } from "@nats-io/transport-node";
-import { ensureStreamSettings, instanceLogStream, instanceLogSubjects, log } from "../../platform/index.ts";
+import {
+  ensureStreamSettings,
+  instanceLogStream,
+  instanceLogSubjects,
+  log,
+  provisionedStream,
+} from "../../platform/index.ts";
 import { DEFAULT_LOG_LINES, nameToken } from "../../schemas/index.ts";
 
 /** Defaults of the stream's limits (`MICROVM_LOG_LINES`, `MICROVM_LOG_MAX_AGE_SECONDS`, `MICROVM_LOG_STORE_MIB`). */
@@ -85,8 +91,8 @@ export class InstanceLogs {
     return last !== null;
   }
 
-  /** Creates the stream, or brings an existing one to these limits. */
-  static async open(nc: NatsConnection, options: InstanceLogOptions = {}): Promise<InstanceLogs> {
+  /** Creates the stream, or brings an existing one to these limits (the provisioning credential's work). */
+  static async provision(nc: NatsConnection, options: InstanceLogOptions = {}): Promise<void> {
     const jsm = await jetstreamManager(nc, { checkAPI: false });
     const limits = {
       max_msgs_per_subject: options.linesPerInstance ?? DEFAULT_LOG_LIMITS.linesPerInstance,
@@ -102,11 +108,16 @@ export class InstanceLogs {
         ...limits,
       });
     } catch (err) {
-      // It exists (made by another host, or with other limits): take this host's limits.
+      // It exists (made by an earlier start, or with other limits): take these limits.
       if (!(await jsm.streams.info(instanceLogStream).catch(() => undefined))) throw err;
       await ensureStreamSettings(nc, instanceLogStream, limits);
     }
-    return new InstanceLogs(nc, jsm);
+  }
+
+  /** Opens the stream as it is (`StoreNotProvisioned` when it is missing). */
+  static async open(nc: NatsConnection): Promise<InstanceLogs> {
+    await provisionedStream(nc, instanceLogStream);
+    return new InstanceLogs(nc, await jetstreamManager(nc, { checkAPI: false }));
   }
 
   /**

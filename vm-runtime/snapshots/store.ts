@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { ensureStreamSettings, snapshotObjectBucket } from "../../platform/index.ts";
+import { ensureStreamSettings, provisionedStream, snapshotObjectBucket } from "../../platform/index.ts";
 import { nameToken } from "../../schemas/index.ts";
 import { CorruptObject, listObjects, readObject } from "../registry/objects.ts";
 import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "./archive.ts";
@@ -68,13 +68,20 @@ export class SnapshotStore {
     readonly quotaBytes: number,
   ) {}
 
-  static async open(nc: NatsConnection, options: SnapshotStoreOptions = {}): Promise<SnapshotStore> {
+  /** Creates the bucket, or brings an existing one to these limits (the provisioning credential's work). */
+  static async provision(nc: NatsConnection, options: Pick<SnapshotStoreOptions, "replicas" | "storeMiB"> = {}) {
     const storeBytes = (options.storeMiB ?? DEFAULT_SNAPSHOT_STORE_MIB) * MiB;
-    const objects = await new Objm(nc).create(snapshotObjectBucket, {
-      replicas: options.replicas ?? 1,
-      max_bytes: storeBytes,
-    });
+    await new Objm(nc).create(snapshotObjectBucket, { replicas: options.replicas ?? 1, max_bytes: storeBytes });
     await ensureStreamSettings(nc, `OBJ_${snapshotObjectBucket}`, { max_bytes: storeBytes, allow_direct: true });
+  }
+
+  /** Opens the bucket as it is (`StoreNotProvisioned` when it is missing). */
+  static async open(
+    nc: NatsConnection,
+    options: Pick<SnapshotStoreOptions, "quotaBytes"> = {},
+  ): Promise<SnapshotStore> {
+    await provisionedStream(nc, `OBJ_${snapshotObjectBucket}`);
+    const objects = await new Objm(nc).open(snapshotObjectBucket, false);
     return new SnapshotStore(nc, objects, options.quotaBytes ?? DEFAULT_SNAPSHOT_QUOTA_BYTES);
   }
 
