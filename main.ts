@@ -33,6 +33,7 @@ import {
   type InstanceLock,
   type NatsHandle,
   type NatsServer,
+  type ServiceApis,
 } from "./platform/index.ts";
 
 const env = process.env;
@@ -232,6 +233,7 @@ async function main() {
   };
   const closers = lifecycle.closers;
   const urls: string[] = [];
+  let apis: ServiceApis | undefined;
 
   if (active.has("actors")) {
     const nats = await connectAs("actors");
@@ -294,6 +296,9 @@ async function main() {
     const microvmPort = await listenOn(gateways.microvm, config.microvmPort, "MICROVM_API_PORT");
     const base = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}`;
     urls.push(`${base}:${taskPort}`, `${base}:${jobPort}`, `${base}:${microvmPort}`);
+    // For clients on this machine (service.lock): a wildcard address is reached on loopback.
+    const local = wildcard ? `http://${config.host === "::" ? "[::1]" : "127.0.0.1"}` : base;
+    apis = { task: `${local}:${taskPort}`, job: `${local}:${jobPort}`, microvm: `${local}:${microvmPort}` };
     log.info({ taskPort, jobPort, microvmPort, host: config.host }, "gateway listening");
   } else if (config.metricsPort !== undefined) {
     // Processes without an API still expose /metrics, /livez and /readyz.
@@ -311,7 +316,7 @@ async function main() {
     urls.push(`http://${config.host}:${metricsPort}`);
     log.info({ metricsPort }, "metrics listening");
   }
-  await lifecycle.lock?.setUrls(urls);
+  await lifecycle.lock?.setUrls(urls, apis);
   // "ready" means answering: every subscription has reached the server (a request sent after
   // this line finds its responder instead of "no responders").
   await Promise.all(connections.map((handle) => handle.nc.flush()));

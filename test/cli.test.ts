@@ -8,11 +8,11 @@ import { once } from "node:events";
 import { createServer, request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { runCli } from "../client/cli.ts";
 import { freePort } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, waitForState, type MicrovmService } from "./helpers/microvm.ts";
 import { startService, type TestService } from "./helpers/service.ts";
+import { runTaskctl } from "./helpers/taskctl.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -33,16 +33,7 @@ function run(file: string, args: string[], env: Record<string, string> = {}): Pr
 }
 
 /** The same, in this process: what the CLI prints and the status it exits with. */
-async function runHere(args: string[], env: Record<string, string>): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    out: (text) => void (stdout += `${text}\n`),
-    err: (text) => void (stderr += `${text}\n`),
-    env,
-  });
-  return { code, stdout, stderr };
-}
+const runHere = (args: string[], env: Record<string, string>): Promise<Run> => runTaskctl(args, env);
 
 /** An HTTP proxy in front of `target` that records each request's method and path: what the CLI sent. */
 async function recordingProxy(target: string, defer: (cleanup: () => unknown) => void) {
