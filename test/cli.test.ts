@@ -5,6 +5,9 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { once } from "node:events";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createServer, request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -329,11 +332,23 @@ describe("cli", () => {
     assert.deepEqual([overNats.code, overNats.stderr], [1, "error: no job with id nope\n"]);
   });
 
-  it("cli - `npx taskctl` and `npm run cli` run the same CLI", async () => {
+  it("cli - `npx taskctl` and `npm run cli` run the same CLI; npx runs the linked bin without reading the tree", async (t) => {
+    // A bin of the root package makes npx load the whole dependency tree and install the root
+    // into its cache (`_npx/`); the bin npm links into node_modules/.bin is run straight away.
+    const cache = await mkdtemp(join(tmpdir(), "npx-cache-"));
+    t.after(() => rm(cache, { recursive: true, force: true }));
     const [npx, npm] = await Promise.all([
-      run("npx", ["--no-install", "taskctl", "tasks", "create", "via npx", "--json"], env),
+      run("npx", ["--no-install", "taskctl", "tasks", "create", "via npx", "--json"], {
+        ...env,
+        npm_config_cache: cache,
+      }),
       run("npm", ["run", "-s", "cli", "--", "jobs", "create", "via npm run", "--json"], env),
     ]);
+    assert.deepEqual(
+      (await readdir(cache)).filter((entry) => entry !== "_logs"),
+      [],
+      "npx installed nothing into its cache",
+    );
     assert.equal(npx.code, 0, npx.stderr);
     assert.equal(JSON.parse(npx.stdout).title, "via npx");
     assert.equal(npm.code, 0, npm.stderr);
