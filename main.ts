@@ -34,6 +34,7 @@ import {
   type NatsHandle,
   type NatsServer,
   type ServiceApis,
+  NatsServerTooOld,
 } from "./platform/index.ts";
 
 const env = process.env;
@@ -223,10 +224,18 @@ async function main() {
     const credentials = server
       ? await readNatsCredentials(authDirOf(config.dataDir), role)
       : await credentialsFromEnv(env, role);
-    const handle = await connectNats({ servers, name: `service:${role}`, credentials }).catch((err) =>
-      fail(
-        `cannot connect to NATS at ${servers} as ${role}: ${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
-      ),
+    const handle = await connectNats({
+      servers,
+      name: `service:${role}`,
+      credentials,
+      // A reconnect to a node older than the minimum (logged by connectNats): stop, exit 1.
+      onServerTooOld: () => void shutdown("nats-server too old", 1),
+    }).catch((err) =>
+      err instanceof NatsServerTooOld
+        ? fail(err.message)
+        : fail(
+            `cannot connect to NATS at ${servers} as ${role}: ${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
+          ),
     );
     connections.push(handle);
     return handle;
