@@ -37,6 +37,8 @@ import {
   type InstanceLock,
   type NatsHandle,
   type NatsServer,
+  type ServiceApis,
+  NatsServerTooOld,
 } from "./platform/index.ts";
 
 const env = process.env;
@@ -292,16 +294,25 @@ async function main() {
     const credentials = server
       ? await readNatsCredentials(authDirOf(config.dataDir), role)
       : await credentialsFromEnv(env, role);
-    const handle = await connectNats({ servers, name: `service:${role}`, credentials }).catch((err) =>
-      fail(
-        `cannot connect to NATS at ${servers} as ${role}: ${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
-      ),
+    const handle = await connectNats({
+      servers,
+      name: `service:${role}`,
+      credentials,
+      // A reconnect to a node older than the minimum (logged by connectNats): stop, exit 1.
+      onServerTooOld: () => void shutdown("nats-server too old", 1),
+    }).catch((err) =>
+      err instanceof NatsServerTooOld
+        ? fail(err.message)
+        : fail(
+            `cannot connect to NATS at ${servers} as ${role}: ${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
+          ),
     );
     connections.push(handle);
     return handle;
   };
   const closers = lifecycle.closers;
   const urls: string[] = [];
+  let apis: ServiceApis | undefined;
 
   if (active.has("actors")) {
     const nats = await connectAs("actors");
@@ -358,6 +369,9 @@ async function main() {
     const microvmPort = await listenOn(gateways.microvm, config.microvmPort, "MICROVM_API_PORT");
     const base = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}`;
     urls.push(`${base}:${taskPort}`, `${base}:${jobPort}`, `${base}:${microvmPort}`);
+    // For clients on this machine (service.lock): a wildcard address is reached on loopback.
+    const local = wildcard ? `http://${config.host === "::" ? "[::1]" : "127.0.0.1"}` : base;
+    apis = { task: `${local}:${taskPort}`, job: `${local}:${jobPort}`, microvm: `${local}:${microvmPort}` };
     log.info({ taskPort, jobPort, microvmPort, host: config.host }, "gateway listening");
   } else if (config.metricsPort !== undefined) {
     // Processes without an API still expose /metrics, /livez and /readyz.
@@ -375,7 +389,7 @@ async function main() {
     urls.push(`http://${config.host}:${metricsPort}`);
     log.info({ metricsPort }, "metrics listening");
   }
-  await lifecycle.lock?.setUrls(urls);
+  await lifecycle.lock?.setUrls(urls, apis);
   // "ready" means answering: every subscription has reached the server (a request sent after
   // this line finds its responder instead of "no responders").
   await Promise.all(connections.map((handle) => handle.nc.flush()));

@@ -68,6 +68,8 @@ export interface Target {
   readonly overNats: boolean;
   /** The env var that sets the URL (HTTP only). */
   readonly urlEnv?: string;
+  /** Why the URL is the default one (no service found in DATA_DIR): the hint when it is unreachable. */
+  readonly noService?: string;
 }
 
 /**
@@ -168,7 +170,7 @@ function unavailable(err: ClientError, target: Target): string {
           ? "no answer in time"
           : (inner?.message ?? cause.message);
     const point = target.urlEnv ? `, or point --url or ${target.urlEnv} at it` : "";
-    return `cannot reach ${target.what} at ${target.where} (${why})\nhint: ${startHint}${point}`;
+    return `cannot reach ${target.what} at ${target.where} (${why})\nhint: ${target.noService ?? startHint}${point}`;
   }
   return `${target.what} at ${target.where} is up but no actor answered (503 ServiceUnavailable); retry, or check that the actor processes run`;
 }

@@ -3,4 +3,4 @@
 // leaves out the rest. `connect` is re-exported here, not imported where it is used: in a chunk
 // of its own, a CommonJS package's dynamic import has only a default export.
 export { connect } from "@nats-io/transport-node";
-export { authOptions, clientCredentials, packageVersion } from "../platform/index.ts";
+export { authOptions, findClientCredentials, packageVersion } from "../platform/index.ts";

@@ -12,6 +12,7 @@ import {
   type OptionValues,
 } from "./cli-commands.ts";
 import { describeFailure, type Target } from "./cli-output.ts";
+import { dataDirOf, localNatsUrl, localService, noNatsHint, noServiceHint } from "./local-service.ts";
 
 export interface CliIo {
   out(text: string): void;
@@ -25,7 +26,8 @@ const commonOptions: Record<string, OptionSpec & { short?: string }> = {
   nats: {
     type: "string",
     value: "URL",
-    description: "call the actors straight over NATS (comma-separated URLs for a cluster)",
+    description:
+      'call the actors straight over NATS (comma-separated URLs for a cluster; "" for the NATS of the npm start on DATA_DIR)',
   },
   help: { type: "boolean", short: "h", description: "show this help" },
 };
@@ -175,18 +177,28 @@ function strictParse(command: CommandSpec, argv: readonly string[]): { values: O
 async function execute(command: CommandSpec, args: string[], values: OptionValues, io: CliIo): Promise<number> {
   const endpoint = endpoints[command.api];
   const natsUrl = values.nats as string | undefined;
-  const url = (values.url as string | undefined) ?? io.env[endpoint.env] ?? endpoint.url;
-  const target: Target = natsUrl
-    ? { what: endpoint.what, where: `NATS at ${natsUrl}`, overNats: true }
-    : { what: endpoint.what, where: url, overNats: false, urlEnv: endpoint.env };
+  const given = (values.url as string | undefined) ?? io.env[endpoint.env];
+  // Neither flag nor variable: the APIs of the service on DATA_DIR, else the defaults.
+  const local = natsUrl === undefined && given === undefined ? await localService(io.env) : undefined;
+  const url = given ?? local?.apis?.[command.api] ?? endpoint.url;
+  const target: Target =
+    natsUrl !== undefined
+      ? { what: endpoint.what, where: `NATS at ${natsUrl || `DATA_DIR=${dataDirOf(io.env)}`}`, overNats: true }
+      : {
+          what: endpoint.what,
+          where: url,
+          overNats: false,
+          urlEnv: endpoint.env,
+          ...(local && !local.apis ? { noService: noServiceHint(local) } : {}),
+        };
   let nc: NatsConnection | undefined;
   try {
-    if (!natsUrl) checkedUrl(url);
+    if (natsUrl === undefined) checkedUrl(url);
     // Loaded only now, not for help and usage errors; NATS only with --nats. The service checks
     // every input with the contracts' schemas (the same 400), so the CLI does not load them.
     const { httpClient, nodeHttpSend, taskApi, jobApi, microvmApi } = await import("./cli-apis.ts");
     const api = { task: taskApi, job: jobApi, microvm: microvmApi }[command.api];
-    if (natsUrl) nc = await connectOrExplain(natsUrl, io.env);
+    if (natsUrl !== undefined) nc = await connectOrExplain(natsUrl, io.env);
     const client = nc
       ? (await import("./nats-client.ts")).natsClient(api, nc, {
           prefix: io.env.NATS_SUBJECT_PREFIX ?? "",
@@ -216,21 +228,35 @@ function checkedUrl(url: string): string {
   return url;
 }
 
-async function connectOrExplain(servers: string, env: NodeJS.ProcessEnv): Promise<NatsConnection> {
-  const { authOptions, clientCredentials, connect } = await import("./cli-platform.ts");
-  const auth = authOptions(await clientCredentials(servers, env));
+/**
+ * Joins `asked` (`--nats URL`; empty: the NATS of the `npm start` on DATA_DIR) with the client
+ * credentials; a failure is one message naming what to check.
+ */
+async function connectOrExplain(asked: string, env: NodeJS.ProcessEnv): Promise<NatsConnection> {
+  const servers = asked || (await localNatsUrl(env));
+  if (!servers) throw new Error(`${noNatsHint(env)}, or give --nats a URL`);
+  const { authOptions, findClientCredentials, connect } = await import("./cli-platform.ts");
+  const { credentials, source } = await findClientCredentials(servers, env);
   try {
     return await connect({
       servers: servers.split(",").map((s) => s.trim()),
       name: "taskctl",
       timeout: 5_000,
       maxReconnectAttempts: 0,
-      ...auth,
+      ...authOptions(credentials),
     });
   } catch (err) {
+    const why = (err as Error).message;
+    if ((err as Error).name === "AuthorizationError")
+      throw new Error(
+        `the NATS at ${servers} refused taskctl's credentials (${why}); credentials used: ${source}\nhint: for the NATS ` +
+          "of an `npm start`, set DATA_DIR to that service's data directory (its nats-url and nats-auth/ are read); " +
+          "for another NATS, set NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_NKEY",
+        { cause: err },
+      );
     throw new Error(
-      `cannot connect to NATS at ${servers} (${(err as Error).message})\nhint: is the service's NATS running? ` +
-        "`npm start` writes its private server's URL to .data/nats-url, `npm run cluster` to .data/cluster/nats-url",
+      `cannot connect to NATS at ${servers} (${why})\nhint: is the service's NATS running? \`npm start\` writes its ` +
+        `private server's URL to DATA_DIR/nats-url (DATA_DIR=${dataDirOf(env)}), \`npm run cluster\` to .data/cluster/nats-url`,
       { cause: err },
     );
   }

@@ -1,4 +1,5 @@
-// NATS connections for gateways and actors: tuned options and a live view of connectivity.
+// NATS connections for gateways and actors: tuned options, a live view of connectivity, and
+// the server's version checked on every (re)connect: a nats-server older than 2.12 is refused.
 import {
   connect,
   credsAuthenticator,
@@ -11,6 +12,7 @@ import { BatchPublisher } from "./batch.ts";
 import { log } from "./log.ts";
 import type { NatsCredentials } from "./nats-auth.ts";
 import { natsConnected, natsReconnects } from "./metrics.ts";
+import { MIN_NATS_SERVER, parseNatsServerVersion, recentEnough } from "./nats-binary.ts";
 import { DisconnectedError, Requester } from "./requester.ts";
 
 export interface ConnectOptions {
@@ -20,6 +22,31 @@ export interface ConnectOptions {
   name: string;
   /** How to authenticate (none: anonymous). */
   credentials?: NatsCredentials;
+  /**
+   * Called when a reconnect reaches a nats-server older than `MIN_NATS_SERVER` (a cluster node
+   * not yet upgraded): the connection is closed then, and stays closed.
+   */
+  onServerTooOld?: (err: NatsServerTooOld) => void;
+}
+
+/** The nats-server joined is older than the service supports; the message names both versions. */
+export class NatsServerTooOld extends Error {
+  override name = "NatsServerTooOld";
+  constructor(
+    readonly server: string,
+    readonly version: string,
+  ) {
+    super(
+      `the NATS at ${server} is nats-server ${version || "of an unknown version"}, and the service needs ` +
+        `${MIN_NATS_SERVER.join(".")}.0 or later (atomic batches, batch direct gets): upgrade that server`,
+    );
+  }
+}
+
+/** A `NatsServerTooOld` when the server `nc` is connected to now is older than the minimum. */
+export function serverTooOld(nc: NatsConnection): NatsServerTooOld | undefined {
+  const version = nc.info?.version ?? "";
+  return recentEnough(parseNatsServerVersion(version)) ? undefined : new NatsServerTooOld(nc.getServer(), version);
 }
 
 /** A connection plus whether it is connected right now (requests while not are dropped). */
@@ -50,6 +77,11 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
     pingInterval: 10_000,
     maxPingOut: 3,
   });
+  const tooOld = serverTooOld(nc);
+  if (tooOld) {
+    await nc.close();
+    throw tooOld;
+  }
   let connected = true;
   const publisher = new BatchPublisher(nc);
   const requester = new Requester(nc, publisher);
@@ -69,7 +101,12 @@ export async function connectNats(options: ConnectOptions): Promise<NatsHandle> 
         log.warn({ name: options.name, err: status.error.message }, "NATS refused an operation");
       else if (status.type === "disconnect" || status.type === "reconnecting") lost("disconnect");
       else if (status.type === "close") lost("close");
-      else if (status.type === "reconnect" && !connected) {
+      else if (status.type === "reconnect" && serverTooOld(nc)) {
+        const err = serverTooOld(nc)!;
+        log.error({ name: options.name, nats: err.server, version: err.version }, err.message);
+        options.onServerTooOld?.(err);
+        await nc.close();
+      } else if (status.type === "reconnect" && !connected) {
         connected = true;
         natsConnected.set(1);
         natsReconnects.inc();

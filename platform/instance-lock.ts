@@ -1,5 +1,6 @@
 // One `npm start` per data directory: `DATA_DIR/service.lock` names the running service process
-// (pid, start time, URLs). A second start reads it before touching anything and backs off.
+// (pid, start time, URLs). A second start reads it before touching anything and backs off;
+// taskctl and the clients read it to find the APIs of the service on their DATA_DIR.
 import { randomBytes } from "node:crypto";
 import { link, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { isProcessAlive, readProcStat } from "./proc.ts";
@@ -11,11 +12,20 @@ export interface InstanceRecord {
   startTime: number;
   /** The URLs it serves, once it listens. */
   urls: string[];
+  /** The base URL of each API, once the gateway listens (absent without the gateway role). */
+  apis?: ServiceApis;
+}
+
+/** The base URLs of the Task, Job and microVM APIs. */
+export interface ServiceApis {
+  task: string;
+  job: string;
+  microvm: string;
 }
 
 export interface InstanceLock {
-  /** Records the URLs for a later start's "already running at …". */
-  setUrls(urls: string[]): Promise<void>;
+  /** Records the URLs for a later start's "already running at …", and the APIs' for clients. */
+  setUrls(urls: string[], apis?: ServiceApis): Promise<void>;
   release(): Promise<void>;
 }
 
@@ -57,7 +67,7 @@ export async function acquireInstanceLock(path: string): Promise<InstanceLock> {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== "EEXIST" || attempt > 0) throw err;
       }
-      const record = await readRecord(path);
+      const record = await readInstanceRecord(path);
       if (record && (await isLive(record))) throw new AlreadyRunning(record);
       await rm(path, { force: true });
     }
@@ -65,18 +75,20 @@ export async function acquireInstanceLock(path: string): Promise<InstanceLock> {
     await rm(tmp, { force: true });
   }
   return {
-    async setUrls(urls) {
+    async setUrls(urls, apis) {
       own.urls = urls;
+      if (apis) own.apis = apis;
       await rename(await write(), path);
     },
     async release() {
-      const record = await readRecord(path);
+      const record = await readInstanceRecord(path);
       if (record?.pid === process.pid) await rm(path, { force: true });
     },
   };
 }
 
-async function readRecord(path: string): Promise<InstanceRecord | undefined> {
+/** The record at `path`; undefined when there is none (or not a record). */
+export async function readInstanceRecord(path: string): Promise<InstanceRecord | undefined> {
   try {
     const record = JSON.parse(await readFile(path, "utf8")) as InstanceRecord;
     return Number.isInteger(record.pid) ? record : undefined;

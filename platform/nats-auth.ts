@@ -3,7 +3,7 @@
 // once into a 0700 directory as 0600 files, and the `authorization {}` block of the private
 // server's config (public keys only, no secret).
 import { chmod, mkdir, readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import * as nkeys from "@nats-io/nkeys";
 import {
   allOperations,
@@ -352,18 +352,60 @@ export async function provisionerFromEnv(env: NodeJS.ProcessEnv): Promise<Provis
   return anonymous ? { credentials: undefined } : undefined;
 }
 
+/** Client credentials and where they came from, for a message when the server refuses them. */
+export interface ClientCredentials {
+  readonly credentials: NatsCredentials | undefined;
+  /** "NATS_CREDS", "the internal user of DATA_DIR=/x", "none: …" and so on. */
+  readonly source: string;
+}
+
 /**
  * Credentials of a client tool (taskctl --nats, watch-jobs, other services) joining `servers`:
  * from the environment, else, when `servers` is the NATS of a local `npm start` (its
- * DATA_DIR/nats-url, DATA_DIR default `.data`), that server's `internal` user.
+ * DATA_DIR/nats-url; DATA_DIR default `.data`, relative to the working directory as the service
+ * takes it), that server's `internal` user.
  */
+export async function findClientCredentials(
+  servers: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<ClientCredentials> {
+  const fromEnv = await credentialsFromEnv(env, "internal");
+  if (fromEnv) {
+    const source = ["NATS_CREDS", "NATS_USER", "NATS_NKEY"].find((name) => env[name]);
+    return { credentials: fromEnv, source: source ?? `NATS_AUTH_DIR=${env.NATS_AUTH_DIR} (its internal.nk)` };
+  }
+  const dataDir = resolve(env.DATA_DIR || ".data");
+  const local = (await readFile(join(dataDir, "nats-url"), "utf8").catch(() => "")).trim();
+  if (!local)
+    return { credentials: undefined, source: `none (DATA_DIR=${dataDir} has no nats-url: no npm start there)` };
+  if (!sameServers(servers, local))
+    return { credentials: undefined, source: `none (the NATS of DATA_DIR=${dataDir} is ${local}, not this one)` };
+  const credentials = await readNatsCredentials(authDirOf(dataDir), "internal");
+  return { credentials, source: `the internal user of DATA_DIR=${dataDir}` };
+}
+
+/** `findClientCredentials` without the source. */
 export async function clientCredentials(
   servers: string,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<NatsCredentials | undefined> {
-  const fromEnv = await credentialsFromEnv(env, "internal");
-  if (fromEnv) return fromEnv;
-  const dataDir = env.DATA_DIR || ".data";
-  const local = (await readFile(join(dataDir, "nats-url"), "utf8").catch(() => "")).trim();
-  return servers === local ? readNatsCredentials(authDirOf(dataDir), "internal") : undefined;
+  return (await findClientCredentials(servers, env)).credentials;
+}
+
+/** True when two comma-separated server lists name the same servers (scheme optional, localhost as 127.0.0.1). */
+export function sameServers(a: string, b: string): boolean {
+  const norm = (list: string) =>
+    list
+      .split(",")
+      .map((url) =>
+        url
+          .trim()
+          .replace(/^nats:\/\//, "")
+          .replace(/\/$/, "")
+          .replace(/^localhost(?=:|$)/, "127.0.0.1"),
+      )
+      .filter(Boolean)
+      .sort()
+      .join(",");
+  return norm(a) === norm(b);
 }

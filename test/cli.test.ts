@@ -5,14 +5,17 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { once } from "node:events";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createServer, request } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { runCli } from "../client/cli.ts";
 import { freePort } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, waitForState, type MicrovmService } from "./helpers/microvm.ts";
 import { startService, type TestService } from "./helpers/service.ts";
+import { runTaskctl } from "./helpers/taskctl.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
@@ -33,16 +36,7 @@ function run(file: string, args: string[], env: Record<string, string> = {}): Pr
 }
 
 /** The same, in this process: what the CLI prints and the status it exits with. */
-async function runHere(args: string[], env: Record<string, string>): Promise<Run> {
-  let stdout = "";
-  let stderr = "";
-  const code = await runCli(args, {
-    out: (text) => void (stdout += `${text}\n`),
-    err: (text) => void (stderr += `${text}\n`),
-    env,
-  });
-  return { code, stdout, stderr };
-}
+const runHere = (args: string[], env: Record<string, string>): Promise<Run> => runTaskctl(args, env);
 
 /** An HTTP proxy in front of `target` that records each request's method and path: what the CLI sent. */
 async function recordingProxy(target: string, defer: (cleanup: () => unknown) => void) {
@@ -338,11 +332,23 @@ describe("cli", () => {
     assert.deepEqual([overNats.code, overNats.stderr], [1, "error: no job with id nope\n"]);
   });
 
-  it("cli - `npx taskctl` and `npm run cli` run the same CLI", async () => {
+  it("cli - `npx taskctl` and `npm run cli` run the same CLI; npx runs the linked bin without reading the tree", async (t) => {
+    // A bin of the root package makes npx load the whole dependency tree and install the root
+    // into its cache (`_npx/`); the bin npm links into node_modules/.bin is run straight away.
+    const cache = await mkdtemp(join(tmpdir(), "npx-cache-"));
+    t.after(() => rm(cache, { recursive: true, force: true }));
     const [npx, npm] = await Promise.all([
-      run("npx", ["--no-install", "taskctl", "tasks", "create", "via npx", "--json"], env),
+      run("npx", ["--no-install", "taskctl", "tasks", "create", "via npx", "--json"], {
+        ...env,
+        npm_config_cache: cache,
+      }),
       run("npm", ["run", "-s", "cli", "--", "jobs", "create", "via npm run", "--json"], env),
     ]);
+    assert.deepEqual(
+      (await readdir(cache)).filter((entry) => entry !== "_logs"),
+      [],
+      "npx installed nothing into its cache",
+    );
     assert.equal(npx.code, 0, npx.stderr);
     assert.equal(JSON.parse(npx.stdout).title, "via npx");
     assert.equal(npm.code, 0, npm.stderr);

@@ -151,13 +151,15 @@ async function liveInstances(): Promise<number> {
   return live;
 }
 
-// `npx taskctl` runs the package's bin, which npx finds in package.json; npm's own start costs
-// about 1.5 s of CPU per call here, some 90 s over the docs, so the snippets' shell runs the
-// same bin directly. That npx finds it is checked once, for real ("npx taskctl runs the
-// package's bin" below).
+// `npx taskctl` runs the bin npm links into node_modules/.bin from client/taskctl/; npm's own
+// start costs about half a second of CPU per call here, so the snippets' shell runs the same
+// bin directly. That npx finds it is checked once, for real ("npx taskctl runs the package's
+// bin" below).
 const taskctlBin = join(
   root,
-  (JSON.parse(await readFile(join(root, "package.json"), "utf8")) as { bin: { taskctl: string } }).bin.taskctl,
+  "client/taskctl",
+  (JSON.parse(await readFile(join(root, "client/taskctl/package.json"), "utf8")) as { bin: { taskctl: string } }).bin
+    .taskctl,
 );
 const npxTaskctl = `npx() { if [ "\${1:-}" = taskctl ]; then shift; node ${JSON.stringify(taskctlBin)} "$@"; else command npx "$@"; fi; }`;
 
