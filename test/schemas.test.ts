@@ -13,6 +13,12 @@ import {
   subjectValues,
   subscriptionSubject,
   taskObjectKey,
+  taskObjectLeaseKey,
+  taskObjectName,
+  ANONYMOUS,
+  keyOwner,
+  ownedKey,
+  ownerPrefix,
   createTask,
   digitsUpTo,
   getMicrovmLogs,
@@ -48,6 +54,43 @@ describe("schemas", () => {
     assert.equal(new Set(keys).size, ids.length);
     assert.equal(idKey("x".repeat(MAX_KEY_LENGTH + 1)), undefined);
     assert.notEqual(taskObjectKey("a", "b"), taskObjectKey("b", "a"));
+  });
+
+  it("escape - the anonymous principal's keys are the keys without owners", () => {
+    assert.equal(ownerPrefix(ANONYMOUS), "");
+    assert.equal(ownedKey(ANONYMOUS, "abc"), "abc");
+    assert.equal(taskObjectKey("default", "x"), `${nameToken("default")}.x`);
+    assert.equal(taskObjectKey("default", "x", ANONYMOUS), taskObjectKey("default", "x"));
+    assert.equal(taskObjectLeaseKey("default"), nameToken("default"));
+    assert.deepEqual(keyOwner("abc"), { principal: ANONYMOUS, key: "abc" });
+  });
+
+  it("escape - a named principal's keys start with its own token, which no key without owners can", () => {
+    const alice = ownerPrefix("alice");
+    assert.equal(alice, `=${nameToken("alice")}.`);
+    assert.equal(ownedKey("alice", "abc"), `${alice}abc`);
+    assert.notEqual(ownerPrefix("bob"), alice);
+    assert.equal(taskObjectKey("default", "x", "alice"), `${alice}${nameToken("default")}.x`);
+    assert.equal(taskObjectLeaseKey("default", "alice"), `${alice}${nameToken("default")}`);
+    for (const principal of ["alice", "nats:internal", "a.b", "*"]) {
+      const key = ownedKey(principal, idKey("id.1"))!;
+      assert.match(key, /^[-/_=.a-zA-Z0-9]+$/, "a valid KV key");
+      assert.deepEqual(keyOwner(key), { principal, key: idKey("id.1") });
+    }
+    // Keys without owners (plain or escaped ids, name tokens) never start with the owner mark.
+    for (const id of ["a", "_x", "a.b", "="]) assert.doesNotMatch(idKey(id)!, /^=/);
+    assert.doesNotMatch(nameToken("=x"), /^=/);
+    // An owner token that is not canonical, or names the anonymous principal, is no key of ours.
+    assert.equal(keyOwner("=YR.x"), undefined);
+    assert.equal(keyOwner(`=${nameToken(ANONYMOUS)}.x`), undefined);
+    assert.equal(ownedKey("alice", "x".repeat(MAX_KEY_LENGTH)), undefined);
+    assert.equal(ownedKey("alice", undefined), undefined);
+  });
+
+  it("escape - a task object's name is read back from its lease key", () => {
+    assert.equal(taskObjectName(taskObjectLeaseKey("a.b")!), "a.b");
+    assert.equal(taskObjectName(taskObjectLeaseKey("a.b", "alice")!), "a.b");
+    assert.equal(taskObjectName("!"), "!");
   });
 
   it("subjects - fields are filled, wildcarded and read back", () => {
