@@ -20,6 +20,9 @@ import {
   ownedKey,
   ownerPrefix,
   createTask,
+  allOperations,
+  ownerSubjects,
+  viaGateway,
   digitsUpTo,
   getMicrovmLogs,
   listTasks,
@@ -91,6 +94,29 @@ describe("schemas", () => {
     assert.equal(taskObjectName(taskObjectLeaseKey("a.b")!), "a.b");
     assert.equal(taskObjectName(taskObjectLeaseKey("a.b", "alice")!), "a.b");
     assert.equal(taskObjectName("!"), "!");
+  });
+
+  it("subjects - no subject a caller may publish reaches a gateway's copy", () => {
+    // Two subject patterns that one subject can match both.
+    const overlap = (a: string, b: string): boolean => {
+      const x = a.split(".");
+      const y = b.split(".");
+      for (let i = 0; i < Math.max(x.length, y.length); i++) {
+        if (x[i] === ">" || y[i] === ">") return x[i] !== undefined && y[i] !== undefined;
+        if (x[i] === undefined || y[i] === undefined) return false;
+        if (x[i] !== "*" && y[i] !== "*" && x[i] !== y[i]) return false;
+      }
+      return true;
+    };
+    assert.ok(overlap("taskobjects.*.list", "taskobjects.gateway.list"), "the check sees an overlap");
+    const ops = allOperations;
+    for (const copy of ops.map((op) => subscriptionSubject(viaGateway(op)))) {
+      for (const op of ops) {
+        assert.ok(!overlap(copy, subscriptionSubject(op)), `${copy} and ${subscriptionSubject(op)}`);
+        if (op.placement.kind !== "stateless")
+          assert.ok(!overlap(copy, ownerSubjects(op)), `${copy} and ${ownerSubjects(op)}`);
+      }
+    }
   });
 
   it("subjects - fields are filled, wildcarded and read back", () => {
