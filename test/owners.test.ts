@@ -5,6 +5,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { headers as natsHeaders } from "@nats-io/transport-node";
+import { watchJobs } from "../client/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
 import {
@@ -105,6 +106,20 @@ describe("owners - with API keys", () => {
     assert.equal(answer.status, 404);
     assert.equal(answer.body._tag, "JobNotFound");
     assert.equal((await call("GET", url, alice.key)).body.content, "alice's job");
+  });
+
+  it("owners - the job-created feed names the owner of each job", async () => {
+    let created!: Promise<Answer>;
+    const watch = watchJobs(internal.nc, {
+      onWatching: () => (created = call("POST", `${svc.jobUrl}/`, alice.key, { content: "watched" })),
+    });
+    for await (const job of watch) {
+      assert.deepEqual(
+        { id: job.id, content: job.content, owner: job.owner },
+        { id: (await created).body as unknown as string, content: "watched", owner: "alice" },
+      );
+      break;
+    }
   });
 
   it("owners - two principals' task objects of one name are two objects with their own storage", async () => {
