@@ -110,6 +110,11 @@ export function readConfig(env: NodeJS.ProcessEnv) {
     natsSync: natsSync(v.text("NATS_SYNC")),
     /** `<principal> <sha256 hex of key>` lines; when set, every API needs a bearer key. */
     apiKeysFile: v.text("API_KEYS_FILE"),
+    /**
+     * Whose tasks, task objects and jobs a request on the public NATS subjects sees (role
+     * `actors`); unset: `nats:internal` with API_KEYS_FILE set, else the anonymous principal.
+     */
+    taskNatsPrincipal: v.text("TASK_NATS_PRINCIPAL"),
     /** `Host` names every API answers to besides localhost, 127.0.0.1 and ::1. */
     hostNames: v.names("API_HOSTNAMES"),
     /** Further `Host` names only the microVM API answers to. */

@@ -3,7 +3,7 @@
 import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
-import { gatewayDispatch, startActors } from "./actors/index.ts";
+import { gatewayDispatch, NATS_INTERNAL, startActors } from "./actors/index.ts";
 import { ProviderUnavailable, provisionMicrovmStores, startMicrovmHost } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
@@ -322,6 +322,8 @@ async function main() {
       publisher: nats.publisher,
       requester: nats.requester,
       placement: placementConfig,
+      // With API keys, NATS callers are the NATS user, not the anonymous principal (docs/security.md).
+      natsPrincipal: config.taskNatsPrincipal ?? (config.apiKeysFile ? NATS_INTERNAL : undefined),
     });
     closers.push(() => actors.close());
     log.info({ prefix: config.prefix }, "actors serving");

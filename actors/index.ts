@@ -3,7 +3,15 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { jobApi, nameToken, serviceNames, taskApi, type ReadOperations } from "../schemas/index.ts";
+import {
+  ANONYMOUS,
+  jobApi,
+  serviceNames,
+  taskApi,
+  taskObjectLeaseKey,
+  viaGateway,
+  type ReadOperations,
+} from "../schemas/index.ts";
 import {
   bucketNames,
   log,
@@ -16,7 +24,7 @@ import {
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
 import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
-import { serveApi, type ApiHandlers } from "./serve.ts";
+import { principalHeader, serveApi, type ApiHandlers } from "./serve.ts";
 import { taskObjectDirectory } from "./task-object-directory.ts";
 import {
   foldsFences,
@@ -47,11 +55,20 @@ export {
 } from "./placement.ts";
 export { foldsFences } from "./task-objects.ts";
 
+/** The principal of the `internal` NATS user's requests on the public subjects, with API keys on. */
+export const NATS_INTERNAL = "nats:internal";
+
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */
   prefix?: string;
   /** Batches replies per event-loop turn (pass the connection's `publisher`). */
   publisher?: BatchPublisher;
+  /**
+   * Whose records a request on the public subjects (`tasks.get`...) reads and writes: the
+   * anonymous principal (default: API keys off), or the NATS user's (`nats:internal`) with
+   * keys on. The gateway's copies (`gateway.tasks.get`...) carry their caller's principal.
+   */
+  natsPrincipal?: string;
   /** Request/reply for forwards to other processes (default: a new one on `nc`). */
   requester?: Requester;
   /** Task-object placement: lease TTL, idle release, routing budget, owner id. */
@@ -95,9 +112,12 @@ export function storageReads(
   };
 }
 
-/** The owner of a task object's name, as its lease says (undefined: nobody holds it). */
-export function leaseOwners(leases: VersionedStore): (name: string) => Promise<string | undefined> {
-  return async (name) => leaseOwner((await leases.get(nameToken(name))).value);
+/** The owner of `principal`'s task object `name`, as its lease says (undefined: nobody holds it). */
+export function leaseOwners(leases: VersionedStore): (name: string, principal: string) => Promise<string | undefined> {
+  return async (name, principal) => {
+    const key = taskObjectLeaseKey(name, principal);
+    return key === undefined ? undefined : leaseOwner((await leases.get(key)).value);
+  };
 }
 
 /**
@@ -154,14 +174,27 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
   };
   // Every operation on its shared subject, in a queue group of all actor processes; the
   // task-object ones also on this process's own subjects, each request routed to its name's owner.
-  const served = serveApi(nc, actorApi, handlers, {
+  const natsPrincipal = options.natsPrincipal ?? ANONYMOUS;
+  const common = {
     prefix,
     publisher: options.publisher,
-    queue: (op) => `actors.${op.name}`,
-    discovery: { service },
+    queue: (op: { name: string }) => `actors.${op.name}`,
     owners: { byName: nameOwners(deps) },
+  };
+  const served = serveApi(nc, actorApi, handlers, {
+    ...common,
+    principal: () => natsPrincipal,
+    discovery: { service },
   });
-  const subscriptions: Subscription[] = [...served.own, ...served.shared];
+  // The gateway's copies: the same queue groups, the principal from its header.
+  const viaGatewayServed = serveApi(nc, actorApi, handlers, {
+    ...common,
+    serveAs: viaGateway,
+    principal: principalHeader,
+    discovery: { service, name: (op) => `${op.name}-gateway` },
+    ownSubjects: false,
+  });
+  const subscriptions: Subscription[] = [...served.own, ...served.shared, ...viaGatewayServed.shared];
   return {
     ownerId: placement.ownerId,
     get activations() {

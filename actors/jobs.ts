@@ -3,8 +3,8 @@
 import type { RecordStore } from "../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { v4 as uuidv4 } from "uuid";
-import { idKey, JobNotFound, type createJob, type getJob, type Job } from "../schemas/index.ts";
-import { createRecord, isObjectRecord, readRecord } from "./records.ts";
+import { JobNotFound, type createJob, type getJob, type Job } from "../schemas/index.ts";
+import { createRecord, isObjectRecord, ownKey, readRecord } from "./records.ts";
 import type { Handler } from "./serve.ts";
 
 export type JobRecord = Static<typeof Job>;
@@ -16,8 +16,8 @@ export interface JobHandlers {
 
 export function jobHandlers(store: RecordStore): JobHandlers {
   return {
-    async getJob({ jobId }) {
-      const key = idKey(jobId);
+    async getJob({ jobId }, context) {
+      const key = ownKey(context, jobId);
       // Items written by other services may lack fields (answered with the requested id and
       // ""), but one that is no JSON object at all is corrupt.
       const item =
@@ -29,9 +29,10 @@ export function jobHandlers(store: RecordStore): JobHandlers {
         content: typeof content === "string" ? content : content == null ? "" : JSON.stringify(content),
       };
     },
-    async createJob({ content }, { idempotencyKey }) {
-      const job: JobRecord = { id: idempotencyKey ?? uuidv4(), content };
-      const stored = await createRecord(store, job.id, job, isObjectRecord, (s) => s.content === content);
+    async createJob({ content }, context) {
+      const job: JobRecord = { id: context.idempotencyKey ?? uuidv4(), content };
+      const key = ownKey(context, job.id)!;
+      const stored = await createRecord(store, key, job, isObjectRecord, (s) => s.content === content);
       return stored.value.id;
     },
   };

@@ -1,11 +1,12 @@
-// Placement of task objects: each name has at most one live activation across all actor
-// processes. A process activates a name by claiming its lease key (`<name-token>`, in the
-// bucket `leaseBucketFor` names) with a compare-and-set on the key's revision; it renews the
+// Placement of task objects: each object has at most one live activation across all actor
+// processes. An object is its lease key (`taskObjectLeaseKey`: `<name-token>`, owned
+// `=<owner>.<name-token>`, in the bucket `leaseBucketFor` names); a process activates it by
+// claiming that key with a compare-and-set on the key's revision; it renews the
 // lease by heartbeat and fences every write (a renewal before it, or a condition on the lease's
 // revision carried by the write itself), releases it when the name goes idle or the process
 // stops, and stops serving the name the moment its lease could have lapsed.
 import { performance } from "node:perf_hooks";
-import { nameToken, TaskObjectBusy } from "../schemas/index.ts";
+import { TaskObjectBusy, taskObjectName } from "../schemas/index.ts";
 import { CONFLICT, log, recordBusy, recordQueueDepth, setActivations, type VersionedStore } from "../platform/index.ts";
 import { Mailboxes } from "./mailbox.ts";
 
@@ -26,7 +27,10 @@ export interface LeaseValue {
  */
 export interface ActivationEvent {
   event: "start" | "end" | "write";
+  /** The task object's name (its principal's: `key` tells two principals' apart). */
   name: string;
+  /** The task object's lease key. */
+  key: string;
   owner: string;
   revision: number;
   /** Epoch ms: when it started, the last moment it could serve, or when a write left. */
@@ -96,8 +100,11 @@ export class Activation {
   #casChain: Promise<unknown> = Promise.resolve();
   #leaseWrites = 0;
 
+  /** The task object's name (for people: two principals' objects may share it). */
+  readonly name: string;
+
   constructor(
-    readonly name: string,
+    /** The task object: its lease key. */
     readonly key: string,
     /** The revision this activation's claim wrote: its identity in logs. */
     readonly claimRevision: number,
@@ -106,6 +113,7 @@ export class Activation {
     /** What its claim and every renewal write in the lease key (a `LeaseValue`). */
     readonly value: string,
   ) {
+    this.name = taskObjectName(key);
     this.revision = claimRevision;
     this.lastRenewal = sentAt;
   }
@@ -168,7 +176,7 @@ export class Placement {
   readonly #active = new Map<string, Activation>();
   readonly #elsewhere = new Map<string, Sighting>();
   readonly #resolving = new Map<string, Promise<Route>>();
-  /** Takeovers due when a silent owner's lease may be claimed, by name. */
+  /** Takeovers due when a silent owner's lease may be claimed, by lease key. */
   readonly #takeovers = new Map<string, NodeJS.Timeout>();
   readonly #timer: NodeJS.Timeout;
   #closed = false;
@@ -192,26 +200,27 @@ export class Placement {
   }
 
   /**
-   * Where `name`'s requests go. `suspect` names an owner a forward to just failed: the lease
+   * Where the requests of the task object whose lease key is `key` go. `suspect` names an owner
+   * a forward to just failed: the lease
    * is read again, and taken over once it has not moved for the holder's TTL plus the margin.
    */
-  route(name: string, suspect?: string): Route | Promise<Route> {
-    const activation = this.#active.get(name);
+  route(key: string, suspect?: string): Route | Promise<Route> {
+    const activation = this.#active.get(key);
     if (activation?.live) return { kind: "local", activation };
-    const known = this.#elsewhere.get(name);
-    if (known && known.owner !== suspect && !activation && !this.#resolving.has(name))
+    const known = this.#elsewhere.get(key);
+    if (known && known.owner !== suspect && !activation && !this.#resolving.has(key))
       return { kind: "remote", owner: known.owner };
-    let resolving = this.#resolving.get(name);
+    let resolving = this.#resolving.get(key);
     if (!resolving) {
-      resolving = this.#resolve(name, suspect).finally(() => this.#resolving.delete(name));
-      this.#resolving.set(name, resolving);
+      resolving = this.#resolve(key, suspect).finally(() => this.#resolving.delete(key));
+      this.#resolving.set(key, resolving);
     }
     return resolving;
   }
 
-  /** Drops what this process believed about `name`'s owner (it said it is not). */
-  forget(name: string): void {
-    this.#elsewhere.delete(name);
+  /** Drops what this process believed about the owner of `key`'s object (it said it is not). */
+  forget(key: string): void {
+    this.#elsewhere.delete(key);
   }
 
   /**
@@ -243,7 +252,7 @@ export class Placement {
       return result;
     };
     try {
-      return await (exclusive ? this.#mailboxes.run(activation.name, guarded) : guarded());
+      return await (exclusive ? this.#mailboxes.run(activation.key, guarded) : guarded());
     } finally {
       activation.pending--;
       activation.lastUsed = performance.now();
@@ -288,6 +297,7 @@ export class Placement {
     this.#emit({
       event: "write",
       name: activation.name,
+      key: activation.key,
       owner: this.ownerId,
       revision: activation.claimRevision,
       at: Date.now(),
@@ -310,26 +320,25 @@ export class Placement {
     await Promise.allSettled([...this.#active.values()].map((a) => this.#release(a, "closed")));
   }
 
-  async #resolve(name: string, suspect: string | undefined): Promise<Route> {
-    const held = this.#active.get(name);
+  async #resolve(key: string, suspect: string | undefined): Promise<Route> {
+    const held = this.#active.get(key);
     if (held?.live) return { kind: "local", activation: held };
     if (held) this.#end(held, "expired");
-    const key = nameToken(name);
     const entry = await this.#leases.get(key);
     const seenAt = performance.now();
     const lease = entry.value ? parseLease(entry.value) : undefined;
     // Free, deleted, unreadable, or this process's own from an earlier activation: claim it
     // (a closing process claims nothing; its callers retry until another process has).
     if (!lease || lease.owner === this.ownerId) {
-      return this.#closed ? { kind: "wait", until: seenAt + RETRY_MS } : this.#claim(name, key, entry.revision);
+      return this.#closed ? { kind: "wait", until: seenAt + RETRY_MS } : this.#claim(key, entry.revision);
     }
-    let known = this.#elsewhere.get(name);
+    let known = this.#elsewhere.get(key);
     // The suspect renewed since a sighting less than a TTL old: slow, not silent; try it again.
     const renewedLately =
       known?.owner === lease.owner && known.revision !== entry.revision && seenAt - known.seenAt < known.ttlMs;
     if (!known || known.revision !== entry.revision || known.owner !== lease.owner) {
       known = { owner: lease.owner, revision: entry.revision, seenAt, ttlMs: lease.ttlMs };
-      this.#remember(name, known);
+      this.#remember(key, known);
     }
     if (lease.owner !== suspect || renewedLately) return { kind: "remote", owner: lease.owner };
     // The owner did not answer. The lease is only taken once it has not moved for longer than
@@ -337,47 +346,47 @@ export class Placement {
     const claimableAt = known.seenAt + known.ttlMs + this.#marginMs;
     if (this.#closed) return { kind: "wait", until: Math.max(claimableAt, seenAt + RETRY_MS) };
     if (seenAt < claimableAt) {
-      this.#scheduleTakeover(name, suspect, claimableAt);
+      this.#scheduleTakeover(key, suspect, claimableAt);
       return { kind: "wait", until: claimableAt };
     }
-    return this.#claim(name, key, entry.revision);
+    return this.#claim(key, entry.revision);
   }
 
   /**
    * Claims a silent owner's name when its lease may be taken, even if the requests that found
    * it silent have given up by then: the next request, wherever it enters, finds it placed.
    */
-  #scheduleTakeover(name: string, suspect: string, at: number): void {
-    if (this.#takeovers.has(name)) return;
+  #scheduleTakeover(key: string, suspect: string, at: number): void {
+    if (this.#takeovers.has(key)) return;
     const timer = setTimeout(
       () => {
-        this.#takeovers.delete(name);
+        this.#takeovers.delete(key);
         if (this.#closed) return;
-        Promise.resolve(this.route(name, suspect)).catch((err: unknown) =>
-          log.warn({ name, err: (err as Error).name }, "task-object takeover failed"),
+        Promise.resolve(this.route(key, suspect)).catch((err: unknown) =>
+          log.warn({ name: taskObjectName(key), err: (err as Error).name }, "task-object takeover failed"),
         );
       },
       Math.max(0, at - performance.now()) + 1,
     ).unref();
-    this.#takeovers.set(name, timer);
+    this.#takeovers.set(key, timer);
   }
 
-  async #claim(name: string, key: string, revision: number): Promise<Route> {
+  async #claim(key: string, revision: number): Promise<Route> {
     const sentAt = performance.now();
     const value = JSON.stringify({ owner: this.ownerId, ttlMs: this.#ttlMs, since: Date.now() } satisfies LeaseValue);
     const written = await this.#leases.put(key, value, revision);
     if (written === CONFLICT) {
-      this.#elsewhere.delete(name);
+      this.#elsewhere.delete(key);
       // Someone else moved first, or the stream leader still holds an earlier write of the key
       // in flight (a leader cut off from its peers holds one until it steps down, refusing every
       // write of the key meanwhile): read again after a pause, so a refused key is not hammered.
       return { kind: "wait", until: performance.now() + CLAIM_RETRY_MS };
     }
-    const activation = new Activation(name, key, written, sentAt, this.#ttlMs, value);
-    this.#elsewhere.delete(name);
-    this.#active.set(name, activation);
+    const activation = new Activation(key, written, sentAt, this.#ttlMs, value);
+    this.#elsewhere.delete(key);
+    this.#active.set(key, activation);
     setActivations(this.#active.size);
-    this.#emit({ event: "start", name, owner: this.ownerId, revision: written, at: Date.now() });
+    this.#emit({ event: "start", name: activation.name, key, owner: this.ownerId, revision: written, at: Date.now() });
     return { kind: "local", activation };
   }
 
@@ -409,12 +418,13 @@ export class Placement {
   #end(activation: Activation, reason: NonNullable<ActivationEvent["reason"]>): void {
     if (activation.ended) return;
     activation.ended = true;
-    if (this.#active.get(activation.name) === activation) this.#active.delete(activation.name);
+    if (this.#active.get(activation.key) === activation) this.#active.delete(activation.key);
     setActivations(this.#active.size);
     const lastServing = Math.min(performance.now(), activation.deadline);
     this.#emit({
       event: "end",
       name: activation.name,
+      key: activation.key,
       owner: this.ownerId,
       revision: activation.claimRevision,
       at: Math.floor(epochOf(lastServing)),
@@ -430,7 +440,7 @@ export class Placement {
       } else if (
         activation.pending === 0 &&
         now - activation.lastUsed >= this.#idleMs &&
-        !this.#resolving.has(activation.name)
+        !this.#resolving.has(activation.key)
       ) {
         const release = this.#release(activation, "released")
           .catch((err: unknown) =>
@@ -438,8 +448,8 @@ export class Placement {
           )
           .then((): Route => ({ kind: "wait", until: performance.now() }));
         this.#resolving.set(
-          activation.name,
-          release.finally(() => this.#resolving.delete(activation.name)),
+          activation.key,
+          release.finally(() => this.#resolving.delete(activation.key)),
         );
       } else if (now - activation.lastRenewal >= this.#renewMs && !activation.renewing) {
         activation.renewing = true;
@@ -456,9 +466,9 @@ export class Placement {
     }
   }
 
-  #remember(name: string, known: Sighting): void {
-    this.#elsewhere.delete(name);
-    this.#elsewhere.set(name, known);
+  #remember(key: string, known: Sighting): void {
+    this.#elsewhere.delete(key);
+    this.#elsewhere.set(key, known);
     if (this.#elsewhere.size > MAX_REMEMBERED) this.#elsewhere.delete(this.#elsewhere.keys().next().value!);
   }
 

@@ -4,7 +4,16 @@
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
 import { type CreateOutcome, log, type RecordStore } from "../platform/index.ts";
-import { ajv, IdempotencyKeyReused, ServiceUnavailable } from "../schemas/index.ts";
+import {
+  ajv,
+  ANONYMOUS,
+  hasOwnerToken,
+  IdempotencyKeyReused,
+  idKey,
+  ownedKey,
+  ownerPrefix,
+  ServiceUnavailable,
+} from "../schemas/index.ts";
 
 /**
  * A stored record that is not JSON of its record's shape. Answered as a bare 500 and logged
@@ -44,6 +53,16 @@ export function matchesSchema(schema: TSchema): RecordCheck {
     return (validate.errors ?? []).map((e) => `${e.instancePath || "/"} ${e.message ?? "is invalid"}`).join("; ");
   };
 }
+
+/** Whose records a request reads and writes: its principal's (the anonymous one's when none is said). */
+export const principalOf = (context: { readonly principal?: string }): string => context.principal ?? ANONYMOUS;
+
+/** The key of record `id` among the records of the request's principal (undefined: no such record can exist). */
+export const ownKey = (context: { readonly principal?: string }, id: string): string | undefined =>
+  ownedKey(principalOf(context), idKey(id));
+
+/** What the keys of the request's principal's records start with (`ownerPrefix`). */
+export const ownPrefix = (context: { readonly principal?: string }): string => ownerPrefix(principalOf(context));
 
 /** A record as stored: its value, where it is and at which revision. */
 export interface Stored<T> {
@@ -198,7 +217,8 @@ export interface RecordPage<T> {
  * The records whose keys start with `prefix` and come after the key `cursor` names, `limit`
  * of them, in key order, each read by `read` (deleted ones skipped). The next page starts after
  * the last key this one looked at, so a record is on one page at most, however many are
- * created meanwhile, and every record that lived through the listing is on one.
+ * created meanwhile, and every record that lived through the listing is on one. A prefix of
+ * the anonymous principal's (no owner token) lists none of a named principal's keys.
  */
 export async function listRecords<T>(
   store: RecordStore,
@@ -206,7 +226,10 @@ export async function listRecords<T>(
   page: { limit: number; after?: string },
   read: (key: string) => Promise<Stored<T> | undefined>,
 ): Promise<RecordPage<T>> {
-  const keys = (await store.keys(prefix)).filter((key) => page.after === undefined || key > page.after);
+  const anonymous = !hasOwnerToken(prefix);
+  const keys = (await store.keys(prefix)).filter(
+    (key) => (page.after === undefined || key > page.after) && !(anonymous && hasOwnerToken(key)),
+  );
   const items: T[] = [];
   let looked = 0;
   while (items.length < page.limit && looked < keys.length) {

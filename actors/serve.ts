@@ -18,6 +18,7 @@ import {
   IDEMPOTENCY_KEY_HEADER,
   KEY_FRESH_HEADER,
   IF_MATCH_HEADER,
+  PRINCIPAL_HEADER,
   RECORD_HEADER,
   REQUEST_ID_HEADER,
   REVISION_HEADER,
@@ -55,7 +56,7 @@ export interface HandlerContext {
   keyFresh?: boolean;
   /** The request's NATS headers, as received (e.g. `X-Request-Id`, for onward requests). */
   headers?: MsgHdrs;
-  /** Who asks (microVM operations): from `ServeOptions.principal`. */
+  /** Who asks: from `ServeOptions.principal` (whose records a task, task-object or job operation sees). */
   principal?: string;
   /** The revision a write requires (`If-Match`); absent: any. */
   ifMatch?: number;
@@ -65,6 +66,12 @@ export interface HandlerContext {
    */
   answered?: { stored?: StoredAt };
 }
+
+/**
+ * The principal a request names in its `PRINCIPAL_HEADER`: for subjects whose permissions let
+ * only senders that say it truly publish (a gateway's copies, owners' own subjects).
+ */
+export const principalHeader = (msg: Msg): string | undefined => msg.headers?.get(PRINCIPAL_HEADER) || undefined;
 
 /** Tells the adapter that the answer is `stored` (see `HandlerContext.answered`). */
 export function answerStored(context: HandlerContext, stored: StoredAt): void {

@@ -1,28 +1,32 @@
 // The directory of task objects: which names store tasks or are active, how many tasks each
-// stores, and which process holds its activation. Any actor answers from storage (placed
-// stateless): describing or listing a task object never activates it.
+// stores, and which process holds its activation, among the caller's principal's objects. Any
+// actor answers from storage (placed stateless): describing or listing one never activates it.
 import type { Static } from "@sinclair/typebox";
 import type { VersionedStore } from "../platform/index.ts";
 import {
   decodeFailure,
+  hasOwnerToken,
   nameFromToken,
-  nameToken,
   TaskObjectNotFound,
+  taskObjectLeaseKey,
   type getTaskObject,
   type listTaskObjects,
   type TaskObjectInfo,
 } from "../schemas/index.ts";
 import { parseLease } from "./placement.ts";
 import type { Handler } from "./serve.ts";
-import { cursorOf } from "./records.ts";
+import { cursorOf, ownPrefix, principalOf } from "./records.ts";
 import { pageOf } from "./tasks.ts";
 
 type Info = Static<typeof TaskObjectInfo>;
 
 export interface TaskObjectDirectoryDeps {
-  /** The task objects' records (bucket `taskobjects`, keys `<name-token>.<id>`), read at the stream leader. */
+  /**
+   * The task objects' records (bucket `taskobjects`, keys `<name-token>.<id>`, a named
+   * principal's below its owner token), read at the stream leader.
+   */
   records: VersionedStore;
-  /** The task objects' leases (key `<name-token>`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`). */
+  /** The task objects' leases (key `taskObjectLeaseKey`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`). */
   leases: VersionedStore;
 }
 
@@ -59,12 +63,12 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
   };
 
   /**
-   * The live activation of the name whose lease key is `token`: its holder, and how long it has
-   * held the name. None when the key is deleted (released) or its holder stopped renewing it
+   * The live activation of the object whose lease key is `object`: its holder, and how long it
+   * has held the name. None when the key is deleted (released) or its holder stopped renewing it
    * for longer than its TTL (by the server's time of the last renewal against this clock).
    */
-  const activation = async (token: string): Promise<Pick<Info, "activeOn" | "leaseAgeMs">> => {
-    const entry = await leases.get(token);
+  const activation = async (object: string): Promise<Pick<Info, "activeOn" | "leaseAgeMs">> => {
+    const entry = await leases.get(object);
     const lease = entry.value && parseLease(entry.value);
     if (!lease) return {};
     const now = Date.now();
@@ -74,17 +78,18 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
     return { activeOn: lease.owner, leaseAgeMs: Math.max(0, Math.round(now - since)) };
   };
 
-  /** The name's entry, or undefined when it has no task and no activation. */
-  const describe = async (name: string, token: string, keys: readonly string[]): Promise<Info | undefined> => {
-    const [tasks, active] = await Promise.all([countTasks(keys), activation(token)]);
+  /** The entry of `name`, whose lease key is `object`, or undefined when it has no task and no activation. */
+  const describe = async (name: string, object: string, keys: readonly string[]): Promise<Info | undefined> => {
+    const [tasks, active] = await Promise.all([countTasks(keys), activation(object)]);
     if (tasks === 0 && active.activeOn === undefined) return undefined;
     return { name, tasks, ...active };
   };
 
   return {
-    async getTaskObject({ name }) {
-      const token = nameToken(name);
-      const info = await describe(name, token, await records.keys(`${token}.`));
+    async getTaskObject({ name }, context) {
+      // A name (256 characters at most) and a principal fit in a key.
+      const object = taskObjectLeaseKey(name, principalOf(context))!;
+      const info = await describe(name, object, await records.keys(`${object}.`));
       if (!info) throw TaskObjectNotFound.make({ name });
       return info;
     },
@@ -93,11 +98,12 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
      * looked at, so a name is on one page at most, however many are created meanwhile, and
      * every name that stores tasks or is active throughout the listing is on one.
      */
-    async listTaskObjects(input) {
+    async listTaskObjects(input, context) {
       const { limit, after } = pageOf(input, "");
       if (after !== undefined && nameFromToken(after) === undefined)
         throw decodeFailure(["cursor"], "not a cursor this list answered");
-      const keysByToken = await namesAfter(after);
+      const owner = ownPrefix(context);
+      const keysByToken = await namesAfter(owner, after);
       const tokens = [...keysByToken.keys()].sort();
       const items: Info[] = [];
       let looked = 0;
@@ -105,7 +111,7 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
         const batch = tokens.slice(looked, looked + limit - items.length);
         looked += batch.length;
         const described = await mapLimited(batch, NAMES_AT_ONCE, (token) =>
-          describe(nameFromToken(token)!, token, keysByToken.get(token)!),
+          describe(nameFromToken(token)!, owner + token, keysByToken.get(token)!),
         );
         for (const info of described) if (info) items.push(info);
       }
@@ -114,18 +120,23 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
     },
   };
 
-  /** Every name token after `after` that has a record key or a lease key, with its record keys. */
-  async function namesAfter(after: string | undefined): Promise<Map<string, string[]>> {
+  /**
+   * Every name token after `after` of the principal whose keys start with `owner` (`ownPrefix`)
+   * that has a record key or a lease key, with its record keys.
+   */
+  async function namesAfter(owner: string, after: string | undefined): Promise<Map<string, string[]>> {
     const byToken = new Map<string, string[]>();
     const later = (token: string) =>
       (after === undefined || token > after) && nameFromToken(token) !== undefined ? token : undefined;
-    // A lease key is a bare token, a record key a token and an id: one listing holds both when
-    // the leases live beside the records.
+    // A lease key is a bare token, a record key a token and an id (both below the owner's
+    // prefix): one listing holds both when the leases live beside the records.
     const apart = leases.bucket !== records.bucket;
-    const [recordKeys, leaseKeys] = await Promise.all([records.keys(), apart ? leases.keys() : []]);
+    const [recordKeys, leaseKeys] = await Promise.all([records.keys(owner), apart ? leases.keys(owner) : []]);
     for (const key of [...recordKeys, ...leaseKeys]) {
-      const dot = key.indexOf(".");
-      const token = later(dot < 0 ? key : key.slice(0, dot));
+      // The anonymous principal's prefix is empty: named principals' keys are not its own.
+      if (owner === "" && hasOwnerToken(key)) continue;
+      const dot = key.indexOf(".", owner.length);
+      const token = later(dot < 0 ? key.slice(owner.length) : key.slice(owner.length, dot));
       if (token === undefined) continue;
       const keys = byToken.get(token) ?? [];
       if (dot > 0) keys.push(key);

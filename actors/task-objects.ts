@@ -1,7 +1,8 @@
-// The task-object actor: a stateful object per name (Durable-Object style). Each name has its
-// own storage (keys `<name-token>.<id>` in the `taskobjects` bucket) and at most one live
-// activation across all actor processes (placement.ts): a request that reaches a process not
-// holding the name is forwarded to the owner's own subject (once), and its answer relayed.
+// The task-object actor: a stateful object per principal and name (Durable-Object style). Each
+// has its own storage (keys `<name-token>.<id>` in the `taskobjects` bucket, a named principal's
+// below its owner token: `taskObjectKey`) and at most one live activation across all actor
+// processes (placement.ts): a request that reaches a process not holding the object is
+// forwarded to the owner's own subject (once), with its principal, and its answer relayed.
 import { performance } from "node:perf_hooks";
 import { LRUCache } from "lru-cache";
 import {
@@ -13,6 +14,7 @@ import {
   KEY_FRESH_HEADER,
   NotOwner,
   ownedOperations,
+  PRINCIPAL_HEADER,
   REQUEST_ID_HEADER,
   ServiceUnavailable,
   SUSPECT_HEADER,
@@ -21,7 +23,7 @@ import {
   ownerKey,
   taskApi,
   taskObjectKey,
-  nameToken,
+  taskObjectLeaseKey,
   type getTaskDO,
   type Operation,
 } from "../schemas/index.ts";
@@ -37,10 +39,19 @@ import {
 } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import { createRecord, deleteRecord, listRecords, readEntry, updateRecord, type Stored } from "./records.ts";
+import {
+  createRecord,
+  deleteRecord,
+  listRecords,
+  principalOf,
+  readEntry,
+  updateRecord,
+  type Stored,
+} from "./records.ts";
 import {
   answerStored,
   answerStoredAs,
+  principalHeader,
   type ApiHandlers,
   type Handler,
   type HandlerContext,
@@ -110,7 +121,7 @@ function holdBudget(context: HandlerContext, fallbackMs: number): number {
  */
 export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> {
   return async ({ id, name }, context) => {
-    const key = taskObjectKey(name ?? "default", id);
+    const key = taskObjectKey(name ?? "default", id, principalOf(context));
     const task = key === undefined ? undefined : await readEntry<TaskRecord>(store, key, isTaskRecord);
     if (!task) throw TaskNotFound.make({ id });
     answerStored(context, task);
@@ -139,6 +150,8 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
       [KEY_FRESH_HEADER]: context.keyFresh ? "1" : undefined,
       [REQUEST_ID_HEADER]: context.headers?.get(REQUEST_ID_HEADER),
       [FORWARDED_HEADER]: "1",
+      // Only actors and gateways publish owners' subjects: the owner believes it.
+      [PRINCIPAL_HEADER]: principalOf(context),
     };
     try {
       return {
@@ -159,10 +172,13 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
     ownerId: placement.ownerId,
     ownQueue: `owner.${placement.ownerId}`,
     endpointSuffix: "-owner",
-    /** Runs `work` where the name lives: here if this process holds it, else at its owner. */
+    // Actors and gateways send the caller's principal along to the owner.
+    principal: principalHeader,
+    /** Runs `work` where the object lives: here if this process holds it, else at its owner. */
     async route(op, input, context, _own, work) {
-      // The subject carries the name, and the schema defaults it.
-      const name = ownerKey(op, input);
+      // The subject carries the name, and the schema defaults it; the object is the caller's.
+      // A name (256 characters at most) and a principal fit in a key.
+      const object = taskObjectLeaseKey(ownerKey(op, input), principalOf(context))!;
       const mayForward = !context.headers?.has(FORWARDED_HEADER);
       // A gateway's hedge: the owner it names did not answer it; wait for the takeover here.
       const hedged = context.headers?.get(SUSPECT_HEADER) || undefined;
@@ -170,7 +186,7 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
       let suspect = hedged;
       let outcomeUnknown = false;
       for (;;) {
-        const route = await placement.route(name, suspect);
+        const route = await placement.route(object, suspect);
         if (route.kind === "local") {
           try {
             // Records never change once created: reads and creates of a name commute, so they
@@ -192,7 +208,7 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
               return outcome.answer;
             }
             recordForward("moved");
-            placement.forget(name);
+            placement.forget(object);
             suspect = undefined;
           } catch (err) {
             if (isNoResponders(err)) recordForward("no_responders");
@@ -266,7 +282,7 @@ export function taskObjectHandlers(
   };
   return {
     async getTaskDO({ id, name = "default" }, context) {
-      const key = taskObjectKey(name, id);
+      const key = taskObjectKey(name, id, principalOf(context));
       const task = key === undefined ? undefined : await read(key, context.owner);
       if (!task) throw TaskNotFound.make({ id });
       answerStored(context, task);
@@ -275,7 +291,7 @@ export function taskObjectHandlers(
     async createTaskDO({ title, name = "default" }, context) {
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
       const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
-      const key = taskObjectKey(name, task.id)!;
+      const key = taskObjectKey(name, task.id, principalOf(context))!;
       const stored = await createRecord(
         store,
         key,
@@ -291,7 +307,7 @@ export function taskObjectHandlers(
       return stored.value;
     },
     async updateTaskDO({ id, name = "default", ...change }, context) {
-      const key = taskObjectKey(name, id);
+      const key = taskObjectKey(name, id, principalOf(context));
       await placement.fence(context.owner);
       const task =
         key === undefined
@@ -309,7 +325,7 @@ export function taskObjectHandlers(
       return task.value;
     },
     async deleteTaskDO({ id, name = "default" }, context) {
-      const key = taskObjectKey(name, id);
+      const key = taskObjectKey(name, id, principalOf(context));
       await placement.fence(context.owner);
       const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
       if (!deleted) throw TaskNotFound.make({ id });
@@ -318,7 +334,7 @@ export function taskObjectHandlers(
       return null;
     },
     async listTasksDO({ name = "default", ...page }, context) {
-      const prefix = `${nameToken(name)}.`;
+      const prefix = `${taskObjectLeaseKey(name, principalOf(context))}.`;
       return listRecords(store, prefix, pageOf(page, prefix), (key) => read(key, context.owner));
     },
   };

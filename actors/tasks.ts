@@ -2,7 +2,6 @@
 import type { RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import {
-  idKey,
   PreconditionFailed,
   Task,
   TaskNotFound,
@@ -20,6 +19,8 @@ import {
   keyOfCursor,
   listRecords,
   matchesSchema,
+  ownKey,
+  ownPrefix,
   readEntry,
   updateRecord,
   type WriteCondition,
@@ -59,7 +60,7 @@ export function taskCondition(id: string, context: HandlerContext): WriteConditi
 export function taskHandlers(store: RecordStore): TaskHandlers {
   return {
     async getTask({ id }, context) {
-      const key = idKey(id);
+      const key = ownKey(context, id);
       const task = key === undefined ? undefined : await readEntry<TaskRecord>(store, key, isTaskRecord);
       if (!task) throw TaskNotFound.make({ id });
       answerStored(context, task);
@@ -67,12 +68,13 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
     },
     async createTask({ title }, context) {
       const task: TaskRecord = { id: context.idempotencyKey ?? uuidv4(), title, completed: false };
-      const stored = await createRecord(store, task.id, task, isTaskRecord, (s) => s.title === title);
+      const key = ownKey(context, task.id)!;
+      const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === title);
       answerStored(context, stored);
       return stored.value;
     },
     async updateTask({ id, ...change }, context) {
-      const key = idKey(id);
+      const key = ownKey(context, id);
       const condition = taskCondition(id, context);
       const task =
         key === undefined
@@ -83,14 +85,17 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
       return task.value;
     },
     async deleteTask({ id }, context) {
-      const key = idKey(id);
+      const key = ownKey(context, id);
       const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
       if (!deleted) throw TaskNotFound.make({ id });
       answerStored(context, deleted);
       return null;
     },
-    async listTasks(input) {
-      return listRecords(store, "", pageOf(input, ""), (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
+    async listTasks(input, context) {
+      const prefix = ownPrefix(context);
+      return listRecords(store, prefix, pageOf(input, prefix), (key) =>
+        readEntry<TaskRecord>(store, key, isTaskRecord),
+      );
     },
   };
 }

@@ -4,12 +4,15 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import { bucketNames, jobsCreatedSubject } from "../platform/index.ts";
+import { ANONYMOUS, keyOwner } from "../schemas/index.ts";
 
 /** A job as it was created, with its KV revision (a monotonically rising sequence). */
 export interface JobCreated {
   id: string;
   content: string;
   revision: number;
+  /** The principal whose job it is, when API keys are on (absent: the anonymous principal's). */
+  owner?: string;
 }
 
 export interface WatchJobsOptions {
@@ -79,10 +82,13 @@ function jobOf(
     return undefined;
   }
   if (typeof job !== "object" || job === null) return undefined;
-  const key = subject.slice(`$KV.${bucketNames.jobs}.`.length);
+  const owned = keyOwner(subject.slice(`$KV.${bucketNames.jobs}.`.length));
+  if (!owned) return undefined;
+  const owner = owned.principal === ANONYMOUS ? {} : { owner: owned.principal };
   return {
-    id: typeof job.id === "string" ? job.id : key,
+    id: typeof job.id === "string" ? job.id : owned.key,
     content: typeof job.content === "string" ? job.content : "",
     revision: seq,
+    ...owner,
   };
 }

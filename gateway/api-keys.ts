@@ -3,7 +3,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
-import { type ApiError, UNAUTHORIZED_MESSAGES, Unauthorized } from "../schemas/index.ts";
+import { ANONYMOUS, type ApiError, UNAUTHORIZED_MESSAGES, Unauthorized } from "../schemas/index.ts";
 
 /** Principal names: no `:`, so none can pass for a NATS principal (`nats:<user>`). */
 const PRINCIPAL = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
@@ -108,5 +108,4 @@ export function principalOfRequest(req: IncomingMessage): string {
   return (req as Tagged)[PRINCIPAL_OF] ?? ANONYMOUS;
 }
 
-/** The principal of every caller when API keys are off. */
-export const ANONYMOUS = "anonymous";
+export { ANONYMOUS };

@@ -46,10 +46,10 @@ export interface ReadAnswer {
 }
 
 /**
- * A read run in the gateway: resolves to the answer or throws like the actor. `url`: the
- * request's path and query, under which a found record is remembered.
+ * A read run in the gateway for `principal`: resolves to the answer or throws like the actor.
+ * `url`: the request's path and query, under which (and the principal) a found record is remembered.
  */
-export type LocalRead = (input: Record<string, unknown>, url: string) => Promise<ReadAnswer>;
+export type LocalRead = (input: Record<string, unknown>, url: string, principal: string) => Promise<ReadAnswer>;
 
 /** A read answered before: its operation, JSON bytes and revision. */
 export interface AnsweredRead extends ReadAnswer {
@@ -62,10 +62,10 @@ export interface LocalReads {
   /** The local read for `op`, when its contract declares `reads` and a storage read is given. */
   forOperation(op: Operation): LocalRead | undefined;
   /**
-   * The answer a GET of `url` on `api` found before and may still send. The same URL decodes
-   * to the same input: it is sent as it is.
+   * The answer a GET of `url` on `api` by `principal` found before and may still send. The same
+   * URL decodes to the same input: it is sent as it is, to the same principal only.
    */
-  recall(api: string, url: string): AnsweredRead | undefined;
+  recall(api: string, url: string, principal: string): AnsweredRead | undefined;
   /**
    * A write of `record` (`<bucket>.<key>`) at `revision` was acknowledged (here) or published
    * (the change feed): kept answers older than it are dropped, and a read that finds an older
@@ -93,6 +93,9 @@ type StorageRead = (input: InputOf<Operation>, context: StorageReadContext) => P
  * revision floors remember (`floors`) is not sent on.
  */
 const FEED_KEPT_MS = 30_000;
+
+/** Where an answer is kept: per API, principal (whose records it read) and URL. */
+const cacheKeyOf = (api: string, principal: string, url: string) => `${api} ${principal} ${url}`;
 
 /** The bucket of a record name (`<bucket>.<key>`). */
 const bucketOf = (record: string) => record.slice(0, record.indexOf("."));
@@ -147,11 +150,11 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
       const read = op.reads && Object.hasOwn(reads, op.name) ? reads[op.name] : undefined;
       if (!read) return undefined;
       const kept = op.reads !== "mutable";
-      return async (input, url) => {
+      return async (input, url, principal) => {
         const startedAt = performance.now();
         const generation = forgotten;
         for (let attempt = 1; ; attempt++) {
-          const context: StorageReadContext = { answered: {} };
+          const context: StorageReadContext = { answered: {}, principal };
           const value = await read(input, context);
           const stored = context.answered?.stored;
           const record = stored && `${stored.bucket}.${stored.key}`;
@@ -163,13 +166,13 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
           }
           const body = Buffer.from(JSON.stringify(value));
           if (kept && record && generation === forgotten)
-            keep(`${op.api} ${url}`, { op, body, revision: stored.revision, record }, startedAt);
+            keep(cacheKeyOf(op.api, principal, url), { op, body, revision: stored.revision, record }, startedAt);
           return { body, revision: stored?.revision };
         }
       };
     },
-    recall(api, url) {
-      const kept = cache?.get(`${api} ${url}`);
+    recall(api, url, principal) {
+      const kept = cache?.get(cacheKeyOf(api, principal, url));
       return kept && options.feed && kept.op.reads === "versioned" && !current(kept.record) ? undefined : kept;
     },
     revisionSeen: (record) => floors.get(record),

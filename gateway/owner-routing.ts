@@ -13,7 +13,11 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
 import { injectTrace, leanReply, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
 import {
+  ANONYMOUS,
   BUDGET_HEADER,
+  PRINCIPAL_HEADER,
+  sendsPrincipal,
+  viaGateway,
   ownerKey,
   ownerSubject,
   replyOf,
@@ -26,8 +30,11 @@ import {
   type OwnedPlacement,
 } from "../schemas/index.ts";
 
-/** Resolves the id of the process owning `key` (a name, a record id); undefined when none holds it. */
-export type OwnerLookup = (key: string) => Promise<string | undefined>;
+/**
+ * Resolves the id of the process owning `principal`'s `key` (a name, a record id); undefined
+ * when none holds it.
+ */
+export type OwnerLookup = (key: string, principal: string) => Promise<string | undefined>;
 
 /** How owners are found, per placement; operations of a placement without a lookup use the shared subject. */
 export type RoutingPolicy = { readonly [Kind in OwnedPlacement["kind"]]?: OwnerLookup };
@@ -70,13 +77,18 @@ export function ownerRouting(
   const answering = new LRUCache<string, true>({ max: 1_000, ttl: 10_000 });
   const lookups = new Map<string, Promise<string | undefined>>();
 
-  /** The owner of `key` (cache key `id`), known or looked up once for every request waiting on it. */
-  const ownerOf = (find: OwnerLookup, id: string, key: string): string | undefined | Promise<string | undefined> => {
+  /** The owner of `principal`'s `key` (cache key `id`), known or looked up once for every request waiting on it. */
+  const ownerOf = (
+    find: OwnerLookup,
+    id: string,
+    key: string,
+    principal: string,
+  ): string | undefined | Promise<string | undefined> => {
     const known = owners.get(id);
     if (known) return known;
     let lookup = lookups.get(id);
     if (!lookup) {
-      lookup = find(key)
+      lookup = find(key, principal)
         .then((owner) => {
           if (owner) owners.set(id, owner);
           return owner;
@@ -152,9 +164,10 @@ export function ownerRouting(
     while (left() > 1) {
       const budget = Math.floor(taking ? left() : Math.min(left(), HEDGE_ATTEMPT_MS));
       const hedged = { ...headers, [SUSPECT_HEADER]: silent, [BUDGET_HEADER]: String(budget) };
+      // The shared subject the gateway may send on: its copy, where the principal is believed.
       const reply = target
         ? await attempt(target, op, input, body, hedged, budget)
-        : await send(requestSubject(op, input, prefix), body, hedged, budget);
+        : await send(requestSubject(sendsPrincipal(op) ? viaGateway(op) : op, input, prefix), body, hedged, budget);
       if (!reply) {
         // Silent too, or the shared subject reached a silent process: again, elsewhere.
         target = undefined;
@@ -179,8 +192,10 @@ export function ownerRouting(
       const started = performance.now();
       const left = () => budgetMs - (performance.now() - started);
       const key = ownerKey(op, input);
-      const id = `${kind}\0${key}`;
-      const owner = await ownerOf(find, id, key);
+      // Two principals' names are two objects, each with its own owner.
+      const principal = headers[PRINCIPAL_HEADER] ?? ANONYMOUS;
+      const id = `${kind}\0${principal}\0${key}`;
+      const owner = await ownerOf(find, id, key, principal);
       if (owner && !suspects.has(owner)) {
         const reply = await attempt(owner, op, input, body, headers, Math.min(left(), DIRECT_ATTEMPT_MS));
         if (reply) return reply;

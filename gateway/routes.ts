@@ -128,7 +128,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
         )(input as Record<string, unknown>);
       } else if (localRead) {
         // polka's `originalUrl`: the request's path and query (a `#fragment` dropped).
-        const answer = await localRead(input, req.originalUrl).catch((err: unknown) => {
+        const answer = await localRead(input, req.originalUrl, principalOfRequest(req)).catch((err: unknown) => {
           throw toApiError(op, err, id);
         });
         sendJson(res, 200, answer.body, answer.revision);

@@ -76,7 +76,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
       // The common read first: a GET answered before is sent with all its headers in one call.
       // Only operations' URLs are kept, never those of the health or docs paths answered below.
       if (served && principal !== undefined && req.method === "GET") {
-        const recalled = options.localReads?.recall(api, req.url!);
+        const recalled = options.localReads?.recall(api, req.url!, principal);
         if (recalled) return answerRecalled(req, res, recalled, { cors: options.cors === true, closing });
       }
       res.setHeader("x-request-id", requestId(req));

@@ -16,8 +16,8 @@ export type ServingRole = keyof typeof serviceNames;
  * subject (`viaGateway`), which no other user may publish, so the header can be believed.
  */
 export const apiServices = {
-  task: { role: "actors", principal: false },
-  job: { role: "actors", principal: false },
+  task: { role: "actors", principal: true },
+  job: { role: "actors", principal: true },
   microvm: { role: "microvms", principal: true },
 } as const satisfies Record<ApiName, { readonly role: ServingRole; readonly principal: boolean }>;
 

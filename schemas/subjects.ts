@@ -56,7 +56,7 @@ export function subscriptionSubject(op: Operation, prefix = ""): string {
   return withPrefix(prefix, op.subject.replace(/\{\w+\}/g, "*"));
 }
 
-/** A copy of `op` whose subject has `tokens` after its first token (`microvms.run` → `microvms.gateway.run`). */
+/** A copy of `op` whose subject has `tokens` after its first token (`taskobjects.{name}.get` → `taskobjects.owner.<token>.{name}.get`). */
 function insertTokens<Op extends Operation>(op: Op, tokens: string): Op {
   const dot = op.subject.indexOf(".");
   return { ...op, subject: `${op.subject.slice(0, dot)}.${tokens}${op.subject.slice(dot)}` };
@@ -108,12 +108,18 @@ export function ownerSubject(op: Operation, ownerId: string, input: Record<strin
   return requestSubject(opOnOwner, input, prefix);
 }
 
+/** The first token of the gateway's copies of the operations' subjects. */
+const GATEWAY_MARK = "gateway";
+
 /**
- * The copy of an operation the gateway requests: `microvms.gateway.<op>`, which only the
- * gateway's NATS user may publish, so the principal header it carries can be believed.
+ * The copy of an operation the gateway requests: `gateway.<subject>` (`gateway.tasks.get`,
+ * `gateway.taskobjects.<name-token>.get`, `gateway.microvms.run`), which only the gateway's NATS
+ * user may publish, so the principal header it carries can be believed. First, not after the
+ * subject's first token: no operation's subject begins with it, so no subject a caller may
+ * publish matches a copy (`taskobjects.gateway.list` would match `taskobjects.*.list`).
  */
 export function viaGateway<Op extends Operation>(op: Op): Op {
-  return insertTokens(op, "gateway");
+  return { ...op, subject: `${GATEWAY_MARK}.${op.subject}` };
 }
 
 /**
@@ -170,7 +176,9 @@ export const RECORD_HEADER = "Record";
 export const IF_MATCH_HEADER = "If-Match";
 /**
  * Request header naming the caller's principal, believed only on subjects its sender alone may
- * publish (`microvms.gateway.*` from the gateway, `microvms.host.*` between hosts).
+ * publish: the gateway's copies (`gateway.tasks.*`, `gateway.microvms.*`...), and owners' own
+ * subjects (`taskobjects.owner.*`, `microvms.host.*`), which only actors, hosts and the gateway
+ * publish. Named for the API that had it first; every API's gateway copies carry it.
  */
 export const PRINCIPAL_HEADER = "Microvm-Principal";
 

@@ -103,6 +103,8 @@ export interface StoredAt {
 /** What a storage read is given: where it says which stored record it answered, if one. */
 export interface StorageReadContext {
   answered?: { stored?: StoredAt };
+  /** Whose records the read may find (default the anonymous principal's). */
+  principal?: string;
 }
 
 /**

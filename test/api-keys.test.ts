@@ -120,9 +120,12 @@ describe("api keys - task and job APIs", () => {
     });
     assert.equal(created.status, 200);
     const task = (await created.json()) as { id: string };
-    const read = await fetch(`${svc.taskUrl}/${task.id}`, { headers: bearer(bob.key) });
-    assert.equal(read.status, 200, "tasks are not owned: any principal reads them");
+    const read = await fetch(`${svc.taskUrl}/${task.id}`, { headers: bearer(alice.key) });
+    assert.equal(read.status, 200);
     await read.arrayBuffer();
+    const others = await fetch(`${svc.taskUrl}/${task.id}`, { headers: bearer(bob.key) });
+    assert.equal(others.status, 404, "tasks are their principal's: another does not find it");
+    await others.arrayBuffer();
     const keyless = await fetch(`${svc.taskUrl}/${task.id}`);
     assert.equal(keyless.status, 401, "a read answered before (and cached) still needs a key");
     await keyless.arrayBuffer();

@@ -110,6 +110,8 @@ describe("discovery", () => {
     expect(serviceNames.actors, jobApi.createJob, "createJob", "jobs.create", "actors.createJob");
     expect(serviceNames.actors, taskApi.getTaskDO, "getTaskDO", "taskobjects.*.get", "actors.getTaskDO");
     expect(serviceNames.actors, taskApi.createTaskDO, "createTaskDO", "taskobjects.*.create", "actors.createTaskDO");
+    expect(serviceNames.actors, taskApi.getTask, "getTask-gateway", "gateway.tasks.get", "actors.getTask");
+    expect(serviceNames.actors, taskApi.listTaskObjects, "listTaskObjects-gateway", "gateway.taskobjects.list");
     assert.equal(endpoint(serviceNames.actors, "getTaskDO").metadata?.subject_template, "taskobjects.{name}.get");
     assert.match(
       endpoint(serviceNames.actors, "createTaskDO-owner").subject,
@@ -121,7 +123,7 @@ describe("discovery", () => {
         serviceNames.microvms,
         op,
         `${op.name}-gateway`,
-        subscriptionSubject(op).replace(/^microvms\./, "microvms.gateway."),
+        subscriptionSubject(op).replace(/^microvms\./, "gateway.microvms."),
       );
     }
     expect(

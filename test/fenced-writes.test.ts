@@ -18,7 +18,7 @@ import {
   type NatsHandle,
   type VersionedStore,
 } from "../platform/index.ts";
-import { nameToken, taskApi } from "../schemas/index.ts";
+import { nameToken, taskApi, taskObjectLeaseKey } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
 
@@ -54,7 +54,7 @@ async function holding(
 ): Promise<{ placement: Placement; activation: Activation }> {
   const placement = new Placement({ ownerId: `owner-${name}`, leases, ttlMs: 60_000 });
   defer(() => placement.close());
-  const route = await placement.route(name);
+  const route = await placement.route(taskObjectLeaseKey(name)!);
   if (route.kind !== "local") throw new Error(`${name} not claimed here: ${route.kind}`);
   return { placement, activation: route.activation };
 }

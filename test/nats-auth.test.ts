@@ -159,8 +159,8 @@ describe("nats auth - each role stays inside its permissions", () => {
   });
 
   it("nats auth - only the gateway may claim an HTTP principal", async () => {
-    await refusedPublish("internal", "microvms.gateway.list");
-    await refusedPublish("actors", "microvms.gateway.list");
+    await refusedPublish("internal", "gateway.microvms.list");
+    await refusedPublish("actors", "gateway.microvms.list");
   });
 });
 
@@ -287,12 +287,12 @@ describe("nats auth - the service and the internal user", () => {
       idlePolicy: { maxIdleDurationSeconds: 600, suspendedDurationSeconds: 600, autoResumeEnabled: true },
     });
     const { microvmId } = (
-      await gateway.request("microvms.gateway.run", body, { timeout: 5_000, headers: asAlice })
+      await gateway.request("gateway.microvms.run", body, { timeout: 5_000, headers: asAlice })
     ).json<{ microvmId: string }>();
     const ids = (reply: { json<T>(): T }) =>
       reply.json<{ items: { microvmId: string }[] }>().items.map((item) => item.microvmId);
     assert.ok(
-      ids(await gateway.request("microvms.gateway.list", "{}", { timeout: 5_000, headers: asAlice })).includes(
+      ids(await gateway.request("gateway.microvms.list", "{}", { timeout: 5_000, headers: asAlice })).includes(
         microvmId,
       ),
     );
@@ -304,7 +304,7 @@ describe("nats auth - the service and the internal user", () => {
       headers: asAlice,
     });
     assert.equal(get.headers?.get("Nats-Service-Error-Code"), "404");
-    await gateway.request("microvms.gateway.terminate", JSON.stringify({ microvmIdentifier: microvmId }), {
+    await gateway.request("gateway.microvms.terminate", JSON.stringify({ microvmIdentifier: microvmId }), {
       timeout: 5_000,
       headers: asAlice,
     });

@@ -23,9 +23,12 @@ import { testNats, type TestNats, type TestRole } from "./helpers/nats.ts";
 
 const defer = lifo(after);
 
-/** The design: the role serving each API, and the APIs whose gateway requests carry a principal. */
+/**
+ * The design: the role serving each API, and the APIs whose gateway requests carry a principal
+ * (every one: each API's data belongs to its principal).
+ */
 const servedBy: Record<ApiName, NatsRole> = { task: "actors", job: "actors", microvm: "microvms" };
-const withPrincipal = new Set<ApiName>(["microvm"]);
+const withPrincipal = new Set<ApiName>(["task", "job", "microvm"]);
 
 interface SubjectCase {
   /** What the subject is, for messages. */

@@ -1,6 +1,7 @@
 // Request ids (echoed, and carried to the actors in a NATS header) and Prometheus metrics.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { createJob, subscriptionSubject, viaGateway } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { getJson, postJson, startService, type TestService } from "./helpers/service.ts";
 
@@ -26,7 +27,8 @@ describe("observability", () => {
     const { startService: start } = await import("./helpers/service.ts");
     const bare = await start(defer, { actors: false });
     const seen: (string | undefined)[] = [];
-    const sub = bare.handle.nc.subscribe("jobs.create", {
+    // On the subject the gateway sends on: its copy.
+    const sub = bare.handle.nc.subscribe(subscriptionSubject(viaGateway(createJob)), {
       callback: (_err, msg) => {
         seen.push(msg.headers?.get("X-Request-Id"));
         msg.respond(JSON.stringify("00000000-0000-4000-8000-000000000001"));

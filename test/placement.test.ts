@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { after, afterEach, before, describe, it } from "node:test";
 import { Kvm } from "@nats-io/kv";
+import { headers as natsHeaders } from "@nats-io/transport-node";
 import { gatewayDispatch, Placement, startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
@@ -17,7 +18,15 @@ import {
   type NatsHandle,
   type RecordStores,
 } from "../platform/index.ts";
-import { nameToken, ownerSubject, ownerSubjectRoot, taskApi } from "../schemas/index.ts";
+import {
+  ANONYMOUS,
+  nameToken,
+  ownerSubject,
+  ownerSubjectRoot,
+  PRINCIPAL_HEADER,
+  taskApi,
+  taskObjectLeaseKey,
+} from "../schemas/index.ts";
 import { activationIntervals, overlaps } from "./helpers/activations.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
@@ -347,7 +356,7 @@ describe("placement", () => {
     };
     const placement = new Placement({ ownerId: "group-a", leases, ttlMs: 60_000 });
     defer(() => placement.close());
-    const route = await placement.route("group-name");
+    const route = await placement.route(taskObjectLeaseKey("group-name")!);
     if (route.kind !== "local") throw new Error(`group-name not claimed here: ${route.kind}`);
     puts = 0;
     const fenced = (activation: typeof route.activation) => placement.fence(activation).then(() => activation.revision);
@@ -439,10 +448,13 @@ describe("placement", () => {
     const entry = await actorProcess("forward-entry");
     // Straight to the entry process's own subject, with no key: it makes a fresh one and
     // forwards to the owner, whose first answer never comes; its next forward must be checked.
+    // Whoever sends on an owner's subject names the principal, as actors and gateways do.
+    const asAnonymous = natsHeaders();
+    asAnonymous.set(PRINCIPAL_HEADER, ANONYMOUS);
     const reply = await client.nc.request(
       ownerSubject(taskApi.createTaskDO, entry.ownerId, { name }),
       JSON.stringify({ title: "once" }),
-      { timeout: 5_000 },
+      { timeout: 5_000, headers: asAnonymous },
     );
     release();
     assert.equal(reply.headers?.get("Nats-Service-Error-Code") ?? "", "", reply.string());

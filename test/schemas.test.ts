@@ -13,7 +13,16 @@ import {
   subjectValues,
   subscriptionSubject,
   taskObjectKey,
+  taskObjectLeaseKey,
+  taskObjectName,
+  ANONYMOUS,
+  keyOwner,
+  ownedKey,
+  ownerPrefix,
   createTask,
+  allOperations,
+  ownerSubjects,
+  viaGateway,
   digitsUpTo,
   getMicrovmLogs,
   listTasks,
@@ -48,6 +57,66 @@ describe("schemas", () => {
     assert.equal(new Set(keys).size, ids.length);
     assert.equal(idKey("x".repeat(MAX_KEY_LENGTH + 1)), undefined);
     assert.notEqual(taskObjectKey("a", "b"), taskObjectKey("b", "a"));
+  });
+
+  it("escape - the anonymous principal's keys are the keys without owners", () => {
+    assert.equal(ownerPrefix(ANONYMOUS), "");
+    assert.equal(ownedKey(ANONYMOUS, "abc"), "abc");
+    assert.equal(taskObjectKey("default", "x"), `${nameToken("default")}.x`);
+    assert.equal(taskObjectKey("default", "x", ANONYMOUS), taskObjectKey("default", "x"));
+    assert.equal(taskObjectLeaseKey("default"), nameToken("default"));
+    assert.deepEqual(keyOwner("abc"), { principal: ANONYMOUS, key: "abc" });
+  });
+
+  it("escape - a named principal's keys start with its own token, which no key without owners can", () => {
+    const alice = ownerPrefix("alice");
+    assert.equal(alice, `=${nameToken("alice")}.`);
+    assert.equal(ownedKey("alice", "abc"), `${alice}abc`);
+    assert.notEqual(ownerPrefix("bob"), alice);
+    assert.equal(taskObjectKey("default", "x", "alice"), `${alice}${nameToken("default")}.x`);
+    assert.equal(taskObjectLeaseKey("default", "alice"), `${alice}${nameToken("default")}`);
+    for (const principal of ["alice", "nats:internal", "a.b", "*"]) {
+      const key = ownedKey(principal, idKey("id.1"))!;
+      assert.match(key, /^[-/_=.a-zA-Z0-9]+$/, "a valid KV key");
+      assert.deepEqual(keyOwner(key), { principal, key: idKey("id.1") });
+    }
+    // Keys without owners (plain or escaped ids, name tokens) never start with the owner mark.
+    for (const id of ["a", "_x", "a.b", "="]) assert.doesNotMatch(idKey(id)!, /^=/);
+    assert.doesNotMatch(nameToken("=x"), /^=/);
+    // An owner token that is not canonical, or names the anonymous principal, is no key of ours.
+    assert.equal(keyOwner("=YR.x"), undefined);
+    assert.equal(keyOwner(`=${nameToken(ANONYMOUS)}.x`), undefined);
+    assert.equal(ownedKey("alice", "x".repeat(MAX_KEY_LENGTH)), undefined);
+    assert.equal(ownedKey("alice", undefined), undefined);
+  });
+
+  it("escape - a task object's name is read back from its lease key", () => {
+    assert.equal(taskObjectName(taskObjectLeaseKey("a.b")!), "a.b");
+    assert.equal(taskObjectName(taskObjectLeaseKey("a.b", "alice")!), "a.b");
+    assert.equal(taskObjectName("!"), "!");
+  });
+
+  it("subjects - no subject a caller may publish reaches a gateway's copy", () => {
+    // Two subject patterns that one subject can match both.
+    const overlap = (a: string, b: string): boolean => {
+      const x = a.split(".");
+      const y = b.split(".");
+      for (let i = 0; i < Math.max(x.length, y.length); i++) {
+        if (x[i] === ">" || y[i] === ">") return x[i] !== undefined && y[i] !== undefined;
+        if (x[i] === undefined || y[i] === undefined) return false;
+        if (x[i] !== "*" && y[i] !== "*" && x[i] !== y[i]) return false;
+      }
+      return true;
+    };
+    assert.ok(overlap("taskobjects.*.list", "taskobjects.gateway.list"), "the check sees an overlap");
+    const ops = allOperations;
+    for (const copy of ops.map((op) => subscriptionSubject(viaGateway(op)))) {
+      for (const op of ops) {
+        assert.ok(!overlap(copy, subscriptionSubject(op)), `${copy} and ${subscriptionSubject(op)}`);
+        if (op.placement.kind !== "stateless")
+          assert.ok(!overlap(copy, ownerSubjects(op)), `${copy} and ${ownerSubjects(op)}`);
+      }
+    }
   });
 
   it("subjects - fields are filled, wildcarded and read back", () => {

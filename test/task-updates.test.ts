@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { once } from "node:events";
 import { gatewayDispatch } from "../actors/index.ts";
 import { ClientError, httpClient, natsClient } from "../client/index.ts";
-import { nameToken, taskApi } from "../schemas/index.ts";
+import { ANONYMOUS, nameToken, taskApi } from "../schemas/index.ts";
 import { createGateways, READ_CACHE_STALE_MS, type LocalReads } from "../gateway/index.ts";
 import { connectNats, recordStores } from "../platform/index.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -220,7 +220,7 @@ describe("task updates", () => {
         // Kept once the bucket is confirmed (its first check): sent again from memory.
         for (const deadline = performance.now() + 5_000; ; ) {
           assert.deepEqual((await getJson(url)).body, task);
-          if (deaf.reads!.recall(taskApi.getTask.api, `/${task.id}`)) break;
+          if (deaf.reads!.recall(taskApi.getTask.api, `/${task.id}`, ANONYMOUS)) break;
           assert.ok(performance.now() < deadline, "the deaf gateway never kept the answer");
           await new Promise((r) => setTimeout(r, 50));
         }

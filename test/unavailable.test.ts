@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { gatewayDispatch, serveOperation } from "../actors/index.ts";
 import { createGateways } from "../gateway/index.ts";
 import { connectNats, recordStores, startNatsServer } from "../platform/index.ts";
-import { getTask } from "../schemas/index.ts";
+import { createJob, getTask, subscriptionSubject, viaGateway } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { skipUnlessRestartable, testNats } from "./helpers/nats.ts";
 import { getJson, postJson, startService } from "./helpers/service.ts";
@@ -35,8 +35,9 @@ describe("unavailable", () => {
       lifo((fn) => t.after(fn)),
       { actors: false, requestTimeoutMs: 300, localReads: false },
     );
-    const silent = svc.handle.nc.subscribe("tasks.get", { callback: () => {} });
-    const silentCreate = svc.handle.nc.subscribe("jobs.create", { callback: () => {} });
+    // On the subjects the gateway sends on: its copies.
+    const silent = svc.handle.nc.subscribe(subscriptionSubject(viaGateway(getTask)), { callback: () => {} });
+    const silentCreate = svc.handle.nc.subscribe(subscriptionSubject(viaGateway(createJob)), { callback: () => {} });
     t.after(() => silent.unsubscribe());
     t.after(() => silentCreate.unsubscribe());
     await svc.handle.nc.flush(); // subscribed at the server before the gateway (another connection) sends
@@ -57,7 +58,7 @@ describe("unavailable", () => {
     );
     const sub = serveOperation(
       svc.handle.nc,
-      getTask,
+      viaGateway(getTask),
       async () => {
         throw new Error("db password is hunter2");
       },

@@ -1,6 +1,6 @@
 // The whole service in the test process: private NATS, actors, and both HTTP APIs on port 0.
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { gatewayDispatch, startActors, type ActorOptions } from "../../actors/index.ts";
+import { gatewayDispatch, NATS_INTERNAL, startActors, type ActorOptions } from "../../actors/index.ts";
 import { createGateways, type ApiKeys } from "../../gateway/index.ts";
 import { connectNats, provisionBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
@@ -29,6 +29,8 @@ export interface ServiceOptions {
   placement?: ActorOptions["placement"];
   /** API keys: every request then needs a bearer key. */
   apiKeys?: ApiKeys;
+  /** The principal of NATS callers on the public subjects (default as `npm start`: `nats:internal` with API keys, else anonymous). */
+  natsPrincipal?: string;
 }
 
 export async function startService(defer: Defer, options: ServiceOptions = {}): Promise<TestService> {
@@ -49,6 +51,7 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
           publisher: actorsNats.publisher,
           requester: actorsNats.requester,
           placement: options.placement,
+          natsPrincipal: options.natsPrincipal ?? (options.apiKeys ? NATS_INTERNAL : undefined),
         });
   await actorsNats.nc.flush(); // the actors' subscriptions are known to the server before any request
   const gateways = createGateways({
