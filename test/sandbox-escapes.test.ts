@@ -260,6 +260,16 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
         host.once("exit", () => reject(new Error("host exited before starting its instance")));
       });
       assert.ok(pids.length > 0, "the host reported no instance process");
+      // The test finds them in the host's groups itself: those groups must still be there after
+      // the kill (nothing else removes them before the reclaim below).
+      if (walled) {
+        const found = cgroupPidsOfHostKey(killedKey);
+        assert.ok(found, `no cgroup of host ${killedKey} was found`);
+        assert.ok(
+          pids.some((pid) => found.includes(pid)),
+          `the host's groups hold ${found}, none of ${pids}`,
+        );
+      }
       // The handle's socket is an fd of the host process: reach it through that process.
       const reachable = { ...handle, socketPath: handle.socketPath?.replace("/proc/self/", `/proc/${host.pid}/`) };
       assert.equal(await rpc(reachable, "hijackExit"), "hijacked");
@@ -267,9 +277,12 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       await once(host, "exit");
       // Every process of the host's groups goes with it (the wall it was booting ahead for the
       // next instance too, wherever it was in its start), once its death signal lands.
-      const outlived = () => [
-        ...new Set([...pids.filter((pid) => !isGone(pid)), ...(walled ? (cgroupPidsOfHostKey(killedKey) ?? []) : [])]),
-      ];
+      const inGroups = () => {
+        const found = cgroupPidsOfHostKey(killedKey);
+        assert.ok(found, `the cgroup of host ${killedKey} is gone before its reclaim`);
+        return found;
+      };
+      const outlived = () => [...new Set([...pids.filter((pid) => !isGone(pid)), ...(walled ? inGroups() : [])])];
       const began = performance.now();
       await pollUntil(() => outlived().length === 0, walled ? HOST_DEATH_BOUND_MS : CONTROL_SURVIVAL_MS);
       if (walled)
