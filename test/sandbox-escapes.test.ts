@@ -31,7 +31,7 @@ import {
 import { lifo } from "./helpers/defer.ts";
 import { rpc, callInstance } from "./helpers/instance-rpc.ts";
 import { pollUntil } from "../vm-runtime/host/provider-util.ts";
-import { cgroupListing, cgroupPidsOfHostKey, clearHostKey, isGone } from "./helpers/microvm.ts";
+import { cgroupListing, cgroupPidsOfHostKey, clearHostKey, cpuPeriods, isGone } from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 import { testImages } from "./images/paths.ts";
@@ -46,6 +46,17 @@ const defer = lifo(after);
 const HOST_DEATH_BOUND_MS = 30_000;
 /** The control's hijacked process is alive at any time after its host: looked at after this. */
 const CONTROL_SURVIVAL_MS = 2_000;
+/** Each instance's CPU quota, half of its share of the host's when two spin. */
+const INSTANCE_CPUS = 0.25;
+/** The CPU quota of all of a host's instances together. */
+const HOST_CPUS = 1;
+/** The period a CPU quota is granted per (the provider's, 100 ms). */
+const CPU_PERIOD_S = 0.1;
+/**
+ * What a count of used CPU may exceed its quota by: /proc's counts are in 10 ms ticks (read at
+ * each end), and a group runs up to a scheduler tick past its quota before it is throttled.
+ */
+const CPU_SLACK_S = 0.03;
 const json = { "content-type": "application/json" };
 const MiB = 2 ** 20;
 let service: TestService;
@@ -85,7 +96,15 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
     before(async () => {
       const workDir = join(dataDir, `work-${hostKey}`);
       provider = walled
-        ? await wall.create({ hostKey, workDir, permissions, memoryMiB: 64, scratchMiB: 16, totalCpus: 1 })
+        ? await wall.create({
+            hostKey,
+            workDir,
+            permissions,
+            memoryMiB: 64,
+            scratchMiB: 16,
+            cpus: INSTANCE_CPUS,
+            totalCpus: HOST_CPUS,
+          })
         : createProcessProvider({ workDir, permissions: false, memoryMiB: 64 });
     });
     after(() => provider.close());
@@ -175,31 +194,72 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       assert.ok(grownMiB < 50, `host RSS grew ${grownMiB.toFixed(1)} MiB`);
     });
 
-    test(`${name} - a spinning instance gets no more than its CPU quota (0.5 core), and six get no more than the host's (1 core)`, async (t) => {
-      const spinners: MicrovmHandle[] = [];
-      for (let i = 0; i < (walled ? 6 : 1); i++) spinners.push(await start(t, `spin-${i}`));
-      for (const vm of spinners) assert.equal(await rpc(vm, "spin", [6_000]), "spinning");
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      const cpu = () => spinners.map((vm) => cpuSeconds(processesOf(vm)));
-      const before = cpu();
-      const began = performance.now();
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
-      const seconds = (performance.now() - began) / 1000;
-      const shares = cpu().map((used, i) => (used - before[i]!) / seconds);
-      const total = shares.reduce((a, b) => a + b, 0);
-      t.diagnostic(
-        `spinners used ${shares.map((s) => s.toFixed(2)).join(", ")} of a core (${total.toFixed(2)} in all)`,
-      );
+    /** CPU seconds each instance's processes used, and the quota periods its group counted, over `ms`. */
+    async function spinFor(vms: readonly MicrovmHandle[], ms: number) {
+      const sample = () =>
+        vms.map((vm) => ({
+          used: cpuSeconds(processesOf(vm)),
+          ...(walled ? cpuPeriods(hostKey, provider.cgroupOf!(vm)!.name) : { periods: 0, throttled: 0 }),
+        }));
+      const hostSample = () => (walled ? cpuPeriods(hostKey) : { periods: 0, throttled: 0 });
+      const [before, hostBefore] = [sample(), hostSample()];
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      const [after, hostAfter] = [sample(), hostSample()];
+      const each = after.map((end, i) => ({
+        used: end.used - before[i]!.used,
+        periods: end.periods - before[i]!.periods,
+        throttled: end.throttled - before[i]!.throttled,
+      }));
       // The spinners were found and ran: a walk that misses them reads exactly 0 (how much each
-      // ran depends on what else the machine runs: 0.03-0.05 each at a load of 15).
+      // ran depends on what else the machine runs: 0.03-0.05 s a second each at a load of 15).
       assert.ok(
-        shares.every((share) => share > 0),
-        `a spinner was not seen running: ${shares}`,
+        each.every(({ used }) => used > 0),
+        `a spinner was not seen running: ${each.map(({ used }) => used)}`,
       );
-      // No control bound here: an unwalled spinner's share depends on what else the machine runs.
+      return { each, host: { periods: hostAfter.periods - hostBefore.periods } };
+    }
+
+    async function spinners(t: TestContext, prefix: string, count: number): Promise<MicrovmHandle[]> {
+      const vms: MicrovmHandle[] = [];
+      for (let i = 0; i < count; i++) vms.push(await start(t, `${prefix}-${i}`));
+      for (const vm of vms) assert.equal(await rpc(vm, "spin", [6_000]), "spinning");
+      return vms;
+    }
+
+    test(`${name} - a spinning instance is held to its own CPU quota (${INSTANCE_CPUS} core), below its share of the host's (${HOST_CPUS})`, async (t) => {
+      // Two spinners: each one's share of the host's quota is twice its own, so only its own holds it.
+      const vms = await spinners(t, "quota", 2);
+      const { each } = await spinFor(vms, 2_000);
+      t.diagnostic(
+        each
+          .map(({ used, periods, throttled }) => `${used.toFixed(2)} s in ${periods} periods (${throttled} throttled)`)
+          .join("; "),
+      );
+      // No control bound: an unwalled spinner's share depends on what else the machine runs.
       if (!walled) return;
-      assert.ok(Math.max(...shares) <= 0.6, `a spinner used ${Math.max(...shares).toFixed(2)} of a core`);
-      assert.ok(total <= 1.1, `six spinners used ${total.toFixed(2)} cores beside a host cap of 1`);
+      for (const [i, { used, periods }] of each.entries()) {
+        // The kernel counts quota periods only in a group that has a quota of its own.
+        assert.ok(periods > 0, `spin ${i}'s group counted no CPU quota period while it spun`);
+        const allowed = INSTANCE_CPUS * CPU_PERIOD_S * (periods + 1) + CPU_SLACK_S;
+        assert.ok(
+          used <= allowed,
+          `spin ${i} used ${used.toFixed(3)} s of CPU in ${periods} periods of ${INSTANCE_CPUS} core: more than ${allowed.toFixed(3)} s`,
+        );
+      }
+    });
+
+    test(`${name} - six spinning instances get no more than the host's CPU quota (${HOST_CPUS} core) together`, async (t) => {
+      if (!walled) return t.skip("the process provider has no host-wide quota");
+      // Six of them: their own quotas add up to more than the host's, so the host's holds them.
+      const { each, host } = await spinFor(await spinners(t, "spin", 6), 2_000);
+      const total = each.reduce((sum, { used }) => sum + used, 0);
+      t.diagnostic(`six spinners used ${total.toFixed(2)} s in ${host.periods} periods of the host's group`);
+      assert.ok(host.periods > 0, "the host's group counted no CPU quota period while its instances spun");
+      const allowed = HOST_CPUS * CPU_PERIOD_S * (host.periods + 1) + each.length * CPU_SLACK_S;
+      assert.ok(
+        total <= allowed,
+        `six spinners used ${total.toFixed(3)} s of CPU in ${host.periods} periods of ${HOST_CPUS} core: more than ${allowed.toFixed(3)} s`,
+      );
     });
 
     test(`${name} - a memory hog dies alone`, async (t) => {

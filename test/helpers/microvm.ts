@@ -223,6 +223,29 @@ export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions 
   return pids;
 }
 
+/** A file of the host group of a provider created with `hostKey`, or of its group `group`, in `controller`'s hierarchy. */
+function groupFile(controller: "cpu" | "memory", hostKey: string, group: string | undefined, file: string): string {
+  const root = cgroupV2() ? "/sys/fs/cgroup" : `/sys/fs/cgroup/${controller}`;
+  return join(hostCgroupDir(root, hostKey), group ?? "", file);
+}
+
+/** A flat-keyed counter (`name value` lines) of a cgroup file; fails the test when the file is missing. */
+function counterOf(path: string, name: string): number {
+  const text = readText(path);
+  assert.ok(text !== undefined, `no cgroup file ${path}`);
+  return Number(new RegExp(`^${name} (\\d+)$`, "m").exec(text)?.[1] ?? 0);
+}
+
+/**
+ * The CPU quota periods the kernel has counted for the host group of `hostKey` or its group
+ * `group`, and those in which the group was throttled. Periods are counted only while the group
+ * has a quota and something to run: a group without a quota has none.
+ */
+export function cpuPeriods(hostKey: string, group?: string): { periods: number; throttled: number } {
+  const path = groupFile("cpu", hostKey, group, "cpu.stat");
+  return { periods: counterOf(path, "nr_periods"), throttled: counterOf(path, "nr_throttled") };
+}
+
 /** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
 function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
   const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
