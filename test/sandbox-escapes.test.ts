@@ -31,7 +31,14 @@ import {
 import { lifo } from "./helpers/defer.ts";
 import { rpc, callInstance } from "./helpers/instance-rpc.ts";
 import { pollUntil } from "../vm-runtime/host/provider-util.ts";
-import { cgroupListing, cgroupPidsOfHostKey, clearHostKey, cpuPeriods, isGone } from "./helpers/microvm.ts";
+import {
+  cgroupListing,
+  cgroupPidsOfHostKey,
+  clearHostKey,
+  cpuPeriods,
+  hostMemoryLimitHits,
+  isGone,
+} from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 import { testImages } from "./images/paths.ts";
@@ -57,6 +64,8 @@ const CPU_PERIOD_S = 0.1;
  * each end), and a group runs up to a scheduler tick past its quota before it is throttled.
  */
 const CPU_SLACK_S = 0.03;
+/** The memory cap of all of a host's instances together: far above one instance's limit. */
+const HOST_MEMORY_MIB = 1536;
 const json = { "content-type": "application/json" };
 const MiB = 2 ** 20;
 let service: TestService;
@@ -104,6 +113,7 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
             scratchMiB: 16,
             cpus: INSTANCE_CPUS,
             totalCpus: HOST_CPUS,
+            totalMemoryMiB: HOST_MEMORY_MIB,
           })
         : createProcessProvider({ workDir, permissions: false, memoryMiB: 64 });
     });
@@ -262,16 +272,19 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       );
     });
 
-    test(`${name} - a memory hog dies alone`, async (t) => {
+    test(`${name} - a memory hog dies alone, at its own memory limit`, async (t) => {
       const bystander = await start(t, "bystander");
       const hog = await start(t, "hog");
+      const hostHits = walled ? hostMemoryLimitHits(hostKey) : 0;
+      const ended = provider.exited?.(hog);
       await callInstance(hog, "allocate", [], 30_000).catch(() => undefined);
       // The process provider has no cgroup: its data-segment ulimit fails the hog's allocations instead.
       if (!walled) return assert.equal(await rpc(bystander, "ping"), "pong");
-      const deadline = Date.now() + 10_000;
-      while ((await provider.isAlive(hog)) && Date.now() < deadline)
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.equal(await provider.isAlive(hog), false, "the hog is still alive");
+      const timedOut = new Promise<string>((resolve) => setTimeout(() => resolve("alive after 10 s"), 10_000).unref());
+      // The reason is read from the hog's own group: the OOM killer ended one of its processes.
+      assert.match(await Promise.race([ended!, timedOut]), /^InstanceExited: out of memory/);
+      // The host's cap (far above the hog's limit) was never reached: the hog's own limit stopped it.
+      assert.equal(hostMemoryLimitHits(hostKey), hostHits, "the host's memory cap was reached, not the hog's own");
       assert.equal(await rpc(bystander, "ping"), "pong");
     });
 

@@ -246,6 +246,17 @@ export function cpuPeriods(hostKey: string, group?: string): { periods: number; 
   return { periods: counterOf(path, "nr_periods"), throttled: counterOf(path, "nr_throttled") };
 }
 
+/**
+ * How often the memory limit of the host group of `hostKey` itself (not one of its groups')
+ * was reached: v1's `memory.failcnt`, v2's local `max` events.
+ */
+export function hostMemoryLimitHits(hostKey: string): number {
+  if (cgroupV2()) return counterOf(groupFile("memory", hostKey, undefined, "memory.events.local"), "max");
+  const text = readText(groupFile("memory", hostKey, undefined, "memory.failcnt"));
+  assert.ok(text !== undefined, `no memory.failcnt of host ${hostKey}`);
+  return Number(text);
+}
+
 /** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
 function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
   const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
