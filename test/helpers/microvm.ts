@@ -2,7 +2,7 @@
 // microVM API gateway on port 0, and typed clients over both transports. Plus the checks
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,6 +28,7 @@ import {
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
+import { rmdirOnceEmpty } from "./cgroup-dirs.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
@@ -285,19 +286,6 @@ export async function removeHostCgroups(workDir: string): Promise<void> {
     for (const group of groups) await rmdirOnceEmpty(join(dir, group));
     await rmdirOnceEmpty(dir);
   }
-}
-
-async function rmdirOnceEmpty(dir: string): Promise<void> {
-  const removed = () => {
-    try {
-      rmdirSync(dir);
-      return true;
-    } catch (err) {
-      return (err as NodeJS.ErrnoException).code === "ENOENT";
-    }
-  };
-  // Past the bound, the last attempt's error (EBUSY: a process is left) fails the test.
-  if (!(await pollUntil(removed, 5_000))) rmdirSync(dir);
 }
 
 /** Every live process in the groups of a provider created with this `hostKey`: pid → start time. */
