@@ -7,7 +7,6 @@ import { mkdtemp, readdir, rm, stat, truncate, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
-  checkGvisor,
   createGvisorProvider,
   MicrovmProviderError,
   type IsolatedProvider,
@@ -16,6 +15,7 @@ import {
 import { rpc } from "./helpers/instance-rpc.ts";
 import { assertNoInstanceLeft, instanceChildren, isGone } from "./helpers/microvm.ts";
 import { testImages } from "./images/paths.ts";
+import { gvisorSkip } from "./helpers/providers.ts";
 
 interface Counter {
   readonly memory: number;
@@ -23,10 +23,9 @@ interface Counter {
   readonly bornAt: string;
 }
 
-const gvisor = await checkGvisor();
-if (!gvisor.ok) assert.notEqual(process.env.REQUIRE_GVISOR, "1", `gVisor cannot run here: ${gvisor.reason}`);
+const skipGvisor = await gvisorSkip();
 
-describe("gvisor checkpoint", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+describe("gvisor checkpoint", { skip: skipGvisor }, () => {
   let provider: IsolatedProvider;
   let images: string;
 

@@ -7,10 +7,11 @@ import assert from "node:assert/strict";
 import { mkdtemp, readdir, rm, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { checkGvisor, createGvisorProvider, type IsolatedProvider, type MicrovmHandle } from "../vm-runtime/index.ts";
+import { createGvisorProvider, type IsolatedProvider, type MicrovmHandle } from "../vm-runtime/index.ts";
 import { callInstance, rpc } from "./helpers/instance-rpc.ts";
 import { assertNoInstanceLeft } from "./helpers/microvm.ts";
 import { testImages } from "./images/paths.ts";
+import { gvisorSkip } from "./helpers/providers.ts";
 
 interface Sample {
   readonly uuid: string;
@@ -25,10 +26,9 @@ interface Sample {
 }
 
 const HEAP_MIB = 96;
-const gvisor = await checkGvisor();
-if (!gvisor.ok) assert.notEqual(process.env.REQUIRE_GVISOR, "1", `gVisor cannot run here: ${gvisor.reason}`);
+const skipGvisor = await gvisorSkip();
 
-describe("microvm launch snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+describe("microvm launch snapshots", { skip: skipGvisor }, () => {
   let provider: IsolatedProvider;
   const logged: string[] = [];
   let coldImport: Sample["atImport"];

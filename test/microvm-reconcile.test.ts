@@ -58,7 +58,8 @@ before(async () => {
 });
 after(assertNoInstanceLeft);
 after(() => assert.deepEqual(instanceProcessesUnder(workDir), [], "an instance of the host process was left running"));
-after(() => assert.deepEqual(hostCgroupPids(workDir) ?? [], [], "a process was left in the host's sandbox cgroup"));
+// The last host closed removes its group: one still there is left over, with or without processes.
+after(() => assert.equal(hostCgroupPids(workDir), undefined, "the host's cgroup was left (its pids listed)"));
 
 async function startHostProcess(): Promise<ServiceProcess> {
   // The freezer's suspend (the bubblewrap sandbox's; gVisor's with snapshots off): a frozen
@@ -77,6 +78,13 @@ async function running(): Promise<{ microvmId: string; pid: number }> {
   return { microvmId, pid: record.handle!.pid! };
 }
 
+/** The test sees these instances in the host's cgroups: a group found missing later is a group removed. */
+function assertInHostCgroup(instances: readonly { microvmId: string; pid: number }[]): void {
+  const pids = hostCgroupPids(workDir);
+  assert.ok(pids, `no cgroup of the host was found for ${workDir}`);
+  for (const { microvmId, pid } of instances) assert.ok(pids.includes(pid), `${microvmId} (pid ${pid}) is not in it`);
+}
+
 async function gone(pid: number, timeoutMs = 5_000): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (processState(pid) !== undefined && processState(pid) !== "Z" && Date.now() < deadline)
@@ -90,6 +98,7 @@ describe("microvm reconcile", () => {
     const [lost, orphan, suspended] = [await running(), await running(), await running()];
     await api.suspendMicrovm({ microvmIdentifier: suspended.microvmId });
     assert.ok(isSuspended(suspended.pid));
+    assertInHostCgroup([lost, orphan, suspended]);
 
     // The killed run's bundles (and any launch snapshots in them) are removed by the next one.
     const firstRunDirs = (await readdir(workDir)).filter((name) => /^(sandbox|gvisor)-/.test(name));
@@ -98,7 +107,8 @@ describe("microvm reconcile", () => {
     assert.ok(await gone(lost.pid), "a running instance exits with its host (stdin pipe closed)");
     assert.ok(await gone(orphan.pid));
     // Everything else of the old run in its cgroups (its walls booted ahead too) died with it;
-    // the frozen instance cannot, until a host starts on this machine (another test's may).
+    // the frozen instance cannot, until a host starts on this machine (another test's may: its
+    // sweep then removes the groups, which were found above, so a group gone is a group swept).
     const stillThere = () => (hostCgroupPids(workDir) ?? []).filter((pid) => !isSuspended(pid));
     for (const deadline = Date.now() + 5_000; stillThere().length > 0 && Date.now() < deadline; )
       await new Promise((r) => setTimeout(r, 20));
@@ -153,6 +163,7 @@ describe("microvm reconcile", () => {
     const proc = await startHostProcess();
     const [a, b] = [await running(), await running()];
     await api.suspendMicrovm({ microvmIdentifier: b.microvmId });
+    assertInHostCgroup([a, b]);
     assert.equal(await proc.stop("SIGTERM"), 0);
     assert.ok(isGone(a.pid));
     assert.ok(isGone(b.pid));

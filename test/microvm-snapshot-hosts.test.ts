@@ -18,7 +18,7 @@ import {
 } from "../vm-runtime/service/index.ts";
 import { connectNats, provisionBuckets, snapshotObjectBucket } from "../platform/index.ts";
 import { microvmApi, nameToken } from "../schemas/index.ts";
-import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
+import { connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
@@ -30,6 +30,7 @@ import {
 } from "./helpers/microvm.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
+import { gvisorSkip } from "./helpers/providers.ts";
 
 /** The counter image as a user pushes it: one module, state in memory and in a scratch file. */
 const COUNTER_MODULE = `
@@ -46,9 +47,9 @@ export default defineImage({ methods: {
 type CounterShape = { increment(): Promise<number>; read(): Promise<{ memory: number; file: number }> };
 
 const defer = lifo(after);
-const gvisor = await checkGvisor();
+const skipGvisor = await gvisorSkip();
 
-describe("microvm snapshot hosts", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+describe("microvm snapshot hosts", { skip: skipGvisor }, () => {
   let nats: TestNats;
   let api: MicrovmClient;
   let store: MicrovmStore;

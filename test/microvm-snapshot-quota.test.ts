@@ -9,7 +9,7 @@ import { ClientError } from "../client/index.ts";
 import { hostWorkDir } from "../vm-runtime/service/index.ts";
 import { snapshotObjectBucket } from "../platform/index.ts";
 import { nameToken } from "../schemas/index.ts";
-import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
+import { connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
@@ -20,6 +20,7 @@ import {
   type MicrovmService,
 } from "./helpers/microvm.ts";
 import { testImages } from "./images/paths.ts";
+import { gvisorSkip } from "./helpers/providers.ts";
 
 type CounterShape = {
   increment(): Promise<number>;
@@ -28,9 +29,9 @@ type CounterShape = {
 
 const NATS_OWNER = "nats:internal";
 const defer = lifo(after);
-const gvisor = await checkGvisor();
+const skipGvisor = await gvisorSkip();
 
-describe("microvm snapshot quota", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+describe("microvm snapshot quota", { skip: skipGvisor }, () => {
   let svc: MicrovmService;
   let objects: ObjectStore;
 

@@ -12,7 +12,7 @@ import { hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../v
 import { bucketNames, snapshotObjectBucket } from "../platform/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { microvmApi, nameToken, SUSPEND_WAIT_MS } from "../schemas/index.ts";
-import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
+import { connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
@@ -25,6 +25,7 @@ import {
   type MicrovmService,
 } from "./helpers/microvm.ts";
 import { testImages } from "./images/paths.ts";
+import { gvisorSkip } from "./helpers/providers.ts";
 
 interface Counter {
   readonly memory: number;
@@ -36,9 +37,9 @@ type CounterShape = { increment(): Promise<number>; read(): Promise<Counter> };
 /** The principal of callers on the public NATS subjects. */
 const NATS_OWNER = "nats:internal";
 const defer = lifo(after);
-const gvisor = await checkGvisor();
+const skipGvisor = await gvisorSkip();
 
-describe("microvm snapshots", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+describe("microvm snapshots", { skip: skipGvisor }, () => {
   let svc: MicrovmService;
   let objects: ObjectStore;
   let records: MicrovmStore;

@@ -31,7 +31,14 @@ import {
 import { lifo } from "./helpers/defer.ts";
 import { rpc, callInstance } from "./helpers/instance-rpc.ts";
 import { pollUntil } from "../vm-runtime/host/provider-util.ts";
-import { cgroupListing, cgroupPidsOfHostKey, clearHostKey, isGone } from "./helpers/microvm.ts";
+import {
+  cgroupListing,
+  cgroupPidsOfHostKey,
+  clearHostKey,
+  cpuPeriods,
+  hostMemoryLimitHits,
+  isGone,
+} from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 import { testImages } from "./images/paths.ts";
@@ -46,6 +53,19 @@ const defer = lifo(after);
 const HOST_DEATH_BOUND_MS = 30_000;
 /** The control's hijacked process is alive at any time after its host: looked at after this. */
 const CONTROL_SURVIVAL_MS = 2_000;
+/** Each instance's CPU quota, half of its share of the host's when two spin. */
+const INSTANCE_CPUS = 0.25;
+/** The CPU quota of all of a host's instances together. */
+const HOST_CPUS = 1;
+/** The period a CPU quota is granted per (the provider's, 100 ms). */
+const CPU_PERIOD_S = 0.1;
+/**
+ * What a count of used CPU may exceed its quota by: /proc's counts are in 10 ms ticks (read at
+ * each end), and a group runs up to a scheduler tick past its quota before it is throttled.
+ */
+const CPU_SLACK_S = 0.03;
+/** The memory cap of all of a host's instances together: far above one instance's limit. */
+const HOST_MEMORY_MIB = 1536;
 const json = { "content-type": "application/json" };
 const MiB = 2 ** 20;
 let service: TestService;
@@ -85,7 +105,16 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
     before(async () => {
       const workDir = join(dataDir, `work-${hostKey}`);
       provider = walled
-        ? await wall.create({ hostKey, workDir, permissions, memoryMiB: 64, scratchMiB: 16, totalCpus: 1 })
+        ? await wall.create({
+            hostKey,
+            workDir,
+            permissions,
+            memoryMiB: 64,
+            scratchMiB: 16,
+            cpus: INSTANCE_CPUS,
+            totalCpus: HOST_CPUS,
+            totalMemoryMiB: HOST_MEMORY_MIB,
+          })
         : createProcessProvider({ workDir, permissions: false, memoryMiB: 64 });
     });
     after(() => provider.close());
@@ -175,43 +204,87 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       assert.ok(grownMiB < 50, `host RSS grew ${grownMiB.toFixed(1)} MiB`);
     });
 
-    test(`${name} - a spinning instance gets no more than its CPU quota (0.5 core), and six get no more than the host's (1 core)`, async (t) => {
-      const spinners: MicrovmHandle[] = [];
-      for (let i = 0; i < (walled ? 6 : 1); i++) spinners.push(await start(t, `spin-${i}`));
-      for (const vm of spinners) assert.equal(await rpc(vm, "spin", [6_000]), "spinning");
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      const cpu = () => spinners.map((vm) => cpuSeconds(processesOf(vm)));
-      const before = cpu();
-      const began = performance.now();
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
-      const seconds = (performance.now() - began) / 1000;
-      const shares = cpu().map((used, i) => (used - before[i]!) / seconds);
-      const total = shares.reduce((a, b) => a + b, 0);
-      t.diagnostic(
-        `spinners used ${shares.map((s) => s.toFixed(2)).join(", ")} of a core (${total.toFixed(2)} in all)`,
-      );
+    /** CPU seconds each instance's processes used, and the quota periods its group counted, over `ms`. */
+    async function spinFor(vms: readonly MicrovmHandle[], ms: number) {
+      const sample = () =>
+        vms.map((vm) => ({
+          used: cpuSeconds(processesOf(vm)),
+          ...(walled ? cpuPeriods(hostKey, provider.cgroupOf!(vm)!.name) : { periods: 0, throttled: 0 }),
+        }));
+      const hostSample = () => (walled ? cpuPeriods(hostKey) : { periods: 0, throttled: 0 });
+      const [before, hostBefore] = [sample(), hostSample()];
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      const [after, hostAfter] = [sample(), hostSample()];
+      const each = after.map((end, i) => ({
+        used: end.used - before[i]!.used,
+        periods: end.periods - before[i]!.periods,
+        throttled: end.throttled - before[i]!.throttled,
+      }));
       // The spinners were found and ran: a walk that misses them reads exactly 0 (how much each
-      // ran depends on what else the machine runs: 0.03-0.05 each at a load of 15).
+      // ran depends on what else the machine runs: 0.03-0.05 s a second each at a load of 15).
       assert.ok(
-        shares.every((share) => share > 0),
-        `a spinner was not seen running: ${shares}`,
+        each.every(({ used }) => used > 0),
+        `a spinner was not seen running: ${each.map(({ used }) => used)}`,
       );
-      // No control bound here: an unwalled spinner's share depends on what else the machine runs.
+      return { each, host: { periods: hostAfter.periods - hostBefore.periods } };
+    }
+
+    async function spinners(t: TestContext, prefix: string, count: number): Promise<MicrovmHandle[]> {
+      const vms: MicrovmHandle[] = [];
+      for (let i = 0; i < count; i++) vms.push(await start(t, `${prefix}-${i}`));
+      for (const vm of vms) assert.equal(await rpc(vm, "spin", [6_000]), "spinning");
+      return vms;
+    }
+
+    test(`${name} - a spinning instance is held to its own CPU quota (${INSTANCE_CPUS} core), below its share of the host's (${HOST_CPUS})`, async (t) => {
+      // Two spinners: each one's share of the host's quota is twice its own, so only its own holds it.
+      const vms = await spinners(t, "quota", 2);
+      const { each } = await spinFor(vms, 2_000);
+      t.diagnostic(
+        each
+          .map(({ used, periods, throttled }) => `${used.toFixed(2)} s in ${periods} periods (${throttled} throttled)`)
+          .join("; "),
+      );
+      // No control bound: an unwalled spinner's share depends on what else the machine runs.
       if (!walled) return;
-      assert.ok(Math.max(...shares) <= 0.6, `a spinner used ${Math.max(...shares).toFixed(2)} of a core`);
-      assert.ok(total <= 1.1, `six spinners used ${total.toFixed(2)} cores beside a host cap of 1`);
+      for (const [i, { used, periods }] of each.entries()) {
+        // The kernel counts quota periods only in a group that has a quota of its own.
+        assert.ok(periods > 0, `spin ${i}'s group counted no CPU quota period while it spun`);
+        const allowed = INSTANCE_CPUS * CPU_PERIOD_S * (periods + 1) + CPU_SLACK_S;
+        assert.ok(
+          used <= allowed,
+          `spin ${i} used ${used.toFixed(3)} s of CPU in ${periods} periods of ${INSTANCE_CPUS} core: more than ${allowed.toFixed(3)} s`,
+        );
+      }
     });
 
-    test(`${name} - a memory hog dies alone`, async (t) => {
+    test(`${name} - six spinning instances get no more than the host's CPU quota (${HOST_CPUS} core) together`, async (t) => {
+      if (!walled) return t.skip("the process provider has no host-wide quota");
+      // Six of them: their own quotas add up to more than the host's, so the host's holds them.
+      const { each, host } = await spinFor(await spinners(t, "spin", 6), 2_000);
+      const total = each.reduce((sum, { used }) => sum + used, 0);
+      t.diagnostic(`six spinners used ${total.toFixed(2)} s in ${host.periods} periods of the host's group`);
+      assert.ok(host.periods > 0, "the host's group counted no CPU quota period while its instances spun");
+      const allowed = HOST_CPUS * CPU_PERIOD_S * (host.periods + 1) + each.length * CPU_SLACK_S;
+      assert.ok(
+        total <= allowed,
+        `six spinners used ${total.toFixed(3)} s of CPU in ${host.periods} periods of ${HOST_CPUS} core: more than ${allowed.toFixed(3)} s`,
+      );
+    });
+
+    test(`${name} - a memory hog dies alone, at its own memory limit`, async (t) => {
       const bystander = await start(t, "bystander");
       const hog = await start(t, "hog");
+      const hostHits = walled ? hostMemoryLimitHits(hostKey) : 0;
+      const ended = provider.exited?.(hog);
       await callInstance(hog, "allocate", [], 30_000).catch(() => undefined);
       // The process provider has no cgroup: its data-segment ulimit fails the hog's allocations instead.
       if (!walled) return assert.equal(await rpc(bystander, "ping"), "pong");
-      const deadline = Date.now() + 10_000;
-      while ((await provider.isAlive(hog)) && Date.now() < deadline)
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.equal(await provider.isAlive(hog), false, "the hog is still alive");
+      const timedOut = new Promise<string>((resolve) => setTimeout(() => resolve("alive after 10 s"), 10_000).unref());
+      // The reason is read from the hog's own group: the OOM killer ended one of its processes.
+      assert.match(await Promise.race([ended!, timedOut]), /^InstanceExited: out of memory/);
+      // The host's cap (far above the hog's limit) was never reached: the hog's own limit stopped it.
+      assert.equal(hostMemoryLimitHits(hostKey), hostHits, "the host's memory cap was reached, not the hog's own");
       assert.equal(await rpc(bystander, "ping"), "pong");
     });
 
@@ -260,6 +333,16 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
         host.once("exit", () => reject(new Error("host exited before starting its instance")));
       });
       assert.ok(pids.length > 0, "the host reported no instance process");
+      // The test finds them in the host's groups itself: those groups must still be there after
+      // the kill (nothing else removes them before the reclaim below).
+      if (walled) {
+        const found = cgroupPidsOfHostKey(killedKey);
+        assert.ok(found, `no cgroup of host ${killedKey} was found`);
+        assert.ok(
+          pids.some((pid) => found.includes(pid)),
+          `the host's groups hold ${found}, none of ${pids}`,
+        );
+      }
       // The handle's socket is an fd of the host process: reach it through that process.
       const reachable = { ...handle, socketPath: handle.socketPath?.replace("/proc/self/", `/proc/${host.pid}/`) };
       assert.equal(await rpc(reachable, "hijackExit"), "hijacked");
@@ -267,9 +350,12 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       await once(host, "exit");
       // Every process of the host's groups goes with it (the wall it was booting ahead for the
       // next instance too, wherever it was in its start), once its death signal lands.
-      const outlived = () => [
-        ...new Set([...pids.filter((pid) => !isGone(pid)), ...(walled ? (cgroupPidsOfHostKey(killedKey) ?? []) : [])]),
-      ];
+      const inGroups = () => {
+        const found = cgroupPidsOfHostKey(killedKey);
+        assert.ok(found, `the cgroup of host ${killedKey} is gone before its reclaim`);
+        return found;
+      };
+      const outlived = () => [...new Set([...pids.filter((pid) => !isGone(pid)), ...(walled ? inGroups() : [])])];
       const began = performance.now();
       await pollUntil(() => outlived().length === 0, walled ? HOST_DEATH_BOUND_MS : CONTROL_SURVIVAL_MS);
       if (walled)

@@ -23,7 +23,7 @@ import {
   type MicrovmHandle,
 } from "../vm-runtime/index.ts";
 import { callInstance, rpc } from "./helpers/instance-rpc.ts";
-import { isSuspended } from "./helpers/microvm.ts";
+import { hostMemoryLimitHits, isSuspended } from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
 import { testImages } from "./images/paths.ts";
 
@@ -250,10 +250,15 @@ function describeProvider(kind: ProviderKind): void {
       });
       t.after(() => instance.close());
       assert.equal(await instance.waitForState(["RUNNING"], 15_000), "RUNNING");
+      const bystander = await start(t, "sp-oom-bystander");
       const handle = instance.actor.getSnapshot().context.handle!;
+      const hostHits = hostMemoryLimitHits(hostKey);
       await callInstance(handle, "allocate", [], 30_000).catch(() => undefined);
       assert.equal(await instance.waitForState(["FAILED"], 15_000), "FAILED");
       assert.match(instance.actor.getSnapshot().context.stateReason ?? "", /^InstanceExited: out of memory/);
+      // The host's cap (several times the instance's limit) was never reached: the instance's own limit acted.
+      assert.equal(hostMemoryLimitHits(hostKey), hostHits, "the host's memory cap was reached, not the instance's own");
+      assert.equal(await rpc(bystander, "ping"), "pong");
     });
   });
 }

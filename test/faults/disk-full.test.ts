@@ -2,8 +2,9 @@
 // fail with 503 (504 where nats-server answers nothing), nothing acknowledged is lost (also
 // across a NATS restart afterwards), and the service recovers by itself once the store takes
 // writes again: when space returns (nats-server 2.10, which also named the cause, logged once
-// per 10 s), or once nats-server restarts (2.15, whose failed store stays failed). Needs root to
-// mount; it is skipped, with the reason printed, where mounting is not permitted.
+// per 10 s), or once nats-server restarts (2.15, whose failed store stays failed, and whose own
+// log names the cause). Needs root to mount; it is skipped, with the reason printed, where
+// mounting is not permitted.
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -71,6 +72,24 @@ async function fill(path: string): Promise<number> {
   return written;
 }
 
+/**
+ * What nats-server 2.15 logs when a stream's store fails a write for lack of space, e.g.
+ * `[ERR] Filestore [KV_tasks] Critical write error: write …/msgs/1.blk: no space left on device`.
+ */
+const CRITICAL_WRITE_ERROR = /\[ERR\] Filestore \[KV_(tasks|jobs)\] Critical write error: .*no space left on device/;
+
+/** The lines `server` logs from now on (its stderr, which startNatsServer keeps draining). */
+function serverLog(server: NatsServer): string[] {
+  const lines: string[] = [];
+  let partial = "";
+  server.process.stderr!.on("data", (chunk: Buffer) => {
+    const parts = (partial + chunk.toString()).split("\n");
+    partial = parts.pop()!;
+    lines.push(...parts);
+  });
+  return lines;
+}
+
 describe("faults: disk full", () => {
   it("disk full - creates fail with 503/504, nothing acknowledged is lost, recovery when the store takes writes again", async (t) => {
     const defer = lifo((fn) => t.after(fn));
@@ -88,6 +107,7 @@ describe("faults: disk full", () => {
     const storeDir = join(mount.dir, "nats");
     let server: NatsServer = await startNatsServer({ storeDir });
     defer(() => server.stop());
+    const serverLines = serverLog(server);
     const svc = await startServiceProcess({ NATS_URL: server.url, REQUEST_TIMEOUT_MS: "2000" }, [
       "--role",
       "gateway,actors",
@@ -172,6 +192,7 @@ describe("faults: disk full", () => {
       natsRestartedAfterFreeMs: restartedForSpace ? restartedForSpace - freed : undefined,
       storageFullLogLines: fullLogs.length,
       firstLogLine: fullLogs[0],
+      serverWriteError: serverLines.find((line) => CRITICAL_WRITE_ERROR.test(line)),
     };
     console.log(`# disk full: ${JSON.stringify(report)}`);
     assert.equal(notFound, 0, "every acknowledged create reads back after a NATS restart (no 404)");
@@ -192,6 +213,11 @@ describe("faults: disk full", () => {
       assert.ok(
         failed.every((a) => a.status === 503 || a.status === 504),
         `creates answer 503 or 504 until nats-server restarts: ${JSON.stringify(statusCounts(failed))}`,
+      );
+      // Its answers name no cause, so the service cannot: the server's own log does, once per store.
+      assert.ok(
+        report.serverWriteError,
+        `nats-server did not log a critical write error for lack of space: ${serverLines.filter((line) => line.includes("[ERR]")).join(" | ")}`,
       );
     }
   });

@@ -2,7 +2,7 @@
 // microVM API gateway on port 0, and typed clients over both transports. Plus the checks
 // every microVM test file ends with (no instance process left).
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -29,6 +29,7 @@ import {
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
+import { rmdirOnceEmpty } from "./cgroup-dirs.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
 
@@ -226,6 +227,40 @@ export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions 
   return pids;
 }
 
+/** A file of the host group of a provider created with `hostKey`, or of its group `group`, in `controller`'s hierarchy. */
+function groupFile(controller: "cpu" | "memory", hostKey: string, group: string | undefined, file: string): string {
+  const root = cgroupV2() ? "/sys/fs/cgroup" : `/sys/fs/cgroup/${controller}`;
+  return join(hostCgroupDir(root, hostKey), group ?? "", file);
+}
+
+/** A flat-keyed counter (`name value` lines) of a cgroup file; fails the test when the file is missing. */
+function counterOf(path: string, name: string): number {
+  const text = readText(path);
+  assert.ok(text !== undefined, `no cgroup file ${path}`);
+  return Number(new RegExp(`^${name} (\\d+)$`, "m").exec(text)?.[1] ?? 0);
+}
+
+/**
+ * The CPU quota periods the kernel has counted for the host group of `hostKey` or its group
+ * `group`, and those in which the group was throttled. Periods are counted only while the group
+ * has a quota and something to run: a group without a quota has none.
+ */
+export function cpuPeriods(hostKey: string, group?: string): { periods: number; throttled: number } {
+  const path = groupFile("cpu", hostKey, group, "cpu.stat");
+  return { periods: counterOf(path, "nr_periods"), throttled: counterOf(path, "nr_throttled") };
+}
+
+/**
+ * How often the memory limit of the host group of `hostKey` itself (not one of its groups')
+ * was reached: v1's `memory.failcnt`, v2's local `max` events.
+ */
+export function hostMemoryLimitHits(hostKey: string): number {
+  if (cgroupV2()) return counterOf(groupFile("memory", hostKey, undefined, "memory.events.local"), "max");
+  const text = readText(groupFile("memory", hostKey, undefined, "memory.failcnt"));
+  assert.ok(text !== undefined, `no memory.failcnt of host ${hostKey}`);
+  return Number(text);
+}
+
 /** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
 function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
   const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
@@ -254,19 +289,6 @@ export async function removeHostCgroups(workDir: string): Promise<void> {
     for (const group of groups) await rmdirOnceEmpty(join(dir, group));
     await rmdirOnceEmpty(dir);
   }
-}
-
-async function rmdirOnceEmpty(dir: string): Promise<void> {
-  const removed = () => {
-    try {
-      rmdirSync(dir);
-      return true;
-    } catch (err) {
-      return (err as NodeJS.ErrnoException).code === "ENOENT";
-    }
-  };
-  // Past the bound, the last attempt's error (EBUSY: a process is left) fails the test.
-  if (!(await pollUntil(removed, 5_000))) rmdirSync(dir);
 }
 
 /** Every live process in the groups of a provider created with this `hostKey`: pid → start time. */

@@ -7,6 +7,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { natsServerPath } from "../../platform/index.ts";
+import { rmdirOnceEmpty } from "./cgroup-dirs.ts";
 
 export interface Partitions {
   /** Runs each node in its own cgroup (pass to `startCluster` as `natsBinary`). */
@@ -15,8 +16,8 @@ export interface Partitions {
   cut(name: string, routePort: number, allRoutePorts: readonly number[]): void;
   /** Removes every rule this run added. */
   heal(): void;
-  /** Heals and removes the cgroups (once their processes are gone). */
-  close(): void;
+  /** Heals and removes the cgroups once their processes are gone; rejects if one stays past a bound. */
+  close(): Promise<void>;
 }
 
 const iptables = (args: string[]) => execFileSync("iptables", ["-w", ...args], { stdio: ["ignore", "ignore", "pipe"] });
@@ -139,17 +140,14 @@ export function partitions(dir: string): Partitions | string {
       rule("-m", "connmark", "--mark", `0x${mark.toString(16)}`, "-j", "DROP");
     },
     heal,
-    close() {
+    async close() {
       heal();
       process.off("exit", exitHandler).off("SIGINT", signalHandler).off("SIGTERM", signalHandler);
-      try {
-        for (const entry of readdirSync(join(root, group), { withFileTypes: true })) {
-          if (entry.isDirectory()) rmdirSync(join(root, group, entry.name));
-        }
-        rmdirSync(join(root, group));
-      } catch {
-        /* a node still running: its cgroup stays until the next boot */
+      // Called once the nodes are stopped: a node's group still busy past the bound fails the test.
+      for (const entry of readdirSync(join(root, group), { withFileTypes: true })) {
+        if (entry.isDirectory()) await rmdirOnceEmpty(join(root, group, entry.name));
       }
+      await rmdirOnceEmpty(join(root, group));
     },
   };
 }
