@@ -116,6 +116,8 @@ async function privateNatsServer(): Promise<NatsServer> {
     sync: config.natsSync,
     authorization,
     dieWithParent: true,
+    // Its warnings and errors (a disk full, a refused login) belong in the service's own log.
+    onLog: (level, line) => log[level]({ component: "nats-server" }, line),
   });
   const server = await lifecycle.server;
   await writeFile(pidFile, String(server.pid));

@@ -37,6 +37,12 @@ export interface NatsServerOptions {
    * exists, the kernel sends it SIGTERM when this process dies, even by SIGKILL.
    */
   dieWithParent?: boolean;
+  /**
+   * Called with each `[WRN]` and `[ERR]` line the server prints after start-up (its pid and time
+   * stripped): a write error for lack of space, a refused login, a lost route. Everything else
+   * it prints is drained unread.
+   */
+  onLog?: (level: "warn" | "error", line: string) => void;
 }
 
 export interface NatsServer {
@@ -92,6 +98,7 @@ async function startOn(options: NatsServerOptions, port: number): Promise<NatsSe
     detached: options.dieWithParent === true,
   });
   await waitUntilReady(child, options.awaitRoutes ? [READY, ROUTES_READY] : [READY]);
+  if (options.onLog) forwardLogLines(child, options.onLog);
   const stop = async (graceMs = 5_000) => {
     if (child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, "exit");
@@ -117,6 +124,26 @@ function findSetpriv(): string | undefined {
       return true;
     } catch {
       return false;
+    }
+  });
+}
+
+/** `[pid] date time [LVL] text` → the level and the text of a warning or an error line. */
+export function serverLogLine(line: string): { level: "warn" | "error"; text: string } | undefined {
+  const match = /\[(WRN|ERR|FTL)\]\s+(.*)$/.exec(line);
+  if (!match) return undefined;
+  return { level: match[1] === "WRN" ? "warn" : "error", text: match[2]!.trim() };
+}
+
+function forwardLogLines(child: ChildProcess, onLog: NonNullable<NatsServerOptions["onLog"]>): void {
+  let partial = "";
+  child.stderr!.on("data", (chunk: Buffer) => {
+    const lines = (partial + chunk.toString()).split("\n");
+    // A line split across chunks waits for its end; one that never ends is cut at 8 KiB.
+    partial = lines.pop()!.slice(-8_192);
+    for (const line of lines) {
+      const found = serverLogLine(line);
+      if (found) onLog(found.level, found.text);
     }
   });
 }
