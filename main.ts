@@ -232,7 +232,12 @@ async function provisionStores(
     return;
   }
   const handle = await connectNats({ servers, name: "service:provision", credentials: provisioner.credentials }).catch(
-    (err) => fail(`cannot connect to NATS at ${servers} to provision the stores: ${(err as Error).message}`),
+    (err) =>
+      fail(
+        err instanceof NatsServerTooOld
+          ? err.message
+          : `cannot connect to NATS at ${servers} to provision the stores: ${(err as Error).message}`,
+      ),
   );
   try {
     await openBucketsOrFail(async () => {

@@ -22,7 +22,16 @@ export async function anchorLogin(authDir: string): Promise<AnchorLogin> {
   await mkdir(authDir, { recursive: true, mode: 0o700 });
   await writeFile(seedFile, `${seed}\n`, { mode: 0o600 });
   const permissions = {
-    publish: { allow: [...kvOwn(anchorBucket), "$JS.API.INFO"] },
+    // What a user's own server would hold: its bucket's reads and writes, and making that bucket
+    // (the service's roles may not make streams; the anchor is not one of them).
+    publish: {
+      allow: [
+        ...kvOwn(anchorBucket),
+        `$JS.API.STREAM.CREATE.KV_${anchorBucket}`,
+        `$JS.API.STREAM.UPDATE.KV_${anchorBucket}`,
+        "$JS.API.INFO",
+      ],
+    },
     subscribe: { allow: [`${inboxPrefix}.>`] },
   };
   return { seedFile, user: { nkey: publicKeyOf(seed), permissions } };
