@@ -61,9 +61,7 @@ describe("key revocations", () => {
   });
 
   it("key revocations - two gateways recording at once both land", async () => {
-    await Promise.all(
-      Array.from({ length: 8 }, (_, i) => recordRevocations(gateway.requester, [`key-at-once-${i}`])),
-    );
+    await Promise.all(Array.from({ length: 8 }, (_, i) => recordRevocations(gateway.requester, [`key-at-once-${i}`])));
     const watch = await watchRevocations(host.requester, 60_000);
     defer(() => watch.close());
     for (let i = 0; i < 8; i++) assert.equal(watch.revoked(`key-at-once-${i}`, Date.now() - 1), true, `key ${i}`);
