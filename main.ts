@@ -152,8 +152,8 @@ async function apiKeys(active: ReadonlySet<Role>): Promise<ReloadableApiKeys | u
 /** SIGHUP with API keys on: reads the key file again; a file that does not parse keeps the old keys. */
 async function reloadApiKeys(keys: ReloadableApiKeys): Promise<void> {
   try {
-    await keys.reload();
-    log.info({ apiKeys: "on", principals: keys.principals }, "API keys reloaded");
+    const revoked = await keys.reload();
+    log.info({ apiKeys: "on", principals: keys.principals, revokedKeys: revoked.length }, "API keys reloaded");
   } catch (err) {
     // The message names the file's line, never a hash or a key.
     log.error(
@@ -275,6 +275,12 @@ async function main() {
   }
   if (active.has("gateway")) {
     const nats = await connectAs("gateway");
+    // Where a reload records the keys it removed, for the microVM hosts.
+    if (keys)
+      await openBucketsOrFail(
+        () => openBuckets(nats.nc, { replicas: config.replicas, only: ["keyRevocations"] }),
+        servers,
+      );
     // With local reads: reads answered from storage here, task objects reached at their owner.
     const dispatch = config.localReads
       ? gatewayDispatch(recordStores(nats.requester, { replicas: config.replicas }))
