@@ -47,7 +47,8 @@ function endRevoked(res: ServerResponse): void {
   const refusal = Unauthorized.make({ message: UNAUTHORIZED_MESSAGES.revoked });
   if (!res.headersSent) {
     res.setHeader("www-authenticate", "Bearer");
-    return sendError(res, refusal);
+    sendError(res, refusal);
+  } else {
+    res.end(`{"error":${JSON.stringify(refusal.body)}}\n`);
   }
-  res.end(`{"error":${JSON.stringify(refusal.body)}}\n`);
 }
