@@ -20,7 +20,6 @@ export {
   newApiKey,
   parseApiKeys,
   sha256Hex,
-  apiKeyId,
   type ApiKeys,
   type ReloadableApiKeys,
 } from "./api-keys.ts";
