@@ -2,20 +2,24 @@
 // a microVM host apart on one NATS. Principal A holds keys K and K2, B holds one. After K's line
 // is removed and the gateway gets SIGHUP, what K opened (a log follow, a long poll) ends within
 // 5 s of the signal, with a structured 401; K2's and B's follows go on; the instance's proxy
-// refuses a token asked for with K (403 `revoked`) and still takes one asked for with K2.
+// refuses a token asked for with K (403 `revoked`) and still takes one asked for with K2. And a
+// host that starts after the removal knows it: an instance SUSPENDED into a snapshot (gVisor)
+// outlives its host process, and the host started again adopts it and refuses the token from
+// its first request, while the other key's resumes it.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { newApiKey } from "../gateway/index.ts";
-import { connectMicrovm } from "../vm-runtime/index.ts";
+import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, policy } from "./helpers/microvm.ts";
-import { testNats } from "./helpers/nats.ts";
+import { testNats, type TestNats } from "./helpers/nats.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 
 const defer = lifo(after);
+const gvisor = await checkGvisor();
 const k = newApiKey("alice");
 const k2 = newApiKey("alice");
 const bobKey = newApiKey("bob");
@@ -237,8 +241,112 @@ function byBound<T>(promise: Promise<T>, signalledAt: number, what: string): Pro
   return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
+/** Resolves with the first log entry from index `from` on that `matches` (the logs grow as lines come). */
+async function logged(svc: ServiceProcess, from: number, matches: (entry: Record<string, unknown>) => boolean) {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const found = svc.logs.slice(from).find(matches);
+    if (found) return found;
+    assert.ok(Date.now() < deadline, "no such log entry within 15 s");
+    await new Promise((resolve) => svc.child.stdout!.once("data", resolve));
+  }
+}
+
 async function proxyStatus(endpoint: string, token: string): Promise<number> {
   const res = await fetch(`http://${endpoint}/`, { headers: { "X-aws-proxy-auth": token } });
   await res.arrayBuffer();
   return res.status;
 }
+
+describe("api keys revocation - a host started after it", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+  let nats: TestNats;
+  let dataDir: string;
+  let gateway: ServiceProcess;
+  let keysFile: string;
+
+  before(async () => {
+    nats = await testNats(defer);
+    dataDir = await mkdtemp(join(tmpdir(), "api-keys-revocation-hosts-"));
+    defer(() => rm(dataDir, { recursive: true, force: true }));
+    keysFile = join(dataDir, "api-keys");
+    await writeFile(keysFile, `${k.line}\n${k2.line}\n`);
+    gateway = await startServiceProcess({ ...nats.env(), LOG_FORMAT: "json", API_KEYS_FILE: keysFile }, [
+      "--role",
+      "gateway",
+    ]);
+    defer(() => gateway.stop());
+  });
+  after(assertNoInstanceLeft);
+
+  const hostProcess = async () => {
+    const env = {
+      ...nats.env(),
+      LOG_FORMAT: "json",
+      DATA_DIR: dataDir,
+      MICROVM_HOST_ID: "host-r",
+      MICROVM_PROVIDER: "gvisor",
+      MICROVM_SNAPSHOTS: "1",
+      MICROVM_WARM_INSTANCES: "0",
+      MICROVM_MEMORY_MIB: "96",
+    };
+    const proc = await startServiceProcess(env, ["--role", "microvms"]);
+    defer(() => proc.stop("SIGKILL"));
+    return proc;
+  };
+
+  const stateOf = async (microvmId: string) =>
+    (await call(gateway, k2.key, "GET", `/microvms/${microvmId}`)).body as { state: string; endpoint: string };
+
+  async function until(microvmId: string, done: (vm: { state: string; endpoint: string }) => boolean) {
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const vm = await stateOf(microvmId);
+      if (done(vm)) return vm;
+      assert.ok(Date.now() < deadline, `${microvmId} stayed ${vm.state}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
+  it("api keys revocation - a host started after the SIGHUP refuses the removed key's token at its first request", async () => {
+    const first = await hostProcess();
+    const run = await call(gateway, k.key, "POST", "/microvms?wait=running", {
+      imageIdentifier: "sandbox",
+      idlePolicy: policy({ autoResumeEnabled: true }),
+    });
+    assert.equal(run.status, 200, JSON.stringify(run.body));
+    const { microvmId, endpoint } = run.body as { microvmId: string; endpoint: string };
+    defer(() => call(gateway, k2.key, "DELETE", `/microvms/${microvmId}`).catch(() => undefined));
+    const token = async (key: string) => {
+      const answer = await call(gateway, key, "POST", `/microvms/${microvmId}/auth-token`, {
+        expirationInMinutes: 5,
+        allowedPorts: [{ port: 8080 }],
+      });
+      return (answer.body.authToken as Record<string, string>)["X-aws-proxy-auth"]!;
+    };
+    const [removed, kept] = [await token(k.key), await token(k2.key)];
+    assert.equal((await call(gateway, k.key, "POST", `/microvms/${microvmId}/suspend`)).status, 200);
+    await until(microvmId, (vm) => vm.state === "SUSPENDED");
+    await first.stop("SIGKILL");
+
+    await writeFile(keysFile, `${k2.line}\n`);
+    const from = gateway.logs.length;
+    gateway.child.kill("SIGHUP");
+    await logged(gateway, from, (entry) => /API key revocations (not )?recorded/.test(String(entry.msg)));
+    assert.equal(
+      gateway.logs.slice(from).some((e) => /not recorded/.test(String(e.msg))),
+      false,
+    );
+
+    await hostProcess();
+    const adopted = await until(microvmId, (vm) => vm.endpoint !== endpoint);
+    assert.equal(adopted.state, "SUSPENDED");
+    const refused = await fetch(`http://${adopted.endpoint}/`, { headers: { "X-aws-proxy-auth": removed } });
+    const body = (await refused.json()) as Record<string, unknown>;
+    assert.equal(refused.status, 403);
+    assert.equal(body.reason, "revoked");
+    assert.equal((await stateOf(microvmId)).state, "SUSPENDED", "a refused request resumes nothing");
+    const opened = await fetch(`http://${adopted.endpoint}/`, { headers: { "X-aws-proxy-auth": kept } });
+    assert.equal(opened.status, 200, await opened.text());
+    assert.equal((await call(gateway, k2.key, "DELETE", `/microvms/${microvmId}`)).status, 200);
+  });
+});
