@@ -104,8 +104,11 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
       return answer(res, proxyAnswers.forbidden(verdict, asked));
     }
     if (virtualPort === undefined) return answer(res, proxyAnswers.invalidPort());
-    open.set(res, verdict.claims);
-    res.once("close", () => open.delete(res));
+    // Only a token asked for with an API key can be revoked.
+    if (options.revoked && verdict.claims.akid !== undefined) {
+      open.set(res, verdict.claims);
+      res.once("close", () => open.delete(res));
+    }
     track(res);
     const state = options.state();
     if (state === "SUSPENDED" || state === "SUSPENDING") {
