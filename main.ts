@@ -160,8 +160,8 @@ async function apiKeys(active: ReadonlySet<Role>): Promise<ReloadableApiKeys | u
 /** SIGHUP with API keys on: reads the key file again; a file that does not parse keeps the old keys. */
 async function reloadApiKeys(keys: ReloadableApiKeys): Promise<void> {
   try {
-    await keys.reload();
-    log.info({ apiKeys: "on", principals: keys.principals }, "API keys reloaded");
+    const revoked = await keys.reload();
+    log.info({ apiKeys: "on", principals: keys.principals, revokedKeys: revoked.length }, "API keys reloaded");
   } catch (err) {
     // The message names the file's line, never a hash or a key.
     log.error(
@@ -245,6 +245,9 @@ async function provisionStores(
       if (active.has("actors") || active.has("gateway"))
         await provisionBuckets(handle.nc, { replicas: config.replicas, prefix: config.prefix, only: actorBuckets });
       if (active.has("microvms")) await provisionMicrovmStores(handle.nc, { replicas: config.replicas, ...hostStores });
+      // The API keys a gateway's reload removed: gateways write it, microVM hosts read it.
+      if (active.has("gateway") || active.has("microvms"))
+        await provisionBuckets(handle.nc, { replicas: config.replicas, only: ["keyRevocations"] });
     }, servers).catch((err: Error) =>
       err instanceof StartupError
         ? Promise.reject(err)
@@ -359,6 +362,8 @@ async function main() {
   }
   if (active.has("gateway")) {
     const nats = await connectAs("gateway");
+    // Where a reload records the keys it removed, for the microVM hosts.
+    if (keys) await openBucketsOrFail(() => openBuckets(nats.nc, { only: ["keyRevocations"] }), servers);
     // With local reads: reads answered from storage here, task objects reached at their owner.
     const dispatch = config.localReads
       ? gatewayDispatch(recordStores(nats.requester, { replicas: config.replicas }))

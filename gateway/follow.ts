@@ -32,7 +32,8 @@ export function follow(
         if (closed) return undefined;
         throw err;
       });
-      if (closed || !reply) return;
+      // Ended meanwhile by its key's revocation (open-streams.ts): nothing more is written.
+      if (closed || res.writableEnded || !reply) return;
       if (reply.status !== 200) {
         if (!res.headersSent) {
           res.writeHead(reply.status, { "content-type": "application/json" });

@@ -4,7 +4,9 @@
 import { jobApi, microvmApi, taskApi, type StorageReads } from "../schemas/index.ts";
 import { changeFedBucketNames, type NatsHandle } from "../platform/index.ts";
 import { followChanges } from "./change-feed.ts";
-import type { ApiKeys } from "./api-keys.ts";
+import type { ApiKeys, ReloadableApiKeys } from "./api-keys.ts";
+import { openStreams } from "./open-streams.ts";
+import { revokeOnReload } from "./revocations.ts";
 import { localReads, type LocalReads } from "./local-reads.ts";
 import { ownerRouting, type RoutingPolicy } from "./owner-routing.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
@@ -44,8 +46,11 @@ export interface GatewayOptions {
   readCacheEntries?: number;
   /** Slow-client bounds (defaults: headers 10 s, whole request 30 s, keep-alive 5 s). */
   timeouts?: { headersMs?: number; requestMs?: number; keepAliveMs?: number };
-  /** API keys (`API_KEYS_FILE`): every API then needs a bearer key. */
-  apiKeys?: ApiKeys;
+  /**
+   * API keys (`API_KEYS_FILE`): every API then needs a bearer key. Keys a reload removes end
+   * what they hold open here and are recorded for the microVM hosts.
+   */
+  apiKeys?: ApiKeys | ReloadableApiKeys;
   /**
    * `Host` names every API answers to besides `localhost`, 127.0.0.1 and ::1 (always served);
    * any other name is 421 MisdirectedRequest, on loopback too (DNS rebinding).
@@ -69,6 +74,8 @@ export function createGateways(options: GatewayOptions): {
     options.storageReads &&
     localReads({ reads: options.storageReads, cacheEntries: options.readCacheEntries, feed: true });
   if (reads) followChanges(options.nats, options.prefix ?? "", reads, { buckets: changeFedBucketNames });
+  const streams = openStreams();
+  if (options.apiKeys && "onRevoked" in options.apiKeys) revokeOnReload(options.apiKeys, options.nats, streams);
   const common = {
     nats: options.nats,
     prefix: options.prefix ?? "",
@@ -79,6 +86,7 @@ export function createGateways(options: GatewayOptions): {
     ownerRouting: options.routing && ownerRouting(options.nats, options.routing, options.prefix ?? ""),
     apiKeys: options.apiKeys,
     hostNames: options.hostNames,
+    openStreams: streams,
   };
   return {
     reads,

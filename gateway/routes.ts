@@ -4,6 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import polka, { type Request } from "polka";
 import { v4 as uuidv4 } from "uuid";
 import {
+  API_KEY_ID_HEADER,
   answersNoContent,
   compileDecoder,
   decodeFailure,
@@ -25,7 +26,8 @@ import {
 import { log, recordHttp, SpanKind, toApiError, traceAttribute, traced, type NatsHandle } from "../platform/index.ts";
 import type { LocalReads } from "./local-reads.ts";
 import type { OwnerRouting } from "./owner-routing.ts";
-import { principalOfRequest } from "./api-keys.ts";
+import { apiKeyIdOfRequest, principalOfRequest } from "./api-keys.ts";
+import type { OpenStreams } from "./open-streams.ts";
 import { readJsonBody } from "./body.ts";
 import { parseUrl } from "./query.ts";
 import { requestId } from "./request-id.ts";
@@ -50,6 +52,8 @@ export interface RouteOptions {
   jsonOnly?: boolean;
   /** Aborted when the server stops: followed reads end then. */
   stopping?: AbortSignal;
+  /** Followed reads and long polls by the API key that opened them (a revoked key ends them). */
+  openStreams?: OpenStreams;
 }
 
 /** A polka app serving `operations`; unknown routes and methods are 404 RouteNotFound. */
@@ -95,7 +99,11 @@ function operationRoute(op: Operation, options: RouteOptions) {
         headers[KEY_FRESH_HEADER] = "1";
       }
     }
-    if (principal) headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+    if (principal) {
+      headers[PRINCIPAL_HEADER] = principalOfRequest(req);
+      const keyId = apiKeyIdOfRequest(req);
+      if (keyId) headers[API_KEY_ID_HEADER] = keyId;
+    }
     const ifMatch = req.headers["if-match"];
     if (ifMatch && op.http.method !== "GET") headers[IF_MATCH_HEADER] = ifMatch;
     return headers;
@@ -106,6 +114,8 @@ function operationRoute(op: Operation, options: RouteOptions) {
     const id = requestId(req);
     traceAttribute("request.id", id);
     let held: ForwardOptions["held"];
+    /** Aborted when the request's API key is revoked while it is held (already answered then). */
+    let revoked: AbortSignal | undefined;
     try {
       if (options.jsonOnly && req.method === "POST") requireJsonType(req);
       const payload = op.payload ? await readJsonBody(req, bodyLimit(options, op)) : {};
@@ -116,7 +126,12 @@ function operationRoute(op: Operation, options: RouteOptions) {
       const following = op.follow !== undefined && (input as { follow?: unknown }).follow !== undefined;
       // A request that waits (RunMicrovm's `wait`, a long poll) is given up when its client leaves.
       const waitMs = op.waitMsOf?.(input as Record<string, unknown>);
-      if (following || waitMs !== undefined) held = { signal: clientLeft(res), prefix: options.prefix };
+      if (following || waitMs !== undefined) {
+        const keyId = apiKeyIdOfRequest(req);
+        revoked = keyId === undefined ? undefined : options.openStreams?.hold(keyId, res);
+        const left = clientLeft(res);
+        held = { signal: revoked ? AbortSignal.any([left, revoked]) : left, prefix: options.prefix };
+      }
       if (following) {
         const headers = requestHeaders(req, id);
         await follow(op.follow!, res, options.stopping, (next) =>
@@ -162,9 +177,11 @@ function operationRoute(op: Operation, options: RouteOptions) {
         else sendJson(res, reply.status, reply.data, stored?.revision);
       }
     } catch (err) {
-      // Nobody to answer: nginx's 499 (client closed request) for the metrics and the log.
-      if (held?.signal.aborted) res.statusCode = 499;
-      else sendError(res, err, { op: op.name, requestId: id });
+      // Nobody to answer: nginx's 499 (client closed request) for the metrics and the log; a
+      // revoked key's answer was given when it was revoked.
+      if (held?.signal.aborted) {
+        if (!revoked?.aborted) res.statusCode = 499;
+      } else sendError(res, err, { op: op.name, requestId: id });
     }
     const seconds = (performance.now() - started) / 1000;
     recordHttp(op.api, op.name, res.statusCode, seconds);

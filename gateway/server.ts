@@ -4,7 +4,7 @@ import { once } from "node:events";
 import type { AddressInfo } from "node:net";
 import { MisdirectedRequest, type OpenApiInfo, type Operation } from "../schemas/index.ts";
 import { log, recordHttp } from "../platform/index.ts";
-import { ANONYMOUS, setPrincipal, unauthorized, type ApiKeys } from "./api-keys.ts";
+import { ANONYMOUS, setApiKey, unauthorized, type ApiKeys } from "./api-keys.ts";
 import { answerClientError } from "./client-error.ts";
 import { allowedMethods, applyCors, CORS_HEADERS, corsHeaders } from "./cors.ts";
 import { docsResponder } from "./docs.ts";
@@ -72,7 +72,8 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
       // First of all, preflights included: nothing is answered to a name this API does not serve.
       const served = servesHost(req.headers.host);
       // Who asks (undefined: no key or an unknown one); only health, docs and preflights go without.
-      const principal = options.apiKeys ? options.apiKeys.principalOf(req) : ANONYMOUS;
+      const key = options.apiKeys?.keyOf(req);
+      const principal = options.apiKeys ? key?.principal : ANONYMOUS;
       // The common read first: a GET answered before is sent with all its headers in one call.
       // Only operations' URLs are kept, never those of the health or docs paths answered below.
       if (served && principal !== undefined && req.method === "GET") {
@@ -90,7 +91,7 @@ export function createApiServer(options: ApiServerOptions): ApiServer {
         res.setHeader("www-authenticate", "Bearer");
         return sendError(res, unauthorized(req));
       }
-      if (options.apiKeys) setPrincipal(req, principal);
+      if (key) setApiKey(req, key);
       if (closing) res.setHeader("connection", "close");
       // polka makes its own `next` when given none.
       void router.handler(req as never, res, undefined as never);

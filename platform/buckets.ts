@@ -14,6 +14,7 @@ import { recordStore, type RecordStore } from "./record-store.ts";
 import type { Requester } from "./requester.ts";
 import { tracedMethods } from "./tracing.ts";
 import { versionedStore, type VersionedStore } from "./lease-store.ts";
+import { KEY_REVOCATIONS_BUCKET, REVOCATION_KEEP_MS } from "./key-revocations.ts";
 
 /** Bucket names; a record's last revision is all that is read, so one revision of history is enough. */
 export const bucketNames = {
@@ -25,6 +26,8 @@ export const bucketNames = {
   images: "images",
   /** Task-object leases on replicated buckets (`leaseBucketFor`): which process holds each name. */
   taskObjectLeases: "taskobject-leases",
+  /** API keys removed from a gateway's key file, for the microVM hosts (`key-revocations.ts`). */
+  keyRevocations: KEY_REVOCATIONS_BUCKET,
 } as const;
 
 /**
@@ -100,7 +103,15 @@ export async function provisionBuckets<K extends BucketName = BucketName>(
   const provision = async (key: BucketName) => {
     const name = bucketNames[key];
     const settings = republishOf(key, options.prefix);
-    const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
+    // Revocations outlive every token they refuse, and no longer.
+    const ttl = key === "keyRevocations" ? { ttl: REVOCATION_KEEP_MS } : {};
+    const kv = await kvm.create(name, {
+      history: 1,
+      replicas: options.replicas ?? 1,
+      allow_direct: true,
+      ...ttl,
+      ...settings,
+    });
     // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
     if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
     return kv;

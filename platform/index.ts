@@ -12,6 +12,7 @@ export * from "./replies.ts";
 export * from "./failures.ts";
 export * from "./record-store.ts";
 export * from "./lease-store.ts";
+export * from "./key-revocations.ts";
 export * from "./batch.ts";
 export * from "./nats-encoding.ts";
 export * from "./metrics.ts";

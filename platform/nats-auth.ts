@@ -225,9 +225,16 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
   const inbox = (role: NatsRole) => `${inboxPrefixOf(role)}.>`;
   return {
     gateway: {
-      // Besides the operations, the reads it serves itself from storage, and the cancels of
-      // the held requests whose clients left.
-      publish: { allow: [...ops.gateway.publish, ...ACTOR_BUCKETS.flatMap(kvRead), heldCancelSubject(prefix)] },
+      // Besides the operations, the reads it serves itself from storage, the cancels of the
+      // held requests whose clients left, and the record of revoked API keys it writes.
+      publish: {
+        allow: [
+          ...ops.gateway.publish,
+          ...ACTOR_BUCKETS.flatMap(kvRead),
+          heldCancelSubject(prefix),
+          ...kvOwn(bucketNames.keyRevocations),
+        ],
+      },
       // The change feed of the records whose reads it keeps.
       subscribe: { allow: [...ops.gateway.subscribe, `${recordChangesSubject(prefix)}.>`, inbox("gateway")] },
     },
@@ -250,6 +257,8 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
           ...objOwn(imageObjectBucket),
           ...objOwn(snapshotObjectBucket),
           ...logStreamOwn(),
+          // The API keys revoked since the tokens it signs were issued.
+          ...kvRead(bucketNames.keyRevocations),
           "$JS.API.INFO",
         ],
       },

@@ -139,6 +139,7 @@ export const ImageQuotaExceeded = defineError("ImageQuotaExceeded", 429, {
 export const UNAUTHORIZED_MESSAGES = {
   missing: "missing Authorization: Bearer <key> (taskctl: TASKCTL_API_KEY)",
   invalid: "the API key is not valid (sent in Authorization: Bearer <key>)",
+  revoked: "the API key (sent in Authorization: Bearer <key>) was removed from the key file while this answer was open",
 } as const;
 /** No `Authorization: Bearer <key>` naming a known API key (when API keys are on). */
 export const Unauthorized = defineError("Unauthorized", 401, {}, () => UNAUTHORIZED_MESSAGES.missing);

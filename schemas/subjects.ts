@@ -181,6 +181,12 @@ export const IF_MATCH_HEADER = "If-Match";
  * publish. Named for the API that had it first; every API's gateway copies carry it.
  */
 export const PRINCIPAL_HEADER = "Microvm-Principal";
+/**
+ * Request header naming the API key the caller sent (its id: no secret), beside the principal:
+ * a proxy token asked for with it is refused once the key is revoked. It can only narrow what
+ * a token opens, so it is taken wherever it comes.
+ */
+export const API_KEY_ID_HEADER = "Microvm-Api-Key-Id";
 
 /** Marks a request an actor passed to the owner: the receiver serves it or answers NotOwner (no loops). */
 export const FORWARDED_HEADER = "Task-Object-Forwarded";

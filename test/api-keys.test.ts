@@ -8,7 +8,10 @@ import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { runCli } from "../client/cli.ts";
 import { httpClient } from "../client/index.ts";
-import { newApiKey, parseApiKeys } from "../gateway/index.ts";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadApiKeys, newApiKey, parseApiKeys } from "../gateway/index.ts";
 import { microvmApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
@@ -49,6 +52,30 @@ describe("api keys - the key file", () => {
     const req = { headers: { authorization: `Bearer ${key}` } } as never;
     assert.equal(parseApiKeys(line).principalOf(req), "carol");
     assert.equal(parseApiKeys(line).principalOf({ headers: { authorization: `Bearer ${key}x` } } as never), undefined);
+  });
+});
+
+describe("api keys - reloads", () => {
+  it("api keys - a reload tells the ids of the keys it removed, a key moved to another principal among them", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "api-keys-ids-"));
+    defer(() => rm(dir, { recursive: true, force: true }));
+    const file = join(dir, "keys");
+    const [first, second] = [newApiKey("alice"), newApiKey("alice")];
+    await writeFile(file, `${first.line}\n${second.line}\n`);
+    const keys = await loadApiKeys(file);
+    const idOf = (key: string) => keys.keyOf({ headers: bearer(key) } as never)?.keyId;
+    const [firstId, secondId] = [idOf(first.key)!, idOf(second.key)!];
+    assert.notEqual(firstId, secondId, "each key its own id");
+    assert.ok(!firstId.includes(first.line.split(" ")[1]!.slice(0, 8)), "the id is not the key's hash");
+    const told: string[][] = [];
+    keys.onRevoked((ids) => void told.push([...ids]));
+    await writeFile(file, `${second.line}\n`);
+    assert.deepEqual(await keys.reload(), [firstId]);
+    await writeFile(file, `${second.line.replace("alice", "bob")}\n`);
+    assert.deepEqual(await keys.reload(), [secondId], "moved to bob: alice's key is gone");
+    assert.notEqual(idOf(second.key), secondId, "bob's key has an id of its own");
+    assert.deepEqual(await keys.reload(), [], "nothing removed");
+    assert.deepEqual(told, [[firstId], [secondId]], "told only of reloads that removed keys");
   });
 });
 

@@ -256,6 +256,39 @@ test("proxy - a caller that goes away mid-answer closes the app's connection", a
   await closed;
 });
 
+// A cut that never comes would leave the read waiting: the test's timeout fails it.
+test("proxy - a revoked key's token is 403 revoked, and its answers under way are cut; another key's go on", {
+  timeout: 10_000,
+}, async (t) => {
+  const app = createServer((_req, res) => res.writeHead(200).write("streaming"));
+  await new Promise<void>((resolve) => app.listen(0, "127.0.0.1", resolve));
+  t.after(() => {
+    app.closeAllConnections();
+    return new Promise((resolve) => app.close(resolve));
+  });
+  const appPort = (app.address() as AddressInfo).port;
+  const revokedKeys = new Set<string>();
+  const { proxy, base } = await startProxy(t, {
+    resolveUpstream: () => ({ host: "127.0.0.1", port: appPort }),
+    revoked: (claims) => revokedKeys.has(claims.akid ?? ""),
+  });
+  const tokenOf = (apiKeyId: string) =>
+    createAuthToken({ microvmId: "vm-proxy", expirationInMinutes: 1, allowedPorts: [{ port: 8080 }], apiKeyId }, key)
+      .token;
+  const [gone, kept] = [tokenOf("key-gone"), tokenOf("key-kept")];
+  const streams = await Promise.all([gone, kept].map((auth) => fetch(`${base}/`, { headers: headers(auth) })));
+  const readers = streams.map((res) => res.body!.getReader());
+  for (const reader of readers) assert.ok((await reader.read()).value, "a first chunk");
+  revokedKeys.add("key-gone");
+  assert.equal(proxy.endRevoked(), 1);
+  await assert.rejects(readers[0]!.read(), "the revoked key's answer is cut");
+  const refused = await fetch(`${base}/`, { headers: headers(gone) });
+  assert.equal(refused.status, 403);
+  assert.equal(((await refused.json()) as { reason: string }).reason, "revoked");
+  assert.equal(proxy.inFlight, 1, "the other key's answer goes on");
+  await readers[1]!.cancel();
+});
+
 test("proxy - an app that breaks off mid-answer breaks off the caller's answer", async (t) => {
   const { base, auth } = await proxiedApp(t, (_req, res) => {
     res.writeHead(200, { "content-length": "100" }).write("short");

@@ -179,7 +179,7 @@ test("token cache - a remembered token still expires and is still checked per po
 });
 
 test("token cache - refused tokens are refused every time and are not remembered", () => {
-  const verifier = createTokenVerifier(key, "vm-1", 2);
+  const verifier = createTokenVerifier(key, "vm-1", { capacity: 2 });
   const forged = createAuthToken(
     { microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }] },
     otherKey,
@@ -193,6 +193,19 @@ test("token cache - refused tokens are refused every time and are not remembered
   for (const token of tokens) assert.equal(verifier.verify(token, 8080, Date.now()).ok, true);
   for (const token of tokens)
     assert.equal(verifier.verify(token, 8080, Date.now()).ok, true, "evicted ones verify again");
+});
+
+test("token cache - a token whose API key is revoked is refused, also once remembered", () => {
+  const issue = (apiKeyId: string) =>
+    createAuthToken({ microvmId: "vm-1", expirationInMinutes: 5, allowedPorts: [{ port: 8080 }], apiKeyId }, key).token;
+  const revokedKeys = new Set<string>();
+  const verifier = createTokenVerifier(key, "vm-1", { revoked: (claims) => revokedKeys.has(claims.akid ?? "") });
+  const [gone, kept] = [issue("key-gone"), issue("key-kept")];
+  assert.equal(verifier.verify(gone, 8080, Date.now()).ok, true, "before the revocation (and now remembered)");
+  revokedKeys.add("key-gone");
+  assert.deepEqual(verifier.verify(gone, 8080, Date.now()), { ok: false, reason: "revoked" });
+  assert.deepEqual(verifier.verify(issue("key-gone"), 8080, Date.now()), { ok: false, reason: "revoked" });
+  assert.equal(verifier.verify(kept, 8080, Date.now()).ok, true, "another key's token");
 });
 
 /** A token signed with `key` whose claims say whatever `claims` says (what a leaked key could mint). */

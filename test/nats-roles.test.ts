@@ -180,7 +180,9 @@ describe("nats roles - what each role may send on $JS.API", () => {
     ];
     const actorStreams = ["KV_tasks", "KV_taskobjects", "KV_jobs", "KV_taskobject-leases"];
     const sorted = (list: string[]) => [...list].sort();
-    assert.deepEqual(sorted(jsApi("gateway")), sorted(actorStreams.flatMap(reads)));
+    // The gateway writes the record of removed API keys; the microVM hosts read it.
+    const revocations = reads("KV_apikey-revocations");
+    assert.deepEqual(sorted(jsApi("gateway")), sorted([...actorStreams.flatMap(reads), ...revocations]));
     assert.deepEqual(sorted(jsApi("actors")), sorted(actorStreams.flatMap(reads)));
     assert.deepEqual(sorted(jsApi("internal")), sorted(reads("KV_jobs")));
     const objects = (stream: string) => [
@@ -196,6 +198,7 @@ describe("nats roles - what each role may send on $JS.API", () => {
         ...reads("KV_microvms"),
         "$JS.API.STREAM.PURGE.KV_microvms",
         ...reads("KV_images"),
+        ...revocations,
         ...objects("OBJ_images"),
         ...objects("OBJ_snapshots"),
         `$JS.API.STREAM.INFO.${instanceLogStream}`,

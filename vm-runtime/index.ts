@@ -100,6 +100,7 @@ export type {
 } from "./wire/token.ts";
 export { createInstanceProxy } from "./host/proxy.ts";
 export type { InstanceProxy, InstanceProxyOptions, ProxyHooks } from "./host/proxy.ts";
+export type { RevokedCheck } from "./host/token-cache.ts";
 export { proxyAnswers } from "./wire/proxy-answers.ts";
 export type { ProxyAnswer, BadGatewayReason } from "./wire/proxy-answers.ts";
 

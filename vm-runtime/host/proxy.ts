@@ -10,8 +10,8 @@ import { RUNTIME_PORT, type Upstream } from "./provider.ts";
 import { INSTANCE_PORT_HEADER, INSTANCE_SECRET_HEADER } from "../wire/rpc.ts";
 import type { MicrovmState } from "../../schemas/index.ts";
 import { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "../wire/proxy-headers.ts";
-import type { TokenKey } from "../wire/token.ts";
-import { createTokenVerifier } from "./token-cache.ts";
+import type { TokenClaims, TokenKey } from "../wire/token.ts";
+import { createTokenVerifier, type RevokedCheck } from "./token-cache.ts";
 import { SpanKind, traced } from "../../platform/index.ts";
 
 /** Called as requests start and end (after auth), with the count in flight after the change. */
@@ -38,6 +38,8 @@ export interface InstanceProxyOptions {
   readonly hooks?: ProxyHooks;
   /** Clock for token expiry (default Date.now). */
   readonly now?: () => number;
+  /** Whether a token's API key was revoked since it was issued (refused 403 `revoked`). */
+  readonly revoked?: RevokedCheck;
 }
 
 export interface InstanceProxy {
@@ -49,6 +51,8 @@ export interface InstanceProxy {
   readonly inFlight: number;
   /** Epoch ms of the last authorised request start or end. */
   readonly lastActivityAt: number;
+  /** Cuts the requests under way whose token is revoked now (`revoked`); returns how many. */
+  endRevoked(): number;
 }
 
 /** Never forwarded: the proxy's own headers, and the instance headers only the proxy may set. */
@@ -62,7 +66,11 @@ const STRIPPED = new Set([
 export function createInstanceProxy(options: InstanceProxyOptions): InstanceProxy {
   const agent = new Agent({ keepAlive: true, maxSockets: 256 });
   const now = options.now ?? Date.now;
-  const tokens = createTokenVerifier(options.tokenKey, options.microvmId);
+  const tokens = createTokenVerifier(options.tokenKey, options.microvmId, {
+    ...(options.revoked ? { revoked: options.revoked } : {}),
+  });
+  /** The requests under way, with their token's claims (a revocation cuts them). */
+  const open = new Map<ServerResponse, TokenClaims>();
   let inFlight = 0;
   let lastActivityAt = now();
   let resuming: Promise<void> | undefined;
@@ -96,6 +104,11 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
       return answer(res, proxyAnswers.forbidden(verdict, asked));
     }
     if (virtualPort === undefined) return answer(res, proxyAnswers.invalidPort());
+    // Only a token asked for with an API key can be revoked.
+    if (options.revoked && verdict.claims.akid !== undefined) {
+      open.set(res, verdict.claims);
+      res.once("close", () => open.delete(res));
+    }
     track(res);
     const state = options.state();
     if (state === "SUSPENDED" || state === "SUSPENDING") {
@@ -136,6 +149,16 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
     },
     get lastActivityAt() {
       return lastActivityAt;
+    },
+    endRevoked() {
+      let ended = 0;
+      for (const [res, claims] of open) {
+        if (!options.revoked?.(claims)) continue;
+        // A stream under way has no way to say why: its connection is cut.
+        res.destroy();
+        ended += 1;
+      }
+      return ended;
     },
     listen(port = 0, host = "127.0.0.1") {
       return new Promise((resolve, reject) => {

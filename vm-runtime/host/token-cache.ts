@@ -1,5 +1,6 @@
 // A proxy's memory of tokens it has verified: the HMAC is checked once per token string, then
-// its claims are reused until they expire. Expiry and port are still checked on every request.
+// its claims are reused until they expire. Expiry, revocation and port are still checked on
+// every request.
 import { portAllowed, verifyAuthToken, type TokenClaims, type TokenKey, type TokenVerdict } from "../wire/token.ts";
 
 export interface TokenVerifier {
@@ -7,17 +8,30 @@ export interface TokenVerifier {
   verify(token: string | undefined, port: number | undefined, now: number): TokenVerdict;
 }
 
+/** Whether a token's API key was revoked since it was issued (`RevocationWatch.revoked`). */
+export type RevokedCheck = (claims: TokenClaims) => boolean;
+
 /** Verifies tokens for one instance, remembering up to `capacity` valid ones (oldest out first). */
-export function createTokenVerifier(key: TokenKey, microvmId: string, capacity = 64): TokenVerifier {
+export function createTokenVerifier(
+  key: TokenKey,
+  microvmId: string,
+  options: { capacity?: number; revoked?: RevokedCheck } = {},
+): TokenVerifier {
   const verified = new Map<string, TokenClaims>();
+  const capacity = options.capacity ?? 64;
   return {
     verify(token, port, now) {
       const claims = token === undefined ? undefined : verified.get(token);
       if (!claims) {
         const verdict = verifyAuthToken(token, key, { microvmId, now, ...(port === undefined ? {} : { port }) });
+        if (verdict.ok && options.revoked?.(verdict.claims)) return { ok: false, reason: "revoked" };
         // Only tokens that passed in full are kept: a forged or foreign one never enters the map.
         if (verdict.ok && token !== undefined) remember(verified, token, verdict.claims, capacity);
         return verdict;
+      }
+      if (options.revoked?.(claims)) {
+        verified.delete(token!);
+        return { ok: false, reason: "revoked" };
       }
       if (claims.exp <= now) {
         verified.delete(token!);

@@ -6,6 +6,7 @@ import { lifecycleMachine } from "./machine.ts";
 import { canAccept, microvmState, type LifecycleActor, type LifecycleSnapshot } from "./snapshot.ts";
 import { remainingMs, type LifecycleEvent, type LifecycleTimeouts, type SavedSnapshot } from "./types.ts";
 import { createInstanceProxy, type InstanceProxy } from "../host/proxy.ts";
+import type { RevokedCheck } from "../host/token-cache.ts";
 import { upstreamOf, type MicrovmHandle, type MicrovmProvider } from "../host/provider.ts";
 import type { IdlePolicy, MicrovmState } from "../../schemas/index.ts";
 import type { TokenKey } from "../wire/token.ts";
@@ -18,6 +19,8 @@ export interface MicrovmInstanceOptions {
   readonly idlePolicy: IdlePolicy;
   readonly provider: MicrovmProvider;
   readonly tokenKey: TokenKey;
+  /** Whether a token's API key was revoked since it was issued (the proxy refuses it). */
+  readonly tokenRevoked?: RevokedCheck;
   readonly memoryMiB?: number;
   readonly timeouts?: Partial<LifecycleTimeouts>;
   /** Where the proxy listens (default 127.0.0.1, a free port) and how long it waits for the app. */
@@ -93,6 +96,7 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
   const proxy = createInstanceProxy({
     microvmId: options.microvmId,
     tokenKey: options.tokenKey,
+    ...(options.tokenRevoked ? { revoked: options.tokenRevoked } : {}),
     state,
     resolveUpstream: (port) => {
       const handle: MicrovmHandle | undefined = actor.getSnapshot().context.handle;

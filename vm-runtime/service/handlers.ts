@@ -5,6 +5,7 @@ import { createHash, randomUUID } from "node:crypto";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { HeldRequests } from "../../platform/index.ts";
 import {
+  API_KEY_ID_HEADER,
   IdempotencyKeyReused,
   ImageNotFound,
   MicrovmNotFound,
@@ -125,7 +126,11 @@ function instanceHandlers(host: HostState): InstanceHandlers {
     ]),
   ) as Omit<InstanceHandlers, "createAuthToken">;
   return {
-    createAuthToken: async (input, { owner }) => ownerToken(host, owner.record, owner.hosted, input),
+    createAuthToken: async (input, { owner, headers }) =>
+      ownerToken(host, owner.record, owner.hosted, {
+        ...input,
+        apiKeyId: headers?.get(API_KEY_ID_HEADER) || undefined,
+      }),
     ...transitionHandlers,
   };
 }

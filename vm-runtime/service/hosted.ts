@@ -8,6 +8,7 @@ import {
   type MicrovmHandle,
   type MicrovmInstance,
   type MicrovmProvider,
+  type RevokedCheck,
   type TokenKey,
 } from "../index.ts";
 import { log } from "../../platform/index.ts";
@@ -38,6 +39,8 @@ export interface HostedOptions {
   readonly store: MicrovmStore;
   readonly provider: MicrovmProvider;
   readonly tokenKey: TokenKey;
+  /** Whether a token's API key was revoked since it was issued (the proxy refuses it). */
+  readonly tokenRevoked?: RevokedCheck;
   /** Address the proxy binds, and the host written into `endpoint`. */
   readonly proxyBindHost: string;
   readonly proxyHost: string;
@@ -100,6 +103,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     idlePolicy: options.idlePolicy,
     provider: options.provider,
     tokenKey: options.tokenKey,
+    ...(options.tokenRevoked ? { tokenRevoked: options.tokenRevoked } : {}),
     proxy: { host: options.proxyBindHost },
     ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
     ...(keeper ? { snapshots: keeper } : {}),

@@ -23,6 +23,7 @@ import { queueHandlers, type HostState } from "./handlers.ts";
 import { HostInstances } from "./host-instances.ts";
 import { InstanceLogs, type InstanceLogOptions } from "./logs.ts";
 import { hostOwners } from "./owners.ts";
+import { hostRevocations } from "./revocations.ts";
 import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.ts";
@@ -200,6 +201,12 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     : undefined;
   // In the background: the first instance then finds the runtime bundle ready (images need none).
   provider.prepare([]).catch((err: unknown) => log.warn({ err }, "bundling the runtime failed"));
+  // Before any instance (adopted ones too) has a proxy: tokens of revoked API keys are refused.
+  const revocations = await hostRevocations(nc).catch(async (err: unknown) => {
+    await provider.close();
+    await unlock();
+    throw err;
+  });
   const proxyHost = options.proxyHost ?? "127.0.0.1";
   const host: HostState = {
     nc,
@@ -222,6 +229,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       store,
       provider,
       tokenKey,
+      tokenRevoked: revocations.revoked,
       proxyHost,
       proxyBindHost: options.proxyBindHost ?? proxyHost,
       ...(options.timeouts === undefined ? {} : { timeouts: options.timeouts }),
@@ -229,6 +237,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     },
   };
 
+  revocations.cutAt(() => host.instances.values());
   // What an earlier run of this host suspended into snapshots is this run's again.
   for (const stored of await store.list()) {
     if (stored.record.hostId === hostId && survivesHost(stored.record)) await adopt(host, stored);
@@ -332,6 +341,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     );
     await Promise.all([...own, ping].map((sub) => sub.drain().catch(() => undefined)));
     await provider.close();
+    revocations.close();
     await unlock();
     log.info({ hostId }, "microvm host stopped");
   }

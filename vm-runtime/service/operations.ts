@@ -57,7 +57,7 @@ const transitions = {
 /** The transitions, in the table's order. */
 export const transitionOps = Object.keys(transitions) as TransitionOp[];
 
-export type TokenInput = { microvmIdentifier: string } & Pick<
+export type TokenInput = { microvmIdentifier: string; apiKeyId?: string | undefined } & Pick<
   Static<typeof createAuthToken.payload>,
   "expirationInMinutes" | "allowedPorts"
 >;
@@ -84,7 +84,12 @@ export function ownerToken(
   if (!hosted || NO_TOKEN_STATES.includes(state)) throw refused(record.microvmId, state, "createAuthToken");
   try {
     const { token } = signToken(
-      { microvmId: record.microvmId, expirationInMinutes: input.expirationInMinutes, allowedPorts: input.allowedPorts },
+      {
+        microvmId: record.microvmId,
+        expirationInMinutes: input.expirationInMinutes,
+        allowedPorts: input.allowedPorts,
+        ...(input.apiKeyId ? { apiKeyId: input.apiKeyId } : {}),
+      },
       deps.tokenKey,
     );
     return { authToken: { "X-aws-proxy-auth": token } };

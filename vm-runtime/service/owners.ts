@@ -4,7 +4,7 @@
 // passes it on to the owner's own subject and relays the answer; an owner found gone ends the
 // record instead (its instances ended with it).
 import type { Msg } from "@nats-io/transport-node";
-import { ownerKey, PRINCIPAL_HEADER, ServiceUnavailable, type Operation } from "../../schemas/index.ts";
+import { API_KEY_ID_HEADER, ownerKey, PRINCIPAL_HEADER, ServiceUnavailable } from "../../schemas/index.ts";
 import { isNoResponders } from "../../platform/index.ts";
 import { forwardToOwner, natsRequests } from "../../actors/forward.ts";
 import type { OwnerStrategy } from "../../actors/serve.ts";
@@ -31,7 +31,9 @@ export function hostOwners(host: HostState): OwnerStrategy<HostedState> {
       }
       try {
         // Only hosts may publish on a host's subjects, so the owner believes the principal header.
-        const headers = { [PRINCIPAL_HEADER]: principal };
+        const headers: Record<string, string> = { [PRINCIPAL_HEADER]: principal };
+        const apiKeyId = context.headers?.get(API_KEY_ID_HEADER);
+        if (apiKeyId) headers[API_KEY_ID_HEADER] = apiKeyId;
         return await forwardToOwner(requests, op, record.hostId, input, {
           // An answer that waits for its transition (suspend, resume) takes that much longer.
           timeoutMs: host.forwardTimeoutMs + (op.waitMsOf?.(input) ?? 0),

@@ -18,6 +18,11 @@ export interface TokenClaims {
   readonly jti: string;
   /** Id of the signing key (`tokenKeyId`); absent in tokens from before key ids. */
   readonly kid?: string;
+  /**
+   * Id of the API key the token was asked for with (no secret: a hash of its key-file line);
+   * the token is refused once that key is revoked. Absent without API keys, and over NATS.
+   */
+  readonly akid?: string;
 }
 
 export interface TokenRequest {
@@ -27,6 +32,8 @@ export interface TokenRequest {
   readonly allowedPorts: readonly AllowedPort[];
   /** Issue time, epoch ms (default now). */
   readonly now?: number;
+  /** The API key the token is asked for with (its claims' `akid`). */
+  readonly apiKeyId?: string;
 }
 
 /** Why a token was refused. */
@@ -39,7 +46,8 @@ export type TokenRejection =
   | "issued-in-future"
   | "expiry-before-issue"
   | "wrong-instance"
-  | "port-not-allowed";
+  | "port-not-allowed"
+  | "revoked";
 
 export type TokenVerdict =
   | { readonly ok: true; readonly claims: TokenClaims }
@@ -98,6 +106,7 @@ export function createAuthToken(request: TokenRequest, key: TokenKey): { token: 
     exp: iat + minutes * 60_000,
     jti: randomBytes(9).toString("base64url"),
     kid: tokenKeyId(signing),
+    ...(request.apiKeyId === undefined ? {} : { akid: request.apiKeyId }),
   };
   const payload = Buffer.from(JSON.stringify(claims)).toString("base64url");
   return { token: `${payload}.${mac(payload, signing).toString("base64url")}`, claims };
@@ -189,6 +198,7 @@ function decodeClaims(payload: string): TokenClaims | undefined {
       Number.isFinite(claims.exp) &&
       Number.isFinite(claims.iat) &&
       (claims.kid === undefined || typeof claims.kid === "string") &&
+      (claims.akid === undefined || typeof claims.akid === "string") &&
       Array.isArray(claims.ports) &&
       claims.ports.every(isAllowedPort);
     return wellFormed ? (claims as TokenClaims) : undefined;
