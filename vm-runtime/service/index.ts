@@ -159,6 +159,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   // Suspend keeps a snapshot where the provider checkpoints (gVisor); elsewhere it freezes.
   const snapshots = keepSnapshots
     ? await SnapshotStore.open(nc, {
+        kv: images.kv,
         ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
         ...(options.snapshotStoreMiB === undefined ? {} : { storeMiB: options.snapshotStoreMiB }),
         ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
