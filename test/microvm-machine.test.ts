@@ -471,7 +471,10 @@ for (const [refusedWith, which] of [
     assert.equal(h.state(), "SUSPENDING");
     await h.expect("RUNNING");
     const { context } = h.actor.getSnapshot();
-    assert.deepEqual([context.handle, context.suspendRefused], [refusedWith ?? handle, { message: "over the quota", quota: 1024 }]);
+    assert.deepEqual(
+      [context.handle, context.suspendRefused],
+      [refusedWith ?? handle, { message: "over the quota", quota: 1024 }],
+    );
     assert.equal(context.saved, undefined);
   });
 }

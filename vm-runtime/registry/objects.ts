@@ -50,6 +50,8 @@ export class ObjectReplaced extends Error {
 /** An object being read: its size, and its chunks as they are fetched (one ahead). */
 export interface OpenedObject {
   readonly size: number;
+  /** The SHA-256 its meta names (its chunks are checked against it as they are read). */
+  readonly sha256: Buffer;
   /**
    * Its chunks in order; throws `CorruptObject` when they do not add up to its meta (the digest
    * is checked once the last is fetched, before it is yielded) and `ObjectReplaced` when it
@@ -74,7 +76,7 @@ export async function openObject(
   const expected = parseDigest(info.digest);
   if (!expected) throw new CorruptObject(`object ${name} has no SHA-256 digest`);
   if (info.size > maxBytes) throw new CorruptObject(`object ${name} has ${info.size} bytes, more than ${maxBytes}`);
-  return { size: info.size, chunks: chunksOf(jsm, objects, info, expected) };
+  return { size: info.size, sha256: expected, chunks: chunksOf(jsm, objects, info, expected) };
 }
 
 async function* chunksOf(
