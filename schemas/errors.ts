@@ -132,6 +132,12 @@ export const ImageQuotaExceeded = defineError("ImageQuotaExceeded", 429, {
   quota: Type.Integer(),
   message: Type.String(),
 });
+/** A suspend whose snapshot would pass its owner's snapshot quota: refused before the instance is touched. */
+export const SnapshotQuotaExceeded = defineError("SnapshotQuotaExceeded", 429, {
+  microvmId: Type.String(),
+  quota: Type.Integer(),
+  message: Type.String(),
+});
 /**
  * The messages of a 401: no bearer key sent, or one that is not valid. Neither says whose keys
  * exist: a key is looked up by its hash alone.

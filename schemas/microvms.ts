@@ -9,6 +9,8 @@ import {
   MicrovmNotFound,
   MicrovmQuotaExceeded,
   MicrovmStartTimeout,
+  SnapshotQuotaExceeded,
+  type ErrorDef,
 } from "./errors.ts";
 import { imageApi } from "./images.ts";
 import { ownedByHost, stateless } from "./placement.ts";
@@ -277,13 +279,14 @@ export const SUSPEND_WAIT_MS = SNAPSHOT_STEP_SECONDS * 1000;
 /** Longest ResumeMicrovm waits for RUNNING (or FAILED) before it answers the state it is in. */
 export const RESUME_WAIT_MS = 2 * SNAPSHOT_STEP_SECONDS * 1000;
 
-const transition = (
+const transition = <const Refusals extends readonly ErrorDef[] = []>(
   name: string,
   verb: string,
   method: "POST" | "DELETE",
   path: string,
   subject: string,
   waitMs?: number,
+  refusals?: Refusals,
 ) =>
   ({
     name,
@@ -293,7 +296,7 @@ const transition = (
     placement: ownedByHost("microvmIdentifier"),
     params: InstanceParams,
     success: InstanceState,
-    errors: [MicrovmNotFound, InvalidStateTransition],
+    errors: [MicrovmNotFound, InvalidStateTransition, ...(refusals ?? ([] as unknown as Refusals))],
     summary: `${verb} an instance`,
     // The answer waits for the transition to settle: the caller's time for it grows as much.
     ...(waitMs === undefined ? {} : { waitMsOf: () => waitMs }),
@@ -306,6 +309,7 @@ export const suspendMicrovm = transition(
   `${base}/:microvmIdentifier/suspend`,
   "microvms.suspend",
   SUSPEND_WAIT_MS,
+  [SnapshotQuotaExceeded],
 );
 export const resumeMicrovm = transition(
   "resumeMicrovm",

@@ -464,14 +464,17 @@ for (const [refusedWith, which] of [
   test(`lifecycle - a refused checkpoint (SuspendRefused) runs on, with ${which}`, async (t) => {
     const h = harness(t, {
       checkpoints: true,
-      io: { checkpoint: () => Promise.reject(new SuspendRefused("over the quota", refusedWith)) },
+      io: { checkpoint: () => Promise.reject(new SuspendRefused("over the quota", 1024, refusedWith)) },
     });
     await h.expect("RUNNING");
     h.actor.send({ type: "SUSPEND" });
     assert.equal(h.state(), "SUSPENDING");
     await h.expect("RUNNING");
     const { context } = h.actor.getSnapshot();
-    assert.deepEqual([context.handle, context.suspendRefused], [refusedWith ?? handle, { message: "over the quota" }]);
+    assert.deepEqual(
+      [context.handle, context.suspendRefused],
+      [refusedWith ?? handle, { message: "over the quota", quota: 1024 }],
+    );
     assert.equal(context.saved, undefined);
   });
 }

@@ -1,16 +1,16 @@
 // The snapshot store against a real nats-server with JetStream: a checkpoint image stored and
 // read back byte for byte (a real gVisor checkpoint restores from it), per owner and instance;
 // a missing, replaced or damaged object is a SnapshotError; the owner's quota counts its bytes;
-// unpacking refuses hostile archives (names, sizes, a decompression bomb).
+// room is reserved before a save and counted by the next; unpacking refuses hostile archives
+// (names, sizes, an archive past its bound, one cut short) and reads in chunks.
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { gzipSync } from "node:zlib";
 import { Objm } from "@nats-io/obj";
-import { connectNats, snapshotObjectBucket } from "../platform/index.ts";
+import { connectNats, openBuckets, provisionBuckets, snapshotObjectBucket } from "../platform/index.ts";
 import { nameToken } from "../schemas/index.ts";
 import {
   SnapshotError,
@@ -36,13 +36,26 @@ async function tempDir(prefix = "snapshot-store-"): Promise<string> {
   return dir;
 }
 
-async function openStore(nats: TestNats, options: SnapshotStoreOptions = {}): Promise<SnapshotStore> {
+async function openStore(nats: TestNats, options: Partial<SnapshotStoreOptions> = {}): Promise<SnapshotStore> {
   const provisioner = await connectNats({ ...nats.login("provision"), name: "test-snapshot-provision" });
   await SnapshotStore.provision(provisioner.nc, options);
+  await provisionBuckets(provisioner.nc, { only: ["images"] });
   await provisioner.close();
   const handle = await connectNats({ ...nats.login("microvms"), name: "test-snapshot-store" });
   defer(() => handle.close());
-  return SnapshotStore.open(handle.nc, options);
+  const { images } = await openBuckets(handle.nc, { only: ["images"] });
+  return SnapshotStore.open(handle.nc, { kv: images, ...options });
+}
+
+/** The bytes of an archive, as chunks of `size`. */
+async function* chunked(bytes: Buffer, size = 7): AsyncGenerator<Uint8Array> {
+  for (let at = 0; at < bytes.length; at += size) yield bytes.subarray(at, at + size);
+}
+
+async function packedBytes(dir: string): Promise<Buffer> {
+  const parts: Uint8Array[] = [];
+  for await (const chunk of (await packSnapshot(dir)).chunks) parts.push(chunk);
+  return Buffer.concat(parts);
 }
 
 /** An image directory like a checkpoint's: a large incompressible file and the host's small one. */
@@ -85,7 +98,7 @@ describe("snapshot store", () => {
     const objects = await new Objm(admin.nc).create(snapshotObjectBucket);
     const name = `${nameToken("alice")}/${nameToken("vm-damaged")}`;
     // Another image put in its place: a valid object, but not the one the record names.
-    await objects.putBlob({ name }, await packSnapshot(await imageDir(1000)));
+    await objects.putBlob({ name }, await packedBytes(await imageDir(1000)));
     await assert.rejects(
       store.load("alice", "vm-damaged", stored, await tempDir()),
       (error: unknown) => error instanceof SnapshotError && /does not match the digest/.test(error.message),
@@ -125,20 +138,58 @@ describe("snapshot store", () => {
     await store.save("dave", "vm-c", await imageDir(200_000));
   });
 
-  it("snapshot store - unpacking refuses names out of the directory, links, duplicates and a decompression bomb", async () => {
-    const header = "microvm-snapshot 1\n";
-    const archive = (body: string) => gzipSync(Buffer.from(header + body));
+  it("snapshot store - a save reserves its room first: a second save that does not fit is refused before it runs", async () => {
+    const nats = await testNats(defer);
+    const store = await openStore(nats, { quotaBytes: 500_000 });
+    let ran = false;
+    await store.reserving("erin", "vm-a", 300_000, async () => {
+      await assert.rejects(
+        store.reserving("erin", "vm-b", 300_000, async () => {
+          ran = true;
+        }),
+        (error: unknown) =>
+          error instanceof SnapshotQuotaExceeded &&
+          error.quota === 500_000 &&
+          /your snapshots take 0\.3 MiB \(300000 bytes\) of your snapshot quota/.test(error.message),
+      );
+      // A save larger than the reservations of others leave room for is refused too.
+      await assert.rejects(store.save("erin", "vm-c", await imageDir(250_000)), SnapshotQuotaExceeded);
+    });
+    assert.equal(ran, false, "the refused work never ran");
+    // Released: both fit one after the other.
+    await store.reserving("erin", "vm-b", 300_000, async () => undefined);
+  });
+
+  it("snapshot store - an archive of incompressible bytes counts in full (nothing is compressed)", async () => {
+    const nats = await testNats(defer);
+    const store = await openStore(nats);
+    const dir = await tempDir();
+    await writeFile(join(dir, "pages.img"), Buffer.alloc(3 << 20, 7));
+    const stored = await store.save("frank", "vm-zeros", dir);
+    assert.ok(stored.bytes > 3 << 20, `${stored.bytes} bytes stored for 3 MiB of one byte`);
+  });
+
+  it("snapshot store - unpacking refuses names out of the directory, links, duplicates, a bound passed and an end cut short", async () => {
+    const header = "microvm-snapshot 2\n";
+    const archive = (body: string) => chunked(Buffer.from(header + body));
     for (const [body, why] of [
       ["../escape\t2\nhi", "a parent path"],
       ["a/b\t2\nhi", "a subdirectory"],
       ["ok\t2\nhiok\t2\nhi", "a duplicate name"],
       ["ok\t200\nhi", "a size past the end"],
       ["ok\t-1\nhi", "a negative size"],
+      ["ok", "a header cut short"],
     ] as const) {
       const dir = await tempDir();
       await assert.rejects(unpackSnapshot(archive(body), dir, 1 << 20), SnapshotArchiveError, why);
-      assert.deepEqual(await readdir(dir), [], `${why}: nothing written`);
     }
+    const other = await tempDir();
+    await assert.rejects(
+      unpackSnapshot(chunked(Buffer.from("microvm-snapshot 1\nok\t2\nhi")), other, 1 << 20),
+      SnapshotArchiveError,
+      "another format",
+    );
+    assert.deepEqual(await readdir(other), [], "nothing written for another format");
     const dir = await tempDir();
     await symlink("/etc/passwd", join(dir, "linked"));
     await assert.rejects(
@@ -146,11 +197,23 @@ describe("snapshot store", () => {
       /EEXIST/,
       "a planted link is not followed",
     );
-    const bomb = gzipSync(Buffer.concat([Buffer.from(`${header}big\t${64 << 20}\n`), Buffer.alloc(64 << 20)]));
-    await assert.rejects(unpackSnapshot(bomb, await tempDir(), 1 << 20), SnapshotArchiveError);
+    const big = Buffer.concat([Buffer.from(`${header}big\t${4 << 20}\n`), Buffer.alloc(4 << 20)]);
+    await assert.rejects(unpackSnapshot(chunked(big, 65536), await tempDir(), 1 << 20), SnapshotArchiveError);
     const source = await tempDir();
     await symlink("/etc/passwd", join(source, "checkpoint.img"));
     await assert.rejects(packSnapshot(source), SnapshotArchiveError, "a link in the image is not packed");
+  });
+
+  it("snapshot store - packing and unpacking in chunks of any size give back the same files, empty ones too", async () => {
+    const source = await imageDir(30_001);
+    await writeFile(join(source, "empty.img"), "");
+    const bytes = await packedBytes(source);
+    assert.equal(bytes.length, (await packSnapshot(source)).bytes, "the size is known before reading");
+    for (const size of [1, 5, 4096, bytes.length]) {
+      const out = await tempDir();
+      await unpackSnapshot(chunked(bytes, size), out, 1 << 20);
+      assert.deepEqual(await filesOf(out), await filesOf(source), `chunks of ${size}`);
+    }
   });
 });
 

@@ -572,11 +572,14 @@ export async function createIsolatedProvider(
     forceStop,
   });
 
+  /** What its cgroup holds: the wall's memory and the instance's, its scratch files included. */
+  const checkpointBound = async (handle: MicrovmHandle) => liveEntry(handle).cgroup.memoryBytes();
+
   return {
     name: launcher.name,
     cgroupVersion: cgroups.version,
     start,
-    ...(launcher.restore ? { checkpoint, restore } : {}),
+    ...(launcher.restore ? { checkpoint, restore, checkpointBound } : {}),
     async suspend(handle) {
       await liveEntry(handle)
         .cgroup.freeze()

@@ -81,6 +81,11 @@ export interface MicrovmProvider {
    */
   checkpoint?(handle: MicrovmHandle, imageDir: string): Promise<void>;
   /**
+   * An upper bound of the bytes `checkpoint` would write for the instance now (the memory it
+   * holds), read without touching it: the room a suspend reserves in its owner's quota.
+   */
+  checkpointBound?(handle: MicrovmHandle): Promise<number>;
+  /**
    * Starts the instance saved by `checkpoint` in `imageDir` again, with the memory and files it
    * had; resolves with its new handle once the runtime answers. A damaged image is a
    * `MicrovmProviderError`, within the provider's restore deadline.

@@ -71,7 +71,7 @@ export const lifecycleMachine = setup({
     /** A refused suspend: the instance runs on, with the handle it has now. */
     storeRefusal: assign(({ context }, params: { refusal: SuspendRefused }) => ({
       handle: params.refusal.handle ?? context.handle,
-      suspendRefused: { message: params.refusal.message },
+      suspendRefused: { message: params.refusal.message, quota: params.refusal.quota },
     })),
     /** A repeated operation already under way: accepted (so `can()` is true), nothing to do. */
     acknowledge: () => undefined,

@@ -35,6 +35,8 @@ export class SuspendRefused extends Error {
   override readonly name = "SuspendRefused";
   constructor(
     message: string,
+    /** The owner's snapshot quota in bytes. */
+    readonly quota: number,
     readonly handle?: MicrovmHandle,
   ) {
     super(message);
@@ -81,7 +83,7 @@ export interface LifecycleContext {
   /** The stored snapshot of a checkpointed SUSPENDED instance (it then has no handle). */
   readonly saved?: SavedSnapshot;
   /** Why the last refused suspend was refused, the instance running on (a new object each time). */
-  readonly suspendRefused?: { readonly message: string };
+  readonly suspendRefused?: { readonly message: string; readonly quota?: number };
 }
 
 /**

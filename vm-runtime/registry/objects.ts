@@ -30,35 +30,89 @@ export async function readObject(
   name: string,
   maxBytes: number,
 ): Promise<Uint8Array | undefined> {
+  const opened = await openObject(jsm, objects, name, maxBytes);
+  if (!opened) return undefined;
+  const chunks: Uint8Array[] = [];
+  try {
+    for await (const chunk of opened.chunks) chunks.push(chunk);
+  } catch (err) {
+    if (err instanceof ObjectReplaced) return undefined;
+    throw err;
+  }
+  return Buffer.concat(chunks);
+}
+
+/** The object was deleted or written again while it was read. */
+export class ObjectReplaced extends Error {
+  override readonly name = "ObjectReplaced";
+}
+
+/** An object being read: its size, and its chunks as they are fetched (one ahead). */
+export interface OpenedObject {
+  readonly size: number;
+  /** The SHA-256 its meta names (its chunks are checked against it as they are read). */
+  readonly sha256: Buffer;
+  /**
+   * Its chunks in order; throws `CorruptObject` when they do not add up to its meta (the digest
+   * is checked once the last is fetched, before it is yielded) and `ObjectReplaced` when it
+   * was deleted or written again meanwhile.
+   */
+  readonly chunks: AsyncIterable<Uint8Array>;
+}
+
+/**
+ * Object `name` to read chunk by chunk, or undefined when it is absent or deleted. Refuses
+ * objects larger than `maxBytes` before reading.
+ */
+export async function openObject(
+  jsm: JetStreamManager,
+  objects: ObjectStore,
+  name: string,
+  maxBytes: number,
+): Promise<OpenedObject | undefined> {
   const info = await objects.info(name);
   if (!info || info.deleted) return undefined;
   if (info.options?.link) throw new CorruptObject(`object ${name} is a link`);
   const expected = parseDigest(info.digest);
   if (!expected) throw new CorruptObject(`object ${name} has no SHA-256 digest`);
   if (info.size > maxBytes) throw new CorruptObject(`object ${name} has ${info.size} bytes, more than ${maxBytes}`);
+  return { size: info.size, sha256: expected, chunks: chunksOf(jsm, objects, info, expected) };
+}
+
+async function* chunksOf(
+  jsm: JetStreamManager,
+  objects: ObjectStore,
+  info: ObjectInfo,
+  expected: Buffer,
+): AsyncGenerator<Uint8Array> {
+  const { name } = info;
   const stream = `OBJ_${info.bucket}`;
   const subject = `$O.${info.bucket}.C.${info.nuid}`;
   const hash = createHash("sha256");
-  const chunks: Uint8Array[] = [];
   let bytes = 0;
-  let seq = 1;
+  const fetch = (seq: number) => chunkFrom(jsm, stream, subject, seq);
+  let next = info.chunks > 0 ? fetch(1) : undefined;
   for (let n = 0; n < info.chunks; n++) {
-    const chunk = await chunkFrom(jsm, stream, subject, seq);
+    const chunk = await next!;
     if (!chunk) {
-      if (await replaced(objects, info)) return undefined;
+      if (await replaced(objects, info)) throw new ObjectReplaced(`object ${name} was replaced while it was read`);
       throw new CorruptObject(`object ${name} lacks chunk ${n + 1} of ${info.chunks}`);
     }
     // Chunks are stored before their meta; a later one belongs to another write.
     if (chunk.seq >= info.revision) throw new CorruptObject(`object ${name} has a chunk after its meta`);
+    // The next chunk is on its way while this one is used: one ahead, never more.
+    next = n + 1 < info.chunks ? fetch(chunk.seq + 1) : undefined;
+    next?.catch(() => undefined);
     bytes += chunk.data.byteLength;
     if (bytes > info.size) throw new CorruptObject(`object ${name} has more than its ${info.size} bytes`);
     hash.update(chunk.data);
-    chunks.push(chunk.data);
-    seq = chunk.seq + 1;
+    if (n + 1 === info.chunks) {
+      if (bytes !== info.size) throw new CorruptObject(`object ${name} has ${bytes} of its ${info.size} bytes`);
+      if (!hash.digest().equals(expected)) throw new CorruptObject(`object ${name} does not match its digest`);
+    }
+    yield chunk.data;
   }
-  if (bytes !== info.size) throw new CorruptObject(`object ${name} has ${bytes} of its ${info.size} bytes`);
-  if (!hash.digest().equals(expected)) throw new CorruptObject(`object ${name} does not match its digest`);
-  return Buffer.concat(chunks);
+  if (info.chunks === 0 && info.size !== 0) throw new CorruptObject(`object ${name} has 0 of its ${info.size} bytes`);
 }
 
 /** The objects whose names start with `prefix` (not deleted), with their sizes. */

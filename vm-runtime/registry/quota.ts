@@ -1,6 +1,6 @@
-// The stored-image quota of a principal over every host: what it stores is its objects in the
-// store plus the pushes under way, each reserved in the KV record `<owner>.usage` before its
-// module is written. A push reads the record, then lists the objects, and adds its reservation
+// A principal's quota of stored objects over every host (images, snapshots): what it stores is
+// its objects in the store plus the writes under way, each reserved in a KV record of its own
+// (`<owner>.usage` for images) before its object is written. A write reads the record, then lists the objects, and adds its reservation
 // compare-and-set on the revision it read: a reservation removed meanwhile (its module now
 // listed) fails the write, so no two pushes pass with the room for one. A reservation goes once
 // its module is stored or its push failed; one whose push died lapses after RESERVATION_MS.
@@ -20,6 +20,25 @@ export interface ImageQuota {
 
 export const DEFAULT_IMAGE_QUOTA: ImageQuota = { versions: 50, bytes: 64 * 1024 * 1024 };
 
+/** The stored-image quota's check: versions, then bytes. */
+export const imageQuotaCheck =
+  (quota: ImageQuota): QuotaCheck =>
+  ({ versions, bytes }, adding) => {
+    const more = adding > 0 ? 1 : 0;
+    if (versions + more > quota.versions)
+      throw ImageQuotaExceeded.make({
+        limit: "versions",
+        quota: quota.versions,
+        message: `you store ${versions} image versions (old versions and pushes under way count), the most allowed is ${quota.versions}: delete an image first`,
+      });
+    if (bytes + adding > quota.bytes)
+      throw ImageQuotaExceeded.make({
+        limit: "bytes",
+        quota: quota.bytes,
+        message: `your images take ${bytes} bytes (old versions and pushes under way count); this module's ${adding} more would pass your quota of ${quota.bytes} bytes: delete an image first`,
+      });
+  };
+
 /** Room held for a push under way, by the name of the object it writes. */
 interface Reservation {
   readonly bytes: number;
@@ -33,10 +52,19 @@ const RESERVATION_MS = 5 * 60_000;
 /** Longest a push tries to write its reservation among others' before answering 503. */
 const RESERVE_WAIT_MS = 10_000;
 
+/** What a principal holds: its stored objects and the writes under way (reserved), counted together. */
+export interface QuotaUsage {
+  readonly versions: number;
+  readonly bytes: number;
+}
+
+/** Throws the quota's refusal (a 429) when `adding` more bytes, as one more object, would pass it. */
+export type QuotaCheck = (usage: QuotaUsage, adding: number) => void;
+
 export class QuotaReservations {
   constructor(
     private readonly kv: KV,
-    private readonly quota: ImageQuota,
+    private readonly checkUsage: QuotaCheck,
     /** The KV key of a principal's reservations. */
     private readonly keyOf: (owner: string) => string,
     /** A principal's stored objects, read from the store's leader. */
@@ -105,27 +133,15 @@ export class QuotaReservations {
     }
   }
 
-  /** 429 when `adding` more bytes as one more version would pass the quota. */
+  /** 429 when `adding` more bytes as one more object would pass the quota. */
   private check(stored: readonly ListedObject[], reservations: Reservations, adding: number): void {
     const listed = new Set(stored.map((object) => object.name));
-    // A reservation whose module is listed already is counted once, as the module.
+    // A reservation whose object is listed already is counted once, as the object.
     const pending = Object.entries(reservations).filter(([object]) => !listed.has(object));
     const versions = stored.length + pending.length;
     const bytes =
       stored.reduce((sum, object) => sum + object.size, 0) + pending.reduce((sum, [, held]) => sum + held.bytes, 0);
-    const more = adding > 0 ? 1 : 0;
-    if (versions + more > this.quota.versions)
-      throw ImageQuotaExceeded.make({
-        limit: "versions",
-        quota: this.quota.versions,
-        message: `you store ${versions} image versions (old versions and pushes under way count), the most allowed is ${this.quota.versions}: delete an image first`,
-      });
-    if (bytes + adding > this.quota.bytes)
-      throw ImageQuotaExceeded.make({
-        limit: "bytes",
-        quota: this.quota.bytes,
-        message: `your images take ${bytes} bytes (old versions and pushes under way count); this module's ${adding} more would pass your quota of ${this.quota.bytes} bytes: delete an image first`,
-      });
+    this.checkUsage({ versions, bytes }, adding);
   }
 
   /** Writes `reservations` over `entry` compare-and-set; false when another write came first. */

@@ -22,7 +22,7 @@ import type { MethodDescription } from "../index.ts";
 import { afterDelete, withNameLock } from "./lock.ts";
 import { listObjects, readObject } from "./objects.ts";
 import { DEFAULT_IMAGE_CACHE_MIB, ModuleCache } from "./module-cache.ts";
-import { DEFAULT_IMAGE_QUOTA, QuotaReservations, type ImageQuota } from "./quota.ts";
+import { DEFAULT_IMAGE_QUOTA, imageQuotaCheck, QuotaReservations, type ImageQuota } from "./quota.ts";
 
 /** The owner of the built-in images, which every principal sees (no principal has a `~`-prefixed name here). */
 export const BUILTIN_OWNER = "~builtin";
@@ -103,7 +103,9 @@ export class ImageStore {
     readonly modules: ModuleCache,
     quota: ImageQuota,
   ) {
-    this.quota = new QuotaReservations(kv, quota, usageKey, (owner) => this.#objectsUnder(`${ownerKey(owner)}/`));
+    this.quota = new QuotaReservations(kv, imageQuotaCheck(quota), usageKey, (owner) =>
+      this.#objectsUnder(`${ownerKey(owner)}/`),
+    );
   }
 
   /** Creates the image buckets, or brings existing ones to these limits (the provisioning credential's work). */

@@ -192,6 +192,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   // Suspend keeps a snapshot where the provider checkpoints (gVisor); elsewhere it freezes.
   const snapshots = keepSnapshots
     ? await SnapshotStore.open(nc, {
+        kv: images.kv,
         ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
       }).catch(async (err: unknown) => {
         await provider.close();

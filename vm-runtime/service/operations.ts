@@ -8,6 +8,7 @@ import { createAuthToken as signToken, InvalidTokenRequest, type LifecycleEvent,
 import {
   decodeFailure,
   InvalidStateTransition,
+  SnapshotQuotaExceeded,
   microvmApi,
   ownedOperations,
   type createAuthToken,
@@ -147,21 +148,21 @@ function waitMsOf(deps: OwnerDeps, op: TransitionOp): number {
 
 /**
  * The settled state once its record is written; a suspend refused meanwhile (a refusal other
- * than `earlierRefusal`, the last one before it) is a 409 with the reason.
+ * than `earlierRefusal`, the last one before it) is a 429 with the reason: it runs on.
  */
 async function answer(
   hosted: HostedInstance,
   microvmId: string,
   state: State,
-  earlierRefusal: { readonly message: string } | undefined,
+  earlierRefusal: { readonly message: string; readonly quota?: number } | undefined,
 ): Promise<StateAnswer> {
   await hosted.writer.flush();
   const refusal = hosted.instance.actor.getSnapshot().context.suspendRefused;
   if (state === "RUNNING" && refusal !== earlierRefusal && refusal !== undefined)
-    throw InvalidStateTransition.make({
+    throw SnapshotQuotaExceeded.make({
       microvmId,
-      state,
-      message: `the instance was not suspended: ${refusal.message}`,
+      quota: refusal.quota ?? 0,
+      message: `the instance was not suspended and runs on: ${refusal.message}`,
     });
   return { microvmId, state };
 }

@@ -1,8 +1,9 @@
 // One hosted instance's snapshots: suspend checkpoints it into a directory of the host's work
 // directory and stores that in the snapshot store under its owner and id; resume loads it back
 // (checked against the digest its record keeps) and restores it. The local copy is removed
-// either way; the stored one when the instance is restored or ends. A snapshot that would pass
-// its owner's quota is refused (SuspendRefused) and the instance runs on.
+// either way; the stored one when the instance is restored or ends. Room for the snapshot is
+// reserved against its owner's quota before the checkpoint (the provider's bound of what it
+// writes): one that would pass it is refused (SuspendRefused) and the instance runs on.
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import {
@@ -30,6 +31,9 @@ export interface SnapshotKeeper extends InstanceSnapshots {
   discard(): Promise<void>;
 }
 
+/** A refusal that came after the checkpoint: the instance runs on restored (`handle`). */
+class CheckpointedRefusal extends SuspendRefused {}
+
 /** The keeper of an instance, or undefined where its provider cannot checkpoint. */
 export function snapshotKeeper(options: SnapshotKeeperOptions): SnapshotKeeper | undefined {
   const { store, provider, owner, microvmId } = options;
@@ -45,25 +49,32 @@ export function snapshotKeeper(options: SnapshotKeeperOptions): SnapshotKeeper |
       await rm(dir, { recursive: true, force: true });
     }
   };
-  /** Bytes of its last stored snapshot: what the next one is expected to take. */
-  let lastBytes = 1;
+  /** Bytes of its last stored snapshot: at least what the next one is expected to take. */
+  let lastBytes = 0;
   const save = async (handle: MicrovmHandle): Promise<SavedSnapshot> => {
-    // No room for it: refused before the instance is touched.
-    const refusal = await store.overQuota(owner, microvmId, lastBytes);
-    if (refusal) throw new SuspendRefused(refusal);
-    return withImageDir(async (dir) => {
-      await checkpoint.call(provider, handle, dir);
-      try {
-        const saved = await store.save(owner, microvmId, dir);
-        lastBytes = saved.bytes;
-        return saved;
-      } catch (err) {
-        if (!(err instanceof SnapshotQuotaExceeded)) throw err;
-        lastBytes = Math.max(lastBytes, err.bytes);
-        // Larger than there is room for: nothing was stored, and it runs on from what it saved.
-        throw new SuspendRefused(err.message, await restore.call(provider, { microvmId }, dir));
-      }
-    });
+    // Room for what it holds is reserved before the instance is touched: no room, no checkpoint.
+    const estimate = Math.max(lastBytes, (await provider.checkpointBound?.(handle)) ?? 0);
+    try {
+      return await store.reserving(owner, microvmId, estimate, () => withImageDir((dir) => saveFrom(handle, dir)));
+    } catch (err) {
+      if (err instanceof SnapshotQuotaExceeded) throw new SuspendRefused(err.message, err.quota);
+      throw err;
+    }
+  };
+  const saveFrom = async (handle: MicrovmHandle, dir: string): Promise<SavedSnapshot> => {
+    await checkpoint.call(provider, handle, dir);
+    try {
+      const saved = await store.save(owner, microvmId, dir);
+      lastBytes = saved.bytes;
+      return saved;
+    } catch (err) {
+      if (!(err instanceof SnapshotQuotaExceeded)) throw err;
+      lastBytes = Math.max(lastBytes, err.bytes);
+      // Larger than its reservation and the room left: nothing was stored, and it runs on
+      // from what it saved.
+      const restored = await restore.call(provider, { microvmId }, dir);
+      throw new CheckpointedRefusal(err.message, err.quota, restored);
+    }
   };
   return {
     save(handle) {

@@ -1,30 +1,42 @@
 // Instance snapshots in the JetStream Object Store `snapshots`: one object per owner and
-// instance (`<owner token>/<id token>`), the packed and compressed checkpoint image. The record
-// keeps its digest; a load reads it back with no consumer (registry/objects.ts), checks it against
-// that digest and unpacks it with a bound. Every owner's snapshots count against a byte quota.
+// instance (`<owner token>/<id token>`), the packed checkpoint image, streamed from its files
+// into the store and back (never whole in memory; a few transfers at a time, the rest queued).
+// The record keeps its digest; a load reads it back with no consumer (registry/objects.ts),
+// checks it against that digest and unpacks it with a bound. Every owner's snapshots count
+// against a byte quota, reserved before the checkpoint (registry/quota.ts, as image pushes).
 import { createHash } from "node:crypto";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { ensureStreamSettings, provisionedStream, snapshotObjectBucket } from "../../platform/index.ts";
-import { nameToken } from "../../schemas/index.ts";
-import { CorruptObject, listObjects, readObject } from "../registry/objects.ts";
+import { nameToken, ServiceUnavailable } from "../../schemas/index.ts";
+import { bootSlots, type BootSlots } from "../host/boot-slots.ts";
+import { CorruptObject, listObjects, ObjectReplaced, openObject } from "../registry/objects.ts";
+import { QuotaReservations, type QuotaCheck } from "../registry/quota.ts";
 import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "./archive.ts";
 
 const MiB = 1024 * 1024;
 export const DEFAULT_SNAPSHOT_STORE_MIB = 1024;
 /** Default bytes of stored snapshots per owner (`MICROVM_SNAPSHOT_QUOTA_MIB`). */
 export const DEFAULT_SNAPSHOT_QUOTA_BYTES = 256 * MiB;
-/** Largest snapshot stored or read, packed (an instance's memory cap is far below). */
-const MAX_SNAPSHOT_BYTES = 1024 * MiB;
-/** Largest snapshot once decompressed. */
-const MAX_UNPACKED_BYTES = 2048 * MiB;
+/** Largest snapshot stored or read (an instance's memory cap is far below). */
+const MAX_SNAPSHOT_BYTES = 2048 * MiB;
+/**
+ * Snapshots moving between this host's disk and the store at once; the rest wait their turn.
+ * Each holds about two object chunks in the service's memory, whatever the instance holds.
+ */
+export const SNAPSHOT_TRANSFERS = 2;
+/** Bytes per stored chunk (nats.js lowers it to the server's max_payload). */
+const CHUNK_BYTES = 1024 * 1024;
+/** Longest a transfer waits for its turn: past any suspend's or resume's own deadline. */
+const TRANSFER_WAIT_MS = 10 * 60_000;
 
 /** What the instance's record keeps of its stored snapshot. */
 export interface StoredSnapshot {
   /** `sha256:<hex>` of the stored object's bytes. */
   readonly digest: string;
-  /** Bytes stored (packed and compressed): what counts against the owner's quota. */
+  /** Bytes stored, as checkpointed (uncompressed): what counts against the owner's quota. */
   readonly bytes: number;
   readonly createdAt: string;
 }
@@ -41,32 +53,53 @@ export class SnapshotQuotaExceeded extends Error {
     message: string,
     /** Bytes of the snapshot refused. */
     readonly bytes: number,
+    /** The owner's quota in bytes. */
+    readonly quota: number,
   ) {
     super(message);
   }
 }
 
 export interface SnapshotStoreOptions {
+  /** The KV bucket that holds each owner's reservations (`<owner token>.snapshots`). */
+  readonly kv: KV;
   readonly replicas?: number;
   /** `max_bytes` of the bucket in MiB (`MICROVM_SNAPSHOT_STORE_MIB`, default 1024). */
   readonly storeMiB?: number;
   /** Bytes of stored snapshots one owner may have (default 256 MiB). */
   readonly quotaBytes?: number;
+  /** Snapshots stored or loaded at once (default SNAPSHOT_TRANSFERS). */
+  readonly transfers?: number;
 }
 
 const ownerPrefix = (owner: string) => `${nameToken(owner)}/`;
 const objectName = (owner: string, microvmId: string) => `${ownerPrefix(owner)}${nameToken(microvmId)}`;
+const reservationKey = (owner: string) => `${nameToken(owner)}.snapshots`;
 const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB (${bytes} bytes)`;
-const digestOf = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+const refusal = (held: number, quota: number, bytes: number) =>
+  `your snapshots take ${mib(held)} of your snapshot quota of ${mib(quota)}, and this one would take ${mib(bytes)} more: terminate or resume a suspended instance first`;
 
 export class SnapshotStore {
   #jsm: Promise<JetStreamManager> | undefined;
+  readonly #reservations: QuotaReservations;
+  readonly #transfers: BootSlots;
 
   private constructor(
     private readonly nc: NatsConnection,
     private readonly objects: ObjectStore,
+    kv: KV,
     readonly quotaBytes: number,
-  ) {}
+    transfers: number,
+  ) {
+    const check: QuotaCheck = ({ bytes }, adding) => {
+      if (bytes + adding > quotaBytes)
+        throw new SnapshotQuotaExceeded(refusal(bytes, quotaBytes, adding), adding, quotaBytes);
+    };
+    this.#reservations = new QuotaReservations(kv, check, reservationKey, (owner) =>
+      this.#objectsUnder(ownerPrefix(owner)),
+    );
+    this.#transfers = bootSlots(transfers);
+  }
 
   /** Creates the bucket, or brings an existing one to these limits (the provisioning credential's work). */
   static async provision(nc: NatsConnection, options: Pick<SnapshotStoreOptions, "replicas" | "storeMiB"> = {}) {
@@ -78,63 +111,107 @@ export class SnapshotStore {
   /** Opens the bucket as it is (`StoreNotProvisioned` when it is missing). */
   static async open(
     nc: NatsConnection,
-    options: Pick<SnapshotStoreOptions, "quotaBytes"> = {},
+    options: Pick<SnapshotStoreOptions, "kv" | "quotaBytes" | "transfers">,
   ): Promise<SnapshotStore> {
     await provisionedStream(nc, `OBJ_${snapshotObjectBucket}`);
     const objects = await new Objm(nc).open(snapshotObjectBucket, false);
-    return new SnapshotStore(nc, objects, options.quotaBytes ?? DEFAULT_SNAPSHOT_QUOTA_BYTES);
+    return new SnapshotStore(
+      nc,
+      objects,
+      options.kv,
+      options.quotaBytes ?? DEFAULT_SNAPSHOT_QUOTA_BYTES,
+      options.transfers ?? SNAPSHOT_TRANSFERS,
+    );
+  }
+
+  /**
+   * Runs `work` (a checkpoint and its `save`) with `estimate` bytes reserved for `owner`'s
+   * snapshot of `microvmId`: `SnapshotQuotaExceeded` before `work` runs when their stored
+   * snapshots and the saves under way on any host leave no room for it.
+   */
+  reserving<T>(owner: string, microvmId: string, estimate: number, work: () => Promise<T>): Promise<T> {
+    // A reservation lapses after minutes, far past a suspend's deadline: nothing to undo.
+    return this.#reservations.within(owner, objectName(owner, microvmId), estimate, work, async () => undefined);
   }
 
   /**
    * Stores the checkpoint image in `imageDir` as `owner`'s snapshot of `microvmId` (replacing
-   * an earlier one). `SnapshotQuotaExceeded` when the owner's other snapshots and this one
-   * would pass the quota; nothing is stored then.
+   * an earlier one), streamed from its files. `SnapshotQuotaExceeded` when the owner's other
+   * snapshots and this one would pass the quota; nothing is stored then.
    */
   async save(owner: string, microvmId: string, imageDir: string): Promise<StoredSnapshot> {
     const packed = await packSnapshot(imageDir);
-    if (packed.length > MAX_SNAPSHOT_BYTES)
+    const why = await this.overQuota(owner, microvmId, packed.bytes);
+    if (why) throw new SnapshotQuotaExceeded(why, packed.bytes, this.quotaBytes);
+    if (packed.bytes > MAX_SNAPSHOT_BYTES)
       throw new SnapshotQuotaExceeded(
-        `the snapshot has ${packed.length} bytes, more than ${MAX_SNAPSHOT_BYTES}`,
-        packed.length,
+        `the snapshot has ${packed.bytes} bytes, more than ${MAX_SNAPSHOT_BYTES}`,
+        packed.bytes,
+        this.quotaBytes,
       );
-    const refusal = await this.overQuota(owner, microvmId, packed.length);
-    if (refusal) throw new SnapshotQuotaExceeded(refusal, packed.length);
-    await this.objects.putBlob({ name: objectName(owner, microvmId) }, packed);
-    return { digest: digestOf(packed), bytes: packed.length, createdAt: new Date().toISOString() };
+    const hash = createHash("sha256");
+    const chunks = hashed(packed.chunks, hash)[Symbol.asyncIterator]();
+    // Pulled as the store writes: one chunk is read from disk when the last was acknowledged.
+    const body = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          const next = await chunks.next();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        },
+        async cancel() {
+          await chunks.return?.();
+        },
+      },
+      { highWaterMark: 0 },
+    );
+    const info = await this.#transfer(() =>
+      this.objects.put({ name: objectName(owner, microvmId), options: { max_chunk_size: CHUNK_BYTES } }, body),
+    );
+    if (info.size !== packed.bytes) throw new SnapshotError(`the snapshot of ${microvmId} changed while it was stored`);
+    return { digest: `sha256:${hash.digest("hex")}`, bytes: info.size, createdAt: new Date().toISOString() };
   }
 
   /**
    * Why a snapshot of `bytes` for `owner`'s `microvmId` would pass the owner's quota (their
-   * other snapshots counted), or undefined when it fits.
+   * other snapshots and others' reservations counted), or undefined when it fits.
    */
   async overQuota(owner: string, microvmId: string, bytes: number): Promise<string | undefined> {
     const name = objectName(owner, microvmId);
+    const reserved = await this.#reservations.reserved(owner);
     const others = (await this.#objectsUnder(ownerPrefix(owner))).filter((object) => object.name !== name);
-    const held = others.reduce((sum, object) => sum + object.size, 0);
+    const listed = new Set(others.map((object) => object.name));
+    const held =
+      others.reduce((sum, object) => sum + object.size, 0) +
+      Object.entries(reserved)
+        .filter(([object]) => object !== name && !listed.has(object))
+        .reduce((sum, [, reservation]) => sum + reservation.bytes, 0);
     if (held + bytes <= this.quotaBytes) return undefined;
-    return `your snapshots take ${mib(held)} of your snapshot quota of ${mib(this.quotaBytes)}, and this one would take ${mib(bytes)} more: terminate or resume a suspended instance first`;
+    return refusal(held, this.quotaBytes, bytes);
   }
 
   /** Unpacks `owner`'s snapshot of `microvmId` into `dir` (empty, the host's), once it matches `expected`. */
   async load(owner: string, microvmId: string, expected: Pick<StoredSnapshot, "digest">, dir: string): Promise<void> {
     const name = objectName(owner, microvmId);
-    let packed: Uint8Array | undefined;
-    try {
-      packed = await readObject(await this.#manager(), this.objects, name, MAX_SNAPSHOT_BYTES);
-    } catch (cause) {
-      if (cause instanceof CorruptObject) throw new SnapshotError(`the snapshot of ${microvmId} is damaged`, { cause });
-      throw cause;
-    }
-    if (!packed) throw new SnapshotError(`the snapshot of ${microvmId} is missing`);
-    if (digestOf(packed) !== expected.digest)
-      throw new SnapshotError(`the snapshot of ${microvmId} does not match the digest on its record`);
-    try {
-      await unpackSnapshot(packed, dir, MAX_UNPACKED_BYTES);
-    } catch (cause) {
-      if (cause instanceof SnapshotArchiveError)
-        throw new SnapshotError(`the snapshot of ${microvmId} is damaged`, { cause });
-      throw cause;
-    }
+    const damaged = (cause: unknown) => new SnapshotError(`the snapshot of ${microvmId} is damaged`, { cause });
+    await this.#transfer(async () => {
+      const jsm = await this.#manager();
+      const opened = await openObject(jsm, this.objects, name, MAX_SNAPSHOT_BYTES).catch((cause: unknown) => {
+        throw cause instanceof CorruptObject ? damaged(cause) : cause;
+      });
+      if (!opened) throw new SnapshotError(`the snapshot of ${microvmId} is missing`);
+      // Its meta names its digest, which its chunks are checked against: another object than
+      // the record's is refused before a byte of it is read.
+      if (`sha256:${opened.sha256.toString("hex")}` !== expected.digest)
+        throw new SnapshotError(`the snapshot of ${microvmId} does not match the digest on its record`);
+      try {
+        await unpackSnapshot(opened.chunks, dir, MAX_SNAPSHOT_BYTES);
+      } catch (cause) {
+        if (cause instanceof ObjectReplaced) throw new SnapshotError(`the snapshot of ${microvmId} is missing`);
+        if (cause instanceof SnapshotArchiveError || cause instanceof CorruptObject) throw damaged(cause);
+        throw cause;
+      }
+    });
   }
 
   /** Deletes `owner`'s snapshot of `microvmId`; nothing when there is none. */
@@ -149,11 +226,35 @@ export class SnapshotStore {
     return (await this.#objectsUnder(ownerPrefix(owner))).reduce((sum, object) => sum + object.size, 0);
   }
 
+  /** Transfers under way and waiting (tests and metrics). */
+  get transfers(): { readonly running: number; readonly waiting: number } {
+    return { running: this.#transfers.running, waiting: this.#transfers.waiting };
+  }
+
+  async #transfer<T>(work: () => Promise<T>): Promise<T> {
+    const slot = await this.#transfers.take(Date.now() + TRANSFER_WAIT_MS, undefined, (waited) =>
+      ServiceUnavailable.make({}, { cause: new Error(`a snapshot waited ${waited} ms for its turn`) }),
+    );
+    try {
+      return await work();
+    } finally {
+      slot.release();
+    }
+  }
+
   async #objectsUnder(prefix: string) {
     return listObjects(await this.#manager(), this.objects, snapshotObjectBucket, prefix);
   }
 
   #manager(): Promise<JetStreamManager> {
     return (this.#jsm ??= jetstreamManager(this.nc));
+  }
+}
+
+/** `chunks` passed on as they come, each added to `hash`. */
+async function* hashed(chunks: AsyncIterable<Uint8Array>, hash: ReturnType<typeof createHash>) {
+  for await (const chunk of chunks) {
+    hash.update(chunk);
+    yield chunk;
   }
 }

