@@ -90,10 +90,16 @@ export async function openBuckets<K extends BucketName = BucketName>(
   const kvm = new Kvm(nc);
   const open = async (key: BucketName) => {
     const name = bucketNames[key];
-    const settings = republishOf(key, options.prefix);
-    const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
+    const republish = republishOf(key, options.prefix);
+    const kv = await kvm.create(name, {
+      history: 1,
+      replicas: options.replicas ?? 1,
+      allow_direct: true,
+      ...republish,
+    });
+    const settings = { ...republish, ...pagesOf(key) };
     // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
-    if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
+    if (Object.keys(settings).length > 0) await ensureStreamSettings(nc, `KV_${name}`, settings);
     return kv;
   };
   const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
@@ -101,24 +107,24 @@ export async function openBuckets<K extends BucketName = BucketName>(
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
 }
 
+/** The buckets whose lists are read a page at a time (record-pages.ts). */
+export const pagedBuckets: readonly BucketName[] = ["tasks", "taskObjects"];
+
+/** What pages need of a paged bucket's stream: per-message TTLs (a removed marker's tombstone goes a second later). */
+function pagesOf(key: BucketName): Partial<StreamConfig> {
+  return pagedBuckets.includes(key) ? { allow_msg_ttl: true } : {};
+}
+
 /**
  * Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers
- * only. Of task objects only the records (`<name-token>.<id>`), not the leases beside them.
+ * only, every key (records, their markers, leases kept beside them): the feed's check counts
+ * on every stream sequence being published.
  */
 function republishOf(key: BucketName, prefix: string | undefined): { republish?: Republish } {
   const src = `$KV.${bucketNames[key]}.>`;
   if (key === "jobs") return { republish: { src, dest: `${jobsCreatedSubject(prefix)}.>` } };
   if (!changeFedBuckets.includes(key)) return {};
   const dest = `${recordChangesSubject(prefix)}.${bucketNames[key]}`;
-  if (key === "taskObjects") {
-    return {
-      republish: {
-        src: `$KV.${bucketNames[key]}.*.*`,
-        dest: `${dest}.{{wildcard(1)}}.{{wildcard(2)}}`,
-        headers_only: true,
-      },
-    };
-  }
   return { republish: { src, dest: `${dest}.>`, headers_only: true } };
 }
 
