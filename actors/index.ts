@@ -86,10 +86,10 @@ export const actorApi = { ...taskApi, ...jobApi } as const;
  * declares `reads`), for any process to run: one missing fails to compile.
  */
 export function storageReads(
-  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects">,
+  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects" | "taskPages">,
 ): ApiHandlers<ReadOperations<typeof actorApi>> {
   return {
-    getTask: taskHandlers(stores.tasks).getTask,
+    getTask: taskHandlers(stores.tasks, stores.taskPages).getTask,
     getJob: jobHandlers(stores.jobs).getJob,
     getTaskDO: taskObjectReader(stores.taskObjects),
   };
@@ -136,6 +136,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
   const requester = options.requester ?? new Requester(nc, options.publisher);
   const deps = {
     store: stores.taskObjects,
+    pages: stores.taskObjectPages,
     placement,
     requester,
     prefix,
@@ -143,14 +144,10 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     fenceInCreate: foldsFences(nc.info?.version, stores.taskObjectLeases, stores.taskObjects),
   };
   const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
-    ...taskHandlers(stores.tasks),
+    ...taskHandlers(stores.tasks, stores.taskPages),
     ...jobHandlers(stores.jobs),
     ...taskObjectHandlers(deps),
-    // Counted at the stream leader: exact after every acknowledged write.
-    ...taskObjectDirectory({
-      records: versionedStore(requester, bucketNames.taskObjects),
-      leases: stores.taskObjectLeases,
-    }),
+    ...taskObjectDirectory({ pages: stores.taskObjectPages, leases: stores.taskObjectLeases }),
   };
   // Every operation on its shared subject, in a queue group of all actor processes; the
   // task-object ones also on this process's own subjects, each request routed to its name's owner.

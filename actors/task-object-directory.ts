@@ -2,9 +2,8 @@
 // stores, and which process holds its activation. Any actor answers from storage (placed
 // stateless): describing or listing a task object never activates it.
 import type { Static } from "@sinclair/typebox";
-import type { VersionedStore } from "../platform/index.ts";
+import type { RecordPages, VersionedStore } from "../platform/index.ts";
 import {
-  decodeFailure,
   nameFromToken,
   nameToken,
   TaskObjectNotFound,
@@ -12,16 +11,15 @@ import {
   type listTaskObjects,
   type TaskObjectInfo,
 } from "../schemas/index.ts";
+import { cursorAt, pageInput } from "./pages.ts";
 import { parseLease } from "./placement.ts";
 import type { Handler } from "./serve.ts";
-import { cursorOf } from "./records.ts";
-import { pageOf } from "./tasks.ts";
 
 type Info = Static<typeof TaskObjectInfo>;
 
 export interface TaskObjectDirectoryDeps {
-  /** The task objects' records (bucket `taskobjects`, keys `<name-token>.<id>`), read at the stream leader. */
-  records: VersionedStore;
+  /** The names (`=o.<name-token>`) and the creation markers of their tasks (`<name-token>.=c.<id>`). */
+  pages: RecordPages;
   /** The task objects' leases (key `<name-token>`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`). */
   leases: VersionedStore;
 }
@@ -31,32 +29,22 @@ export interface TaskObjectDirectoryHandlers {
   getTaskObject: Handler<typeof getTaskObject>;
 }
 
-// Reads in flight per request: names described at once, and record reads at once per name.
-const NAMES_AT_ONCE = 8;
-const READS_PER_NAME = 64;
+/** Names described at once per request. */
+const NAMES_AT_ONCE = 16;
 /** What a claimer waits past a silent lease's TTL (placement's margin): a lease unrenewed longer has lapsed. */
 const LAPSE_MARGIN_MS = 500;
+/** The directory's cursors are of their own collection (its names' markers `=o.`). */
+const NAMES = "=o.";
 
 /**
- * The directory's handlers. The count of a name's tasks comes from storage, not from its
- * owner: an owner holds in memory only the records it read or wrote, and asking it would
- * activate the name. What it costs: the name's keys (one stream info request, whose answer
- * grows with the keys ever written under the name, deleted ones included), then one leader read
- * per key, since a deleted key stays listed with its delete marker. So the count is exact after
- * every acknowledged create and delete, at O(keys of the name) reads per described name; a list
- * page also reads every key of the bucket once (stream info) to find the names, as listTasks does.
+ * The directory's handlers. The count of a name's tasks comes from storage, not from its owner:
+ * an owner holds in memory only the records it read or wrote, and asking it would activate the
+ * name. What it costs: the name's creation markers counted by the server (a pass over the
+ * name's markers, not the bucket), exact after every acknowledged create and delete; a list page
+ * reads the next names of the directory from its cursor and describes each.
  */
 export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDirectoryHandlers {
-  const { records, leases } = deps;
-
-  /** Tasks stored under `keys`: those whose last write is a record, not a deletion. */
-  const countTasks = async (keys: readonly string[]): Promise<number> => {
-    const stored = await mapLimited(keys, READS_PER_NAME, async (key) => {
-      const entry = await records.get(key);
-      return entry.value !== undefined && entry.value.length > 0;
-    });
-    return stored.filter(Boolean).length;
-  };
+  const { pages, leases } = deps;
 
   /**
    * The live activation of the name whose lease key is `token`: its holder, and how long it has
@@ -75,68 +63,37 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
   };
 
   /** The name's entry, or undefined when it has no task and no activation. */
-  const describe = async (name: string, token: string, keys: readonly string[]): Promise<Info | undefined> => {
-    const [tasks, active] = await Promise.all([countTasks(keys), activation(token)]);
+  const describe = async (name: string, token: string): Promise<Info | undefined> => {
+    const [tasks, active] = await Promise.all([pages.count(`${token}.`), activation(token)]);
     if (tasks === 0 && active.activeOn === undefined) return undefined;
     return { name, tasks, ...active };
   };
 
   return {
     async getTaskObject({ name }) {
-      const token = nameToken(name);
-      const info = await describe(name, token, await records.keys(`${token}.`));
+      const info = await describe(name, nameToken(name));
       if (!info) throw TaskObjectNotFound.make({ name });
       return info;
     },
     /**
-     * Names in the order of their tokens. The next page starts after the last token this one
-     * looked at, so a name is on one page at most, however many are created meanwhile, and
-     * every name that stores tasks or is active throughout the listing is on one.
+     * Names in the order they were first activated, a page of the directory at a time. A name
+     * that stores no task and is not active is left out, so a page may hold fewer than `limit`.
      */
     async listTaskObjects(input) {
-      const { limit, after } = pageOf(input, "");
-      if (after !== undefined && nameFromToken(after) === undefined)
-        throw decodeFailure(["cursor"], "not a cursor this list answered");
-      const keysByToken = await namesAfter(after);
-      const tokens = [...keysByToken.keys()].sort();
-      const items: Info[] = [];
-      let looked = 0;
-      while (items.length < limit && looked < tokens.length) {
-        const batch = tokens.slice(looked, looked + limit - items.length);
-        looked += batch.length;
-        const described = await mapLimited(batch, NAMES_AT_ONCE, (token) =>
-          describe(nameFromToken(token)!, token, keysByToken.get(token)!),
-        );
-        for (const info of described) if (info) items.push(info);
-      }
-      // The cursor `listRecords` gives (`pageOf` reads it back): the last token looked at.
-      return looked < tokens.length ? { items, cursor: cursorOf(tokens[looked - 1]!) } : { items };
+      const { limit, after } = pageInput(input, NAMES);
+      const { markers, more } = await pages.page("", "o", after, limit);
+      const described = await mapLimited(markers, NAMES_AT_ONCE, ({ token }) => {
+        const name = nameFromToken(token);
+        return name === undefined ? undefined : describe(name, token);
+      });
+      const items = described.filter((info): info is Info => info !== undefined);
+      return more ? { items, cursor: cursorAt(NAMES, markers.at(-1)!.seq) } : { items };
     },
   };
-
-  /** Every name token after `after` that has a record key or a lease key, with its record keys. */
-  async function namesAfter(after: string | undefined): Promise<Map<string, string[]>> {
-    const byToken = new Map<string, string[]>();
-    const later = (token: string) =>
-      (after === undefined || token > after) && nameFromToken(token) !== undefined ? token : undefined;
-    // A lease key is a bare token, a record key a token and an id: one listing holds both when
-    // the leases live beside the records.
-    const apart = leases.bucket !== records.bucket;
-    const [recordKeys, leaseKeys] = await Promise.all([records.keys(), apart ? leases.keys() : []]);
-    for (const key of [...recordKeys, ...leaseKeys]) {
-      const dot = key.indexOf(".");
-      const token = later(dot < 0 ? key : key.slice(0, dot));
-      if (token === undefined) continue;
-      const keys = byToken.get(token) ?? [];
-      if (dot > 0) keys.push(key);
-      byToken.set(token, keys);
-    }
-    return byToken;
-  }
 }
 
 /** `fn` of every item, at most `limit` at a time, in the items' order. */
-async function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+async function mapLimited<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R> | R): Promise<R[]> {
   const out = new Array<R>(items.length);
   let next = 0;
   const worker = async () => {

@@ -32,12 +32,14 @@ import {
   parseNatsServerVersion,
   recentEnough,
   recordForward,
+  type RecordPages,
   type RecordStore,
   type Requester,
 } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import { createRecord, deleteRecord, listRecords, readEntry, updateRecord, type Stored } from "./records.ts";
+import { listCreated } from "./pages.ts";
+import { createRecord, deleteRecord, readEntry, updateRecord, type Stored } from "./records.ts";
 import {
   answerStored,
   answerStoredAs,
@@ -46,7 +48,7 @@ import {
   type HandlerContext,
   type OwnerStrategy,
 } from "./serve.ts";
-import { isTaskRecord, pageOf, taskCondition, type TaskRecord } from "./tasks.ts";
+import { isTaskRecord, taskCondition, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
 export const taskObjectApi = ownedOperations(taskApi);
@@ -57,6 +59,8 @@ export type TaskObjectHandlers = ApiHandlers<typeof taskObjectApi, TaskObjectSta
 
 export interface TaskObjectDeps {
   store: RecordStore;
+  /** The creation markers of the names' tasks (`<name-token>.=c.<id>`) and the names (`=o.<name-token>`). */
+  pages: RecordPages;
   placement: Placement;
   /** Carries forwards to the owning process. */
   requester: Requester;
@@ -224,26 +228,36 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
  * runs them only where the name lives.
  */
 export function taskObjectHandlers(
-  deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries" | "fenceInCreate">,
+  deps: Pick<TaskObjectDeps, "store" | "pages" | "placement" | "cacheEntries" | "fenceInCreate">,
 ): TaskObjectHandlers {
-  const { store, placement } = deps;
+  const { store, pages, placement } = deps;
   /**
    * `owner`'s create of a record with a fresh id: one write carrying its fence where the stream
    * allows it, else (or when the server refused it) a fence and then the create-only write.
    */
   const fencedCreate = async (owner: Activation, key: string, data: string, fresh: boolean): Promise<CreateOutcome> => {
+    const prefix = key.slice(0, key.indexOf(".") + 1);
+    const token = key.slice(prefix.length);
     // Only a key no caller chose, on the request's first attempt, can skip the server's check
     // that it is new (`keyFresh`).
     if (deps.fenceInCreate && fresh) {
       const outcome = await placement.carryingFence(owner, (revision) =>
-        store.createFenced(key, data, { key: owner.key, revision }),
+        pages.create(prefix, token, data, { key: owner.key, revision }),
       );
-      if (outcome !== "refused" && outcome !== "busy") return outcome;
+      if (outcome !== "exists" && outcome !== "busy") return outcome;
       // The lease moved (the fence below then fails), a write of it overtook this one, or its
       // writes kept coming: fence and write as any other write does (the key is new all the same).
     }
     await placement.fence(owner);
-    return store.create(key, data);
+    return pages.create(prefix, token, data);
+  };
+  // A name is in the directory (`=o.<name-token>`) from its first activation on: written once
+  // per activation, before its first request runs, so every name that stores a task is listed.
+  const named = new WeakSet<Activation>();
+  const inDirectory = async (owner: Activation, name: string) => {
+    if (named.has(owner)) return;
+    await pages.mark("", "o", nameToken(name));
+    named.add(owner);
   };
   // The owner reads its records from memory once seen. Only the activation that kept one uses
   // it: every write of the name goes through that activation, so what it kept is current while
@@ -266,6 +280,7 @@ export function taskObjectHandlers(
   };
   return {
     async getTaskDO({ id, name = "default" }, context) {
+      await inDirectory(context.owner, name);
       const key = taskObjectKey(name, id);
       const task = key === undefined ? undefined : await read(key, context.owner);
       if (!task) throw TaskNotFound.make({ id });
@@ -276,6 +291,7 @@ export function taskObjectHandlers(
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
       const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
       const key = taskObjectKey(name, task.id)!;
+      await inDirectory(context.owner, name);
       const stored = await createRecord(
         store,
         key,
@@ -292,7 +308,7 @@ export function taskObjectHandlers(
     },
     async updateTaskDO({ id, name = "default", ...change }, context) {
       const key = taskObjectKey(name, id);
-      await placement.fence(context.owner);
+      await Promise.all([placement.fence(context.owner), inDirectory(context.owner, name)]);
       const task =
         key === undefined
           ? undefined
@@ -310,16 +326,20 @@ export function taskObjectHandlers(
     },
     async deleteTaskDO({ id, name = "default" }, context) {
       const key = taskObjectKey(name, id);
-      await placement.fence(context.owner);
-      const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
+      await Promise.all([placement.fence(context.owner), inDirectory(context.owner, name)]);
+      const prefix = `${nameToken(name)}.`;
+      const remove = (k: string, revision: number, writeId?: string) =>
+        pages.delete(prefix, k.slice(prefix.length), revision, writeId);
+      const deleted =
+        key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
       keep(deleted, context.owner);
       answerStored(context, deleted);
       return null;
     },
     async listTasksDO({ name = "default", ...page }, context) {
-      const prefix = `${nameToken(name)}.`;
-      return listRecords(store, prefix, pageOf(page, prefix), (key) => read(key, context.owner));
+      await inDirectory(context.owner, name);
+      return listCreated(pages, `${nameToken(name)}.`, page, (key) => read(key, context.owner));
     },
   };
 }

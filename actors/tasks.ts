@@ -1,5 +1,5 @@
 // The task actor: tasks in the object store (the `tasks` KV bucket), keyed by id.
-import type { RecordStore } from "../platform/index.ts";
+import type { RecordPages, RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import {
   idKey,
@@ -8,22 +8,13 @@ import {
   TaskNotFound,
   type createTask,
   type deleteTask,
-  decodeFailure,
   type getTask,
   type listTasks,
   type updateTask,
 } from "../schemas/index.ts";
 import type { Static } from "@sinclair/typebox";
-import {
-  createRecord,
-  deleteRecord,
-  keyOfCursor,
-  listRecords,
-  matchesSchema,
-  readEntry,
-  updateRecord,
-  type WriteCondition,
-} from "./records.ts";
+import { listCreated } from "./pages.ts";
+import { createRecord, deleteRecord, matchesSchema, readEntry, updateRecord, type WriteCondition } from "./records.ts";
 import { answerStored, type Handler, type HandlerContext } from "./serve.ts";
 
 export type TaskRecord = Static<typeof Task>;
@@ -39,14 +30,6 @@ export interface TaskHandlers {
   listTasks: Handler<typeof listTasks>;
 }
 
-/** A list's page request from its input: `limit` (default 100) and the key after which it starts (400 for a cursor not given by it). */
-export function pageOf(input: { limit?: number | string; cursor?: string }, prefix: string) {
-  const after = input.cursor === undefined ? undefined : keyOfCursor(input.cursor, prefix);
-  if (input.cursor !== undefined && after === undefined)
-    throw decodeFailure(["cursor"], "not a cursor this list answered");
-  return { limit: Number(input.limit ?? 100), after };
-}
-
 /** A write's condition from its context: `If-Match` of task `id`, refused as 412 PreconditionFailed. */
 export function taskCondition(id: string, context: HandlerContext): WriteCondition {
   return {
@@ -56,7 +39,8 @@ export function taskCondition(id: string, context: HandlerContext): WriteConditi
   };
 }
 
-export function taskHandlers(store: RecordStore): TaskHandlers {
+/** The task actor's handlers over the `tasks` bucket; `pages` keeps its creation markers (the lists). */
+export function taskHandlers(store: RecordStore, pages: RecordPages): TaskHandlers {
   return {
     async getTask({ id }, context) {
       const key = idKey(id);
@@ -67,7 +51,14 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
     },
     async createTask({ title }, context) {
       const task: TaskRecord = { id: context.idempotencyKey ?? uuidv4(), title, completed: false };
-      const stored = await createRecord(store, task.id, task, isTaskRecord, (s) => s.title === title);
+      const stored = await createRecord(
+        store,
+        task.id,
+        task,
+        isTaskRecord,
+        (s) => s.title === title,
+        (key, data) => pages.create("", key, data),
+      );
       answerStored(context, stored);
       return stored.value;
     },
@@ -84,13 +75,15 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
     },
     async deleteTask({ id }, context) {
       const key = idKey(id);
-      const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
+      const remove = (k: string, revision: number, writeId?: string) => pages.delete("", k, revision, writeId);
+      const deleted =
+        key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
       answerStored(context, deleted);
       return null;
     },
     async listTasks(input) {
-      return listRecords(store, "", pageOf(input, ""), (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
+      return listCreated(pages, "", input, (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
     },
   };
 }

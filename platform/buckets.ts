@@ -3,6 +3,7 @@ import { jetstreamManager, type Republish, type StreamConfig } from "@nats-io/je
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
+import { recordPages, type RecordPages } from "./record-pages.ts";
 import type { Requester } from "./requester.ts";
 import { tracedMethods } from "./tracing.ts";
 import { versionedStore, type VersionedStore } from "./lease-store.ts";
@@ -149,6 +150,9 @@ export type RecordStores = {
   readonly jobs: RecordStore;
   /** Task-object leases (placement), read and written with revision checks. */
   readonly taskObjectLeases: VersionedStore;
+  /** The creation markers of tasks and of task-object tasks: their lists, page by page. */
+  readonly taskPages: RecordPages;
+  readonly taskObjectPages: RecordPages;
 };
 
 /** Lean stores over the record buckets (create them first with `openBuckets`). */
@@ -160,5 +164,7 @@ export function recordStores(requester: Requester, options: BucketOptions = {}):
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
     taskObjectLeases: tracedMethods(versionedStore(requester, leaseBucketFor(options.replicas)), "lease"),
+    taskPages: tracedMethods(recordPages(requester, bucketNames.tasks), `pages ${bucketNames.tasks}`),
+    taskObjectPages: tracedMethods(recordPages(requester, bucketNames.taskObjects), `pages ${bucketNames.taskObjects}`),
   };
 }

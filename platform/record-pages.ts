@@ -78,6 +78,8 @@ export function recordPages(requester: Requester, bucket: string, options: { tim
       const marker = write(markerKey(prefix, "c", token), undefined, expectAt(0));
       const record = write(prefix + token, data, fence ? expectAt(fence.revision, subject(fence.key)) : expectAt(0));
       const [marked, outcome] = await Promise.all([marker, record]);
+      // Written, but its marker was refused: one removed before (a create refused by its fence).
+      if (outcome !== "moved" && marked === "moved") await restoreMarker(prefix, token);
       if (outcome !== "moved") return outcome;
       // Refused by its fence: the record was not written, nor must its marker stay.
       if (fence && marked !== "moved") await removeMarker(prefix, token);
@@ -141,6 +143,15 @@ export function recordPages(requester: Requester, bucket: string, options: { tim
       write(markerKey(prefix, "d", token), undefined, note),
       write(markerKey(prefix, "c", token), undefined, removed),
     ]);
+  }
+
+  /** Writes `token`'s creation marker again where its last write removed it. */
+  async function restoreMarker(prefix: string, token: string): Promise<void> {
+    const key = markerKey(prefix, "c", token);
+    const last = await requester.request(`$JS.API.DIRECT.GET.KV_${bucket}.${subject(key)}`, undefined, timeout);
+    const operation = last.headers?.get("KV-Operation");
+    if (operation !== "PURGE" && operation !== "DEL") return;
+    await write(key, undefined, expectAt(Number(last.headers?.get("Nats-Sequence"))));
   }
 
   /** How many messages match `filter` (server-side: a pass over the subjects it matches). */
