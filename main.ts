@@ -3,7 +3,7 @@
 import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
-import { gatewayDispatch, startActors } from "./actors/index.ts";
+import { backfillIndexes, gatewayDispatch, startActors } from "./actors/index.ts";
 import { ProviderUnavailable, startMicrovmHost } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
@@ -239,6 +239,9 @@ async function main() {
       () => openBuckets(nats.nc, { replicas: config.replicas, prefix: config.prefix, only: actorBuckets }),
       servers,
     );
+    // Records of an earlier release get their list markers before any list is answered.
+    const backfilled = await backfillIndexes(nats.requester);
+    if (backfilled > 0) log.info({ markers: backfilled }, "list markers written for earlier records");
     const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
       prefix: config.prefix,
       publisher: nats.publisher,

@@ -46,6 +46,7 @@ export {
   type PlacementOptions,
 } from "./placement.ts";
 export { foldsFences } from "./task-objects.ts";
+export { backfillIndexes, BACKFILL_DONE_KEY } from "./backfill.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */
