@@ -55,8 +55,8 @@ export interface RecordPages {
 }
 
 // A walk reads the stream from its position unfiltered (the server's cost is the messages sent)
-// while the collection is dense there, and filtered past this many messages: a filtered read
-// costs the server a pass over every subject matching the filter (the collection's size).
+// while the collection is dense there, and past this many messages one filtered message at a
+// time: a filtered batch read costs the server a count of what matches in the rest of the stream.
 const SCAN_CHUNK = 512;
 const scanBudget = (limit: number) => 4 * (limit + 1) + SCAN_CHUNK;
 /** Bytes one read of a walk asks for at most (the server sends fewer messages past it). */
@@ -100,22 +100,29 @@ export function recordPages(requester: Requester, bucket: string, options: { tim
     async page(prefix, kind, after, limit) {
       const head = root + markerKey(prefix, kind, "");
       const found: Marker[] = [];
+      const take = (m: { subject: string; seq: number; removed: boolean }) => {
+        const token = m.subject.slice(head.length);
+        if (m.subject.startsWith(head) && !token.includes(".") && !m.removed) found.push({ token, seq: m.seq });
+      };
       let next = after + 1;
-      let scanned = 0;
-      let filtered = false;
-      for (;;) {
-        const want = filtered ? limit + 1 - found.length : SCAN_CHUNK;
-        const read = await readBatch(next, want, filtered ? `${head}*` : undefined);
-        for (const m of read.messages) {
-          const token = m.subject.slice(head.length);
-          if (m.subject.startsWith(head) && !token.includes(".") && !m.removed) found.push({ token, seq: m.seq });
-        }
+      // Dense here: the stream read as it is, a chunk at a time.
+      for (let scanned = 0; scanned < scanBudget(limit); ) {
+        const read = await readBatch(next, SCAN_CHUNK);
+        read.messages.forEach(take);
         scanned += read.messages.length;
         if (found.length > limit) return { markers: found.slice(0, limit), more: true };
         if (read.pending === 0 || read.last === undefined) return { markers: found, more: false };
         next = read.last + 1;
-        filtered ||= scanned >= scanBudget(limit);
       }
+      // Sparse: the next marker, one at a time (a filtered read of a batch costs the server a
+      // count of what matches in the rest of the stream; a read of one does not).
+      while (found.length <= limit) {
+        const marker = await readNext(next, `${head}*`);
+        if (!marker) return { markers: found, more: false };
+        take(marker);
+        next = marker.seq + 1;
+      }
+      return { markers: found.slice(0, limit), more: true };
     },
     async count(prefix) {
       // Notes first: a deletion between the reads then leaves its tombstone in the markers read
@@ -160,6 +167,19 @@ export function recordPages(requester: Requester, bucket: string, options: { tim
     return read.messages.length + read.pending;
   }
 
+  /** The first message matching `filter` from `seq` on, or undefined when there is none. */
+  async function readNext(seq: number, filter: string) {
+    const msg = await requester.request(
+      `$JS.API.DIRECT.GET.KV_${bucket}`,
+      JSON.stringify({ seq, next_by_subj: filter }),
+      timeout,
+    );
+    const code = msg.headers?.code ?? 0;
+    if (code === 404) return undefined;
+    if (code !== 0) throw new JetStreamRequestError(code, 0, msg.headers?.description ?? "direct get failed");
+    return messageOf(msg);
+  }
+
   /**
    * One batch read from `seq` (`filter`: a subject filter, else every message): the messages
    * with their subject and sequence, the last one's sequence and how many are left after it.
@@ -178,12 +198,7 @@ export function recordPages(requester: Requester, bucket: string, options: { tim
       timeout,
       (msg: Msg) => {
         if ((msg.headers?.code ?? 0) !== 0) return true;
-        const operation = msg.headers?.get("KV-Operation");
-        messages.push({
-          subject: msg.headers?.get("Nats-Subject") ?? "",
-          seq: Number(msg.headers?.get("Nats-Sequence")),
-          removed: operation === "DEL" || operation === "PURGE",
-        });
+        messages.push(messageOf(msg));
         return false;
       },
     );
@@ -193,6 +208,16 @@ export function recordPages(requester: Requester, bucket: string, options: { tim
     const pending = Number(end.headers?.get("Nats-Num-Pending") ?? "0");
     return { messages, pending, last: messages.at(-1)?.seq };
   }
+}
+
+/** A direct get's message: its subject, sequence, and whether it removes its key. */
+function messageOf(msg: Msg) {
+  const operation = msg.headers?.get("KV-Operation");
+  return {
+    subject: msg.headers?.get("Nats-Subject") ?? "",
+    seq: Number(msg.headers?.get("Nats-Sequence")),
+    removed: operation === "DEL" || operation === "PURGE",
+  };
 }
 
 /** Headers expecting the last sequence of `on` (default: the message's own subject) to be `seq`. */
