@@ -46,7 +46,7 @@ export {
   type PlacementOptions,
 } from "./placement.ts";
 export { foldsFences } from "./task-objects.ts";
-export { backfillIndexes, BACKFILL_DONE_KEY } from "./backfill.ts";
+export { backfillDoneSubject, backfillIndexes } from "./backfill.ts";
 
 export interface ActorOptions {
   /** Subject prefix shared with the gateways (empty for none). */
@@ -87,10 +87,10 @@ export const actorApi = { ...taskApi, ...jobApi } as const;
  * declares `reads`), for any process to run: one missing fails to compile.
  */
 export function storageReads(
-  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects" | "taskPages">,
+  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects" | "taskIndex">,
 ): ApiHandlers<ReadOperations<typeof actorApi>> {
   return {
-    getTask: taskHandlers(stores.tasks, stores.taskPages).getTask,
+    getTask: taskHandlers(stores.tasks, stores.taskIndex).getTask,
     getJob: jobHandlers(stores.jobs).getJob,
     getTaskDO: taskObjectReader(stores.taskObjects),
   };
@@ -137,7 +137,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
   const requester = options.requester ?? new Requester(nc, options.publisher);
   const deps = {
     store: stores.taskObjects,
-    pages: stores.taskObjectPages,
+    index: stores.taskObjectIndex,
     placement,
     requester,
     prefix,
@@ -145,10 +145,14 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     fenceInCreate: foldsFences(nc.info?.version, stores.taskObjectLeases, stores.taskObjects),
   };
   const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
-    ...taskHandlers(stores.tasks, stores.taskPages),
+    ...taskHandlers(stores.tasks, stores.taskIndex),
     ...jobHandlers(stores.jobs),
     ...taskObjectHandlers(deps),
-    ...taskObjectDirectory({ pages: stores.taskObjectPages, leases: stores.taskObjectLeases }),
+    ...taskObjectDirectory({
+      records: stores.taskObjects,
+      index: stores.taskObjectIndex,
+      leases: stores.taskObjectLeases,
+    }),
   };
   // Every operation on its shared subject, in a queue group of all actor processes; the
   // task-object ones also on this process's own subjects, each request routed to its name's owner.

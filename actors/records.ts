@@ -3,7 +3,7 @@
 // A stored value that is not its record's shape (written straight to KV by anyone with write
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
-import { type CreateOutcome, log, type RecordStore, type WriteOutcome } from "../platform/index.ts";
+import { log, type RecordStore, type WriteOutcome } from "../platform/index.ts";
 import { ajv, IdempotencyKeyReused, ServiceUnavailable } from "../schemas/index.ts";
 
 /**
@@ -53,6 +53,8 @@ export interface Stored<T> {
   readonly revision: number;
   /** The write id its last write was sent with, if any. */
   readonly writtenBy?: string;
+  /** Its index entry (an indexed record's place in its list), if any. */
+  readonly index?: number;
 }
 
 /** The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
@@ -73,7 +75,8 @@ export async function readEntry<T>(
   }
   const problem = check(value);
   if (problem !== undefined) throw new CorruptRecord(store.bucket, key, problem);
-  return { value: value as T, bucket: store.bucket, key, revision: found.revision, writtenBy: found.writtenBy };
+  const { revision, writtenBy, index } = found;
+  return { value: value as T, bucket: store.bucket, key, revision, writtenBy, index };
 }
 
 /** The stored JSON of `key`, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
@@ -92,10 +95,14 @@ export async function createRecord<T extends { id: string }>(
   record: T,
   check: RecordCheck,
   sameRequest: (stored: T) => boolean,
-  create: (key: string, data: string) => Promise<CreateOutcome> = (k, data) => store.create(k, data),
+  create: (key: string, data: string) => Promise<{ readonly revision: number; readonly index?: number } | "exists"> = (
+    k,
+    data,
+  ) => store.create(k, data),
 ): Promise<Stored<T>> {
   const outcome = await create(key, JSON.stringify(record));
-  if (outcome !== "exists") return { value: record, bucket: store.bucket, key, revision: outcome.revision };
+  if (outcome !== "exists")
+    return { value: record, bucket: store.bucket, key, revision: outcome.revision, index: outcome.index };
   const stored = await readEntry<T>(store, key, check);
   if (stored && sameRequest(stored.value)) return stored;
   throw IdempotencyKeyReused.make({
@@ -139,22 +146,29 @@ export async function updateRecord<T>(
     if (condition.writeId !== undefined && found.writtenBy === condition.writeId) return found;
     requireRevision(condition, found.revision);
     const value = change(found.value);
-    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId);
-    return outcome === "moved" ? outcome : { value, bucket: store.bucket, key, revision: outcome.revision };
+    // The record keeps naming its index entry.
+    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId, found.index);
+    if (outcome === "moved") return outcome;
+    return { value, bucket: store.bucket, key, revision: outcome.revision, index: found.index };
   });
 }
 
 /**
  * Deletes the record under `key` (whatever it holds, so a corrupt one can go too), named by
  * the revision read, as `updateRecord` writes: the delete's revision, or undefined when absent.
- * `remove` sends the delete (default: the store's revision-checked delete).
+ * `remove` sends the delete (default: the store's revision-checked delete), told the index
+ * entry the record named.
  */
 export async function deleteRecord(
   store: RecordStore,
   key: string,
   condition: WriteCondition,
-  remove: (key: string, revision: number, writeId?: string) => Promise<WriteOutcome> = (k, r, w) =>
-    store.delete(k, r, w),
+  remove: (
+    key: string,
+    revision: number,
+    writeId: string | undefined,
+    index: number | undefined,
+  ) => Promise<WriteOutcome> = (k, r, w) => store.delete(k, r, w),
 ): Promise<Stored<null> | undefined> {
   return retryMoved(store, key, async () => {
     const found = await store.lastWrite(key);
@@ -163,7 +177,7 @@ export async function deleteRecord(
     if (repeat && found.deleted) return { value: null, bucket: store.bucket, key, revision: found.revision };
     if (found.deleted) return undefined;
     requireRevision(condition, found.revision);
-    const outcome = await remove(key, found.revision, condition.writeId);
+    const outcome = await remove(key, found.revision, condition.writeId, found.index);
     return outcome === "moved" ? outcome : { value: null, bucket: store.bucket, key, revision: outcome.revision };
   });
 }

@@ -2,7 +2,13 @@
 // stores, and which process holds its activation. Any actor answers from storage (placed
 // stateless): describing or listing a task object never activates it.
 import type { Static } from "@sinclair/typebox";
-import type { RecordPages, VersionedStore } from "../platform/index.ts";
+import {
+  bucketNames,
+  collectionSubject,
+  type RecordIndex,
+  type RecordStore,
+  type VersionedStore,
+} from "../platform/index.ts";
 import {
   nameFromToken,
   nameToken,
@@ -11,15 +17,38 @@ import {
   type listTaskObjects,
   type TaskObjectInfo,
 } from "../schemas/index.ts";
-import { cursorAt, pageInput } from "./pages.ts";
+import { createIndexed, listIndexed } from "./pages.ts";
 import { parseLease } from "./placement.ts";
 import type { Handler } from "./serve.ts";
 
 type Info = Static<typeof TaskObjectInfo>;
 
+/** The collection of the tasks a name stores (records `<name-token>.<id>`). */
+export const nameTasksCollection = (token: string): string => collectionSubject(bucketNames.taskObjects, `${token}.`);
+
+/** The collection of the names, each listed once, from its first activation on. */
+export const namesCollection = collectionSubject(bucketNames.taskObjects, "", "o");
+
+/**
+ * The record that lists a name in `namesCollection`. Three tokens, `=`-led: no record, lease
+ * or change-feed key (`<name-token>.<id>`) is one.
+ */
+const NAME_KEY_PREFIX = "=o.=.";
+export const nameListingKey = (token: string): string => NAME_KEY_PREFIX + token;
+
+/** Lists the name `token` in `namesCollection` unless it is listed already. */
+export async function listName(store: RecordStore, index: RecordIndex, token: string): Promise<void> {
+  const key = nameListingKey(token);
+  const listed = await store.entry(key);
+  if (listed?.index !== undefined) return;
+  await createIndexed(index, namesCollection, key, (entry) => store.create(key, token, entry));
+}
+
 export interface TaskObjectDirectoryDeps {
-  /** The names (`=o.<name-token>`) and the creation markers of their tasks (`<name-token>.=c.<id>`). */
-  pages: RecordPages;
+  /** The task objects' records (bucket `taskobjects`): the names' listing records are read there. */
+  records: RecordStore;
+  /** The index of `taskobjects`: the names, and the tasks of each. */
+  index: RecordIndex;
   /** The task objects' leases (key `<name-token>`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`). */
   leases: VersionedStore;
 }
@@ -33,8 +62,6 @@ export interface TaskObjectDirectoryHandlers {
 const NAMES_AT_ONCE = 16;
 /** What a claimer waits past a silent lease's TTL (placement's margin): a lease unrenewed longer has lapsed. */
 const LAPSE_MARGIN_MS = 500;
-/** The directory's cursors are of their own collection (its names' markers `=o.`). */
-const NAMES = "=o.";
 
 /**
  * The directory's handlers. The count of a name's tasks comes from storage, not from its owner:
@@ -44,7 +71,7 @@ const NAMES = "=o.";
  * reads the next names of the directory from its cursor and describes each.
  */
 export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDirectoryHandlers {
-  const { pages, leases } = deps;
+  const { records, index, leases } = deps;
 
   /**
    * The live activation of the name whose lease key is `token`: its holder, and how long it has
@@ -64,7 +91,7 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
 
   /** The name's entry, or undefined when it has no task and no activation. */
   const describe = async (name: string, token: string): Promise<Info | undefined> => {
-    const [tasks, active] = await Promise.all([pages.count(`${token}.`), activation(token)]);
+    const [tasks, active] = await Promise.all([index.count(nameTasksCollection(token)), activation(token)]);
     if (tasks === 0 && active.activeOn === undefined) return undefined;
     return { name, tasks, ...active };
   };
@@ -80,14 +107,17 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
      * that stores no task and is not active is left out, so a page may hold fewer than `limit`.
      */
     async listTaskObjects(input) {
-      const { limit, after } = pageInput(input, NAMES);
-      const { markers, more } = await pages.page("", "o", after, limit);
-      const described = await mapLimited(markers, NAMES_AT_ONCE, ({ token }) => {
+      const names = await listIndexed(index, namesCollection, input, async (key) => {
+        const listed = await records.entry(key);
+        const token = key.slice(NAME_KEY_PREFIX.length);
+        return listed && { value: token, bucket: records.bucket, key, revision: listed.revision, index: listed.index };
+      });
+      const described = await mapLimited(names.items, NAMES_AT_ONCE, (token) => {
         const name = nameFromToken(token);
         return name === undefined ? undefined : describe(name, token);
       });
       const items = described.filter((info): info is Info => info !== undefined);
-      return more ? { items, cursor: cursorAt(NAMES, markers.at(-1)!.seq) } : { items };
+      return names.cursor === undefined ? { items } : { items, cursor: names.cursor };
     },
   };
 }

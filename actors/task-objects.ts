@@ -32,13 +32,14 @@ import {
   parseNatsServerVersion,
   recentEnough,
   recordForward,
-  type RecordPages,
+  type RecordIndex,
   type RecordStore,
   type Requester,
 } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import { listCreated } from "./pages.ts";
+import { createIndexed, deleteIndexed, listIndexed, type IndexedOutcome } from "./pages.ts";
+import { listName, nameTasksCollection } from "./task-object-directory.ts";
 import { createRecord, deleteRecord, readEntry, updateRecord, type Stored } from "./records.ts";
 import {
   answerStored,
@@ -59,8 +60,8 @@ export type TaskObjectHandlers = ApiHandlers<typeof taskObjectApi, TaskObjectSta
 
 export interface TaskObjectDeps {
   store: RecordStore;
-  /** The creation markers of the names' tasks (`<name-token>.=c.<id>`) and the names (`=o.<name-token>`). */
-  pages: RecordPages;
+  /** The index of `taskobjects`: the names, and the tasks of each in creation order. */
+  index: RecordIndex;
   placement: Placement;
   /** Carries forwards to the owning process. */
   requester: Requester;
@@ -228,35 +229,34 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
  * runs them only where the name lives.
  */
 export function taskObjectHandlers(
-  deps: Pick<TaskObjectDeps, "store" | "pages" | "placement" | "cacheEntries" | "fenceInCreate">,
+  deps: Pick<TaskObjectDeps, "store" | "index" | "placement" | "cacheEntries" | "fenceInCreate">,
 ): TaskObjectHandlers {
-  const { store, pages, placement } = deps;
+  const { store, index, placement } = deps;
   /**
    * `owner`'s create of a record with a fresh id: one write carrying its fence where the stream
    * allows it, else (or when the server refused it) a fence and then the create-only write.
    */
-  const fencedCreate = async (owner: Activation, key: string, data: string, fresh: boolean): Promise<CreateOutcome> => {
-    const prefix = key.slice(0, key.indexOf(".") + 1);
-    const token = key.slice(prefix.length);
-    // Only a key no caller chose, on the request's first attempt, can skip the server's check
-    // that it is new (`keyFresh`).
-    if (deps.fenceInCreate && fresh) {
-      const outcome = await placement.carryingFence(owner, (revision) =>
-        pages.create(prefix, token, data, { key: owner.key, revision }),
-      );
-      if (outcome !== "exists" && outcome !== "busy") return outcome;
-      // The lease moved (the fence below then fails), a write of it overtook this one, or its
-      // writes kept coming: fence and write as any other write does (the key is new all the same).
-    }
-    await placement.fence(owner);
-    return pages.create(prefix, token, data);
-  };
-  // A name is in the directory (`=o.<name-token>`) from its first activation on: written once
-  // per activation, before its first request runs, so every name that stores a task is listed.
+  const fencedCreate = (owner: Activation, name: string, key: string, data: string, fresh: boolean) =>
+    createIndexed(index, nameTasksCollection(nameToken(name)), key, async (entry): Promise<CreateOutcome> => {
+      // Only a key no caller chose, on the request's first attempt, can skip the server's check
+      // that it is new (`keyFresh`).
+      if (deps.fenceInCreate && fresh) {
+        const outcome = await placement.carryingFence(owner, (revision) =>
+          store.createFenced(key, data, { key: owner.key, revision }, entry),
+        );
+        if (outcome !== "refused" && outcome !== "busy") return outcome;
+        // The lease moved (the fence below then fails), a write of it overtook this one, or its
+        // writes kept coming: fence and write as any other write does (the key is new all the same).
+      }
+      await placement.fence(owner);
+      return store.create(key, data, entry);
+    });
+  // A name is listed (`namesCollection`) from its first activation on: checked once per
+  // activation, before its first request runs, so every name that stores a task is listed.
   const named = new WeakSet<Activation>();
   const inDirectory = async (owner: Activation, name: string) => {
     if (named.has(owner)) return;
-    await pages.mark("", "o", nameToken(name));
+    await listName(store, index, nameToken(name));
     named.add(owner);
   };
   // The owner reads its records from memory once seen. Only the activation that kept one uses
@@ -298,7 +298,7 @@ export function taskObjectHandlers(
         task,
         isTaskRecord,
         (s) => s.title === task.title,
-        (k, data) => fencedCreate(context.owner, k, data, context.keyFresh === true),
+        (k, data): Promise<IndexedOutcome> => fencedCreate(context.owner, name, k, data, context.keyFresh === true),
       );
       // Not kept: most created records are never read at the owner (the gateways read storage),
       // and keeping each one carried it into the old generation. Nothing kept goes stale: a
@@ -327,9 +327,8 @@ export function taskObjectHandlers(
     async deleteTaskDO({ id, name = "default" }, context) {
       const key = taskObjectKey(name, id);
       await Promise.all([placement.fence(context.owner), inDirectory(context.owner, name)]);
-      const prefix = `${nameToken(name)}.`;
-      const remove = (k: string, revision: number, writeId?: string) =>
-        pages.delete(prefix, k.slice(prefix.length), revision, writeId);
+      const remove = (k: string, revision: number, writeId: string | undefined, entry: number | undefined) =>
+        deleteIndexed(index, entry, () => store.delete(k, revision, writeId));
       const deleted =
         key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
@@ -339,7 +338,8 @@ export function taskObjectHandlers(
     },
     async listTasksDO({ name = "default", ...page }, context) {
       await inDirectory(context.owner, name);
-      return listCreated(pages, `${nameToken(name)}.`, page, (key) => read(key, context.owner));
+      const collection = nameTasksCollection(nameToken(name));
+      return listIndexed(index, collection, page, (key) => read(key, context.owner));
     },
   };
 }

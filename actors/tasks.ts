@@ -1,5 +1,5 @@
 // The task actor: tasks in the object store (the `tasks` KV bucket), keyed by id.
-import type { RecordPages, RecordStore } from "../platform/index.ts";
+import { bucketNames, collectionSubject, type RecordIndex, type RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import {
   idKey,
@@ -13,7 +13,7 @@ import {
   type updateTask,
 } from "../schemas/index.ts";
 import type { Static } from "@sinclair/typebox";
-import { listCreated } from "./pages.ts";
+import { createIndexed, deleteIndexed, listIndexed } from "./pages.ts";
 import { createRecord, deleteRecord, matchesSchema, readEntry, updateRecord, type WriteCondition } from "./records.ts";
 import { answerStored, type Handler, type HandlerContext } from "./serve.ts";
 
@@ -39,8 +39,12 @@ export function taskCondition(id: string, context: HandlerContext): WriteConditi
   };
 }
 
-/** The task actor's handlers over the `tasks` bucket; `pages` keeps its creation markers (the lists). */
-export function taskHandlers(store: RecordStore, pages: RecordPages): TaskHandlers {
+/** The key prefix of the tasks' records, and the collection of their index entries (their list). */
+const TASKS_PREFIX = "";
+export const tasksCollection = collectionSubject(bucketNames.tasks, TASKS_PREFIX);
+
+/** The task actor's handlers over the `tasks` bucket; `index` holds its list (creation order). */
+export function taskHandlers(store: RecordStore, index: RecordIndex): TaskHandlers {
   return {
     async getTask({ id }, context) {
       const key = idKey(id);
@@ -57,7 +61,7 @@ export function taskHandlers(store: RecordStore, pages: RecordPages): TaskHandle
         task,
         isTaskRecord,
         (s) => s.title === title,
-        (key, data) => pages.create("", key, data),
+        (key, data) => createIndexed(index, tasksCollection, key, (entry) => store.create(key, data, entry)),
       );
       answerStored(context, stored);
       return stored.value;
@@ -75,7 +79,8 @@ export function taskHandlers(store: RecordStore, pages: RecordPages): TaskHandle
     },
     async deleteTask({ id }, context) {
       const key = idKey(id);
-      const remove = (k: string, revision: number, writeId?: string) => pages.delete("", k, revision, writeId);
+      const remove = (k: string, revision: number, writeId: string | undefined, entry: number | undefined) =>
+        deleteIndexed(index, entry, () => store.delete(k, revision, writeId));
       const deleted =
         key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
@@ -83,7 +88,7 @@ export function taskHandlers(store: RecordStore, pages: RecordPages): TaskHandle
       return null;
     },
     async listTasks(input) {
-      return listCreated(pages, "", input, (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
+      return listIndexed(index, tasksCollection, input, (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
     },
   };
 }

@@ -3,7 +3,7 @@ import { jetstreamManager, type Republish, type StreamConfig } from "@nats-io/je
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
-import { recordPages, type RecordPages } from "./record-pages.ts";
+import { indexStreamConfig, recordIndex, type RecordIndex } from "./record-index.ts";
 import type { Requester } from "./requester.ts";
 import { tracedMethods } from "./tracing.ts";
 import { versionedStore, type VersionedStore } from "./lease-store.ts";
@@ -91,16 +91,11 @@ export async function openBuckets<K extends BucketName = BucketName>(
   const kvm = new Kvm(nc);
   const open = async (key: BucketName) => {
     const name = bucketNames[key];
-    const republish = republishOf(key, options.prefix);
-    const kv = await kvm.create(name, {
-      history: 1,
-      replicas: options.replicas ?? 1,
-      allow_direct: true,
-      ...republish,
-    });
-    const settings = { ...republish, ...pagesOf(key) };
+    const settings = republishOf(key, options.prefix);
+    const kv = await kvm.create(name, { history: 1, replicas: options.replicas ?? 1, allow_direct: true, ...settings });
     // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
-    if (Object.keys(settings).length > 0) await ensureStreamSettings(nc, `KV_${name}`, settings);
+    if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
+    if (indexedBuckets.includes(key)) await openIndexStream(nc, name, options.replicas);
     return kv;
   };
   const wanted = options.only ?? (Object.keys(bucketNames) as K[]);
@@ -108,24 +103,33 @@ export async function openBuckets<K extends BucketName = BucketName>(
   return Object.fromEntries(entries) as unknown as Pick<Buckets, K>;
 }
 
-/** The buckets whose lists are read a page at a time (record-pages.ts). */
-export const pagedBuckets: readonly BucketName[] = ["tasks", "taskObjects"];
+/** The buckets whose lists are read a page at a time from an index stream (record-index.ts). */
+export const indexedBuckets: readonly BucketName[] = ["tasks", "taskObjects"];
 
-/** What pages need of a paged bucket's stream: per-message TTLs (a removed marker's tombstone goes a second later). */
-function pagesOf(key: BucketName): Partial<StreamConfig> {
-  return pagedBuckets.includes(key) ? { allow_msg_ttl: true } : {};
+/** Creates the index stream of `bucket` (one that exists with these settings is kept as it is). */
+async function openIndexStream(nc: NatsConnection, bucket: string, replicas?: number): Promise<void> {
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
+  await jsm.streams.add(indexStreamConfig(bucket, replicas));
 }
 
 /**
  * Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers
- * only, every key (records, their markers, leases kept beside them): the feed's check counts
- * on every stream sequence being published.
+ * only. Of task objects only the records (`<name-token>.<id>`), not the leases beside them.
  */
 function republishOf(key: BucketName, prefix: string | undefined): { republish?: Republish } {
   const src = `$KV.${bucketNames[key]}.>`;
   if (key === "jobs") return { republish: { src, dest: `${jobsCreatedSubject(prefix)}.>` } };
   if (!changeFedBuckets.includes(key)) return {};
   const dest = `${recordChangesSubject(prefix)}.${bucketNames[key]}`;
+  if (key === "taskObjects") {
+    return {
+      republish: {
+        src: `$KV.${bucketNames[key]}.*.*`,
+        dest: `${dest}.{{wildcard(1)}}.{{wildcard(2)}}`,
+        headers_only: true,
+      },
+    };
+  }
   return { republish: { src, dest: `${dest}.>`, headers_only: true } };
 }
 
@@ -150,9 +154,9 @@ export type RecordStores = {
   readonly jobs: RecordStore;
   /** Task-object leases (placement), read and written with revision checks. */
   readonly taskObjectLeases: VersionedStore;
-  /** The creation markers of tasks and of task-object tasks: their lists, page by page. */
-  readonly taskPages: RecordPages;
-  readonly taskObjectPages: RecordPages;
+  /** The index streams of `tasks` and `taskobjects`: their lists, page by page. */
+  readonly taskIndex: RecordIndex;
+  readonly taskObjectIndex: RecordIndex;
 };
 
 /** Lean stores over the record buckets (create them first with `openBuckets`). */
@@ -164,7 +168,7 @@ export function recordStores(requester: Requester, options: BucketOptions = {}):
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
     taskObjectLeases: tracedMethods(versionedStore(requester, leaseBucketFor(options.replicas)), "lease"),
-    taskPages: tracedMethods(recordPages(requester, bucketNames.tasks), `pages ${bucketNames.tasks}`),
-    taskObjectPages: tracedMethods(recordPages(requester, bucketNames.taskObjects), `pages ${bucketNames.taskObjects}`),
+    taskIndex: tracedMethods(recordIndex(requester, bucketNames.tasks), `index ${bucketNames.tasks}`),
+    taskObjectIndex: tracedMethods(recordIndex(requester, bucketNames.taskObjects), `index ${bucketNames.taskObjects}`),
   };
 }

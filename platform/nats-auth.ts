@@ -19,6 +19,7 @@ import {
 import {
   actorBuckets,
   bucketNames,
+  indexedBuckets,
   imageObjectBucket,
   instanceLogStream,
   instanceLogSubjects,
@@ -27,6 +28,7 @@ import {
   snapshotObjectBucket,
 } from "./buckets.ts";
 import { heldCancelSubject } from "./held-requests.ts";
+import { indexStreamOf, indexSubjectsOf } from "./record-index.ts";
 
 /** The NATS users of the service; `internal` is for other services. */
 export const natsRoles = ["gateway", "actors", "microvms", "internal"] as const;
@@ -90,6 +92,7 @@ export interface Permissions {
 /** The buckets each role writes (and creates at start). */
 const ACTOR_BUCKETS = actorBuckets.map((key) => bucketNames[key]);
 const HOST_BUCKETS = [bucketNames.microvms, bucketNames.images];
+const INDEXED_BUCKETS = indexedBuckets.map((key) => bucketNames[key]);
 
 /** Reading a bucket: direct gets, the last-message fallback, and its stream info (`kvm.open`). */
 function kvRead(bucket: string): string[] {
@@ -106,6 +109,21 @@ function kvRead(bucket: string): string[] {
 export function kvOwn(bucket: string): string[] {
   const stream = `KV_${bucket}`;
   return [...kvRead(bucket), `$KV.${bucket}.>`, `$JS.API.STREAM.CREATE.${stream}`, `$JS.API.STREAM.UPDATE.${stream}`];
+}
+
+/**
+ * Owning a bucket's index stream (record-index.ts): add entries, read them by direct gets,
+ * remove one, create the stream at start.
+ */
+function indexOwn(bucket: string): string[] {
+  const stream = indexStreamOf(bucket);
+  return [
+    indexSubjectsOf(bucket),
+    `$JS.API.DIRECT.GET.${stream}`,
+    `$JS.API.DIRECT.GET.${stream}.>`,
+    `$JS.API.STREAM.MSG.DELETE.${stream}`,
+    `$JS.API.STREAM.CREATE.${stream}`,
+  ];
 }
 
 /**
@@ -197,7 +215,14 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {
-      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn), "$JS.API.INFO"] },
+      publish: {
+        allow: [
+          ...ops.actors.publish,
+          ...ACTOR_BUCKETS.flatMap(kvOwn),
+          ...INDEXED_BUCKETS.flatMap(indexOwn),
+          "$JS.API.INFO",
+        ],
+      },
       subscribe: {
         allow: [...ops.actors.subscribe, ...serviceControlSubjects(serviceNames.actors), inbox("actors")],
       },

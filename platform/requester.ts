@@ -119,11 +119,6 @@ export class Requester {
     });
   }
 
-  /** Sends `data` to `subject` with no reply, in order with this turn's requests. */
-  publish(subject: string, data: Uint8Array | string | undefined, headers?: MsgHdrs): void {
-    this.#publisher.publish({ subject, data, headers });
-  }
-
   /** Runs `fn` at the end of this turn, just before the turn's requests go out. */
   beforeFlush(fn: () => void): void {
     this.#publisher.beforeFlush(fn);

@@ -1,14 +1,24 @@
-// The backfill of list markers on a store written by the previous release (records without
-// markers, deleted ones among them, names without directory entries): a run SIGKILLed halfway,
-// then a run to the end, lists every live record once and no deleted one, counts each name's
-// tasks, lists every name; a later run writes nothing.
+// The backfill of list indexes on a store written by the previous release (records naming no
+// index entry, deleted ones among them, names not listed): a run SIGKILLed halfway, then a run
+// to the end, lists every live record once and no deleted one, counts each name's tasks, lists
+// every name; a later run writes nothing.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { headers } from "@nats-io/transport-node";
-import { BACKFILL_DONE_KEY, backfillIndexes } from "../actors/index.ts";
-import { connectNats, openBuckets, recordPages, recordStore, type NatsHandle } from "../platform/index.ts";
+import { backfillDoneSubject, backfillIndexes } from "../actors/index.ts";
+import { listIndexed } from "../actors/pages.ts";
+import { nameTasksCollection, namesCollection } from "../actors/task-object-directory.ts";
+import { tasksCollection } from "../actors/tasks.ts";
+import {
+  connectNats,
+  indexStreamOf,
+  openBuckets,
+  recordIndex,
+  recordStore,
+  type NatsHandle,
+} from "../platform/index.ts";
 import { nameToken } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
@@ -59,22 +69,27 @@ async function previousRelease() {
   return { live, perName };
 }
 
-/** Every marker token of a collection, walked page by page. */
-async function walk(bucket: string, prefix: string, kind: "c" | "o") {
-  const pages = recordPages(client.requester, bucket);
-  const tokens: string[] = [];
-  for (let after = 0; ; ) {
-    const page = await pages.page(prefix, kind, after, 1_000);
-    tokens.push(...page.markers.map((m) => m.token));
-    if (!page.more) return tokens;
-    after = page.markers.at(-1)!.seq;
+/** Every key listed in a collection, walked page by page as the lists walk it. */
+async function walk(bucket: string, collection: string) {
+  const index = recordIndex(client.requester, bucket);
+  const store = recordStore(client.requester, bucket);
+  const keys: string[] = [];
+  let cursor: string | undefined;
+  for (;;) {
+    const page = await listIndexed(index, collection, { limit: 1_000, cursor }, async (key) => {
+      const stored = await store.entry(key);
+      return stored && { value: key, bucket, key, revision: stored.revision, index: stored.index };
+    });
+    keys.push(...page.items);
+    if (page.cursor === undefined) return keys;
+    cursor = page.cursor;
   }
 }
 
 describe("pages backfill", () => {
   it("pages backfill - killed halfway and run again, every earlier record is listed once and counted", async () => {
     const { live, perName } = await previousRelease();
-    const tasks = recordPages(client.requester, "tasks");
+    const tasks = recordIndex(client.requester, "tasks");
     const child = spawn(process.execPath, ["--import", "tsx", "test/helpers/backfill-child.ts"], {
       env: { ...process.env, NATS_URL: nats.url },
       stdio: ["ignore", "pipe", "inherit"],
@@ -83,33 +98,37 @@ describe("pages backfill", () => {
     defer(() => {
       if (child.exitCode === null) child.kill("SIGKILL");
     });
-    // Killed once its first markers are stored, long before the last (it writes tens of thousands).
+    // Killed once its first entries are stored, long before the last (it writes tens of thousands).
     for (;;) {
-      const written = await tasks.count("");
+      const written = await tasks.count(tasksCollection);
       if (written > 0) break;
       assert.equal(child.exitCode, null, "the backfill ended before it was seen writing");
       await new Promise((r) => setTimeout(r, 5));
     }
     child.kill("SIGKILL");
     await exited;
-    const halfway = await tasks.count("");
-    assert.ok(halfway < live.size, `killed after ${halfway} of ${live.size} markers`);
-    const doneKey = (bucket: string) => recordStore(client.requester, bucket).get(BACKFILL_DONE_KEY);
-    assert.equal(await doneKey("tasks"), undefined, "no done key after a run killed halfway");
+    const halfway = await tasks.count(tasksCollection);
+    assert.ok(halfway < live.size, `killed after ${halfway} of ${live.size} entries`);
+    const doneMark = async (bucket: string) => {
+      const api = `$JS.API.DIRECT.GET.${indexStreamOf(bucket)}.${backfillDoneSubject(bucket)}`;
+      return ((await client.requester.request(api, undefined, 5_000)).headers?.code ?? 0) === 0;
+    };
+    assert.equal(await doneMark("tasks"), false, "no done mark after a run killed halfway");
 
     const written = await backfillIndexes(client.requester);
     assert.ok(written > 0 && written <= live.size + NAMES.length * PER_NAME + NAMES.length + 1);
-    const listed = await walk("tasks", "", "c");
+    const listed = await walk("tasks", tasksCollection);
     assert.equal(new Set(listed).size, listed.length, "a task listed twice");
     assert.deepEqual(new Set(listed), live, "every live task, no deleted one");
     for (const [name, count] of perName) {
-      assert.equal(await recordPages(client.requester, "taskobjects").count(`${nameToken(name)}.`), count, name);
-      assert.equal((await walk("taskobjects", `${nameToken(name)}.`, "c")).length, count, name);
+      const collection = nameTasksCollection(nameToken(name));
+      assert.equal(await recordIndex(client.requester, "taskobjects").count(collection), count, name);
+      assert.equal((await walk("taskobjects", collection)).length, count, name);
     }
-    const names = await walk("taskobjects", "", "o");
+    const names = (await walk("taskobjects", namesCollection)).map((key) => key.split(".").at(-1));
     assert.deepEqual(new Set(names), new Set([...NAMES, "idle"].map(nameToken)));
-    assert.notEqual(await doneKey("tasks"), undefined);
-    assert.notEqual(await doneKey("taskobjects"), undefined);
+    assert.equal(await doneMark("tasks"), true);
+    assert.equal(await doneMark("taskobjects"), true);
     assert.equal(await backfillIndexes(client.requester), 0, "a run after the done key writes nothing");
   });
 });

@@ -1,4 +1,4 @@
-// A process that runs the list-marker backfill against `NATS_URL` and exits: the backfill test
+// A process that runs the list-index backfill against `NATS_URL` and exits: the backfill test
 // kills it halfway (SIGKILL) and runs it again.
 import { backfillIndexes } from "../../actors/index.ts";
 import { connectNats } from "../../platform/index.ts";
