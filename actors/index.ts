@@ -4,15 +4,7 @@ import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { jobApi, nameToken, serviceNames, taskApi, type ReadOperations } from "../schemas/index.ts";
-import {
-  bucketNames,
-  log,
-  Requester,
-  versionedStore,
-  type BatchPublisher,
-  type RecordStores,
-  type VersionedStore,
-} from "../platform/index.ts";
+import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
 import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";

@@ -1,18 +1,21 @@
 // The list rows: each list's page at 1,000 and at 100,000 records, each size on a stack of its
 // own seeded straight into KV and the index (list-seed.ts). A request asks for a full page of
 // 100 at a random place in the collection (a cursor made as the service makes them), so the
-// rows measure every page of a walk, not only the first.
+// rows measure every page of a walk, not only the first. One request at a time: a page's
+// latency as a client walking a list sees it, not a queue behind 50 connections.
 import { cursorAt } from "../actors/pages.ts";
 import { namesCollection, nameTasksCollection } from "../actors/task-object-directory.ts";
 import { tasksCollection } from "../actors/tasks.ts";
 import { nameToken } from "../schemas/index.ts";
 import { listScales, type ListScale, type ListStack } from "./environment.ts";
 import { LISTED_NAMES, seedLists, type ListSeeds } from "./list-seed.ts";
-import { cycle, http } from "./runners.ts";
+import { cycle, http, type Runner } from "./runners.ts";
 import type { Workload, WorkloadContext } from "./workload.ts";
 
 /** A page as the rows ask for it. */
 const PAGE = 100;
+/** Requests in flight per list row. */
+const LIST_CONNECTIONS = 1;
 
 const seeded = new Map<ListStack, Promise<ListSeeds>>();
 function seedsOf(ctx: WorkloadContext, scale: ListScale): { stack: ListStack; seeds: Promise<ListSeeds> } {
@@ -40,12 +43,13 @@ function listRows(scale: ListScale): Workload[] {
   const serviceGroup = scale === "1k" ? "lists1k" : "lists100k";
   const row = (name: string, summary: string, path: (seeds: ListSeeds) => () => string): Workload => ({
     name: `${name}:${scale}`,
-    summary,
+    summary: `${summary}; one request at a time`,
     serviceGroup,
-    async prepare(ctx) {
+    async prepare(ctx): Promise<Runner> {
       const { stack, seeds } = seedsOf(ctx, scale);
       const next = path(await seeds);
-      return http(stack.taskUrl, () => ({ method: "GET", path: next() }));
+      const run = http(stack.taskUrl, () => ({ method: "GET", path: next() }));
+      return (settings) => run({ ...settings, connections: LIST_CONNECTIONS });
     },
   });
   const big = nameToken("big");
