@@ -46,6 +46,34 @@ describe("task lists", () => {
     });
   }
 
+  for (const [label, createPath, itemPath, listPath] of [
+    ["listTasks", "/", (id: string) => `/${id}`, "/?limit=1000"],
+    ["listTasksDO", "/do?name=updated", (id: string) => `/do/${id}?name=updated`, "/do/tasks?name=updated&limit=1000"],
+  ] as const) {
+    it(`task lists - ${label} keeps an updated task in its place, drops a deleted one, once each`, async () => {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++)
+        ids.push(((await postJson(`${svc.taskUrl}${createPath}`, { title: `u${i}` })).body as Task).id);
+      const patch = await fetch(`${svc.taskUrl}${itemPath(ids[0]!)}`, {
+        method: "PATCH",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ title: "changed" }),
+      });
+      assert.equal(patch.status, 200);
+      assert.equal((await fetch(`${svc.taskUrl}${itemPath(ids[1]!)}`, { method: "DELETE" })).status, 204);
+      const listed = ((await getJson(`${svc.taskUrl}${listPath}`)).body as Page).items.filter((t) =>
+        ids.includes(t.id),
+      );
+      assert.deepEqual(
+        listed.map((t) => [t.id, t.title]),
+        [
+          [ids[0], "changed"],
+          [ids[2], "u2"],
+        ],
+      );
+    });
+  }
+
   it("task lists - the last page has no cursor; a bad cursor or limit is 400", async () => {
     await postJson(`${svc.taskUrl}/do?name=short`, { title: "one" });
     const page = (await getJson(`${svc.taskUrl}/do/tasks?name=short`)).body as Page;
