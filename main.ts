@@ -239,9 +239,9 @@ async function main() {
       () => openBuckets(nats.nc, { replicas: config.replicas, prefix: config.prefix, only: actorBuckets }),
       servers,
     );
-    // Records of an earlier release get their list markers before any list is answered.
+    // Records of an earlier release get their places in the lists before any list is answered.
     const backfilled = await backfillIndexes(nats.requester);
-    if (backfilled > 0) log.info({ markers: backfilled }, "list markers written for earlier records");
+    if (backfilled > 0) log.info({ indexed: backfilled }, "earlier records indexed for the lists");
     const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
       prefix: config.prefix,
       publisher: nats.publisher,

@@ -66,9 +66,9 @@ const LAPSE_MARGIN_MS = 500;
 /**
  * The directory's handlers. The count of a name's tasks comes from storage, not from its owner:
  * an owner holds in memory only the records it read or wrote, and asking it would activate the
- * name. What it costs: the name's creation markers counted by the server (a pass over the
- * name's markers, not the bucket), exact after every acknowledged create and delete; a list page
- * reads the next names of the directory from its cursor and describes each.
+ * name. What it costs: one request, the entries of the name's collection in the index (stale
+ * ones, of creates cut short, count until a walk removes them); a list page reads the next
+ * names from its cursor and describes each, all at once.
  */
 export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDirectoryHandlers {
   const { records, index, leases } = deps;
