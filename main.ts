@@ -3,7 +3,7 @@
 import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
-import { gatewayDispatch, NATS_INTERNAL, startActors } from "./actors/index.ts";
+import { backfillIndexes, gatewayDispatch, NATS_INTERNAL, startActors } from "./actors/index.ts";
 import { ProviderUnavailable, provisionMicrovmStores, startMicrovmHost } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
@@ -327,6 +327,9 @@ async function main() {
   if (active.has("actors")) {
     const nats = await connectAs("actors");
     await openBucketsOrFail(() => openBuckets(nats.nc, { only: actorBuckets }), servers);
+    // Records of an earlier release get their places in the lists before any list is answered.
+    const backfilled = await backfillIndexes(nats.requester);
+    if (backfilled > 0) log.info({ indexed: backfilled }, "earlier records indexed for the lists");
     const actors = startActors(nats.nc, recordStores(nats.requester, { replicas: config.replicas }), {
       prefix: config.prefix,
       publisher: nats.publisher,

@@ -12,15 +12,7 @@ import {
   viaGateway,
   type ReadOperations,
 } from "../schemas/index.ts";
-import {
-  bucketNames,
-  log,
-  Requester,
-  versionedStore,
-  type BatchPublisher,
-  type RecordStores,
-  type VersionedStore,
-} from "../platform/index.ts";
+import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
 import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
@@ -54,6 +46,7 @@ export {
   type PlacementOptions,
 } from "./placement.ts";
 export { foldsFences } from "./task-objects.ts";
+export { backfillDoneSubject, backfillIndexes } from "./backfill.ts";
 
 /** The principal of the `internal` NATS user's requests on the public subjects, with API keys on. */
 export const NATS_INTERNAL = "nats:internal";
@@ -103,10 +96,10 @@ export const actorApi = { ...taskApi, ...jobApi } as const;
  * declares `reads`), for any process to run: one missing fails to compile.
  */
 export function storageReads(
-  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects">,
+  stores: Pick<RecordStores, "tasks" | "jobs" | "taskObjects" | "taskIndex">,
 ): ApiHandlers<ReadOperations<typeof actorApi>> {
   return {
-    getTask: taskHandlers(stores.tasks).getTask,
+    getTask: taskHandlers(stores.tasks, stores.taskIndex).getTask,
     getJob: jobHandlers(stores.jobs).getJob,
     getTaskDO: taskObjectReader(stores.taskObjects),
   };
@@ -156,6 +149,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
   const requester = options.requester ?? new Requester(nc, options.publisher);
   const deps = {
     store: stores.taskObjects,
+    index: stores.taskObjectIndex,
     placement,
     requester,
     prefix,
@@ -163,12 +157,12 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     fenceInCreate: foldsFences(nc.info?.version, stores.taskObjectLeases, stores.taskObjects),
   };
   const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
-    ...taskHandlers(stores.tasks),
+    ...taskHandlers(stores.tasks, stores.taskIndex),
     ...jobHandlers(stores.jobs),
     ...taskObjectHandlers(deps),
-    // Counted at the stream leader: exact after every acknowledged write.
     ...taskObjectDirectory({
-      records: versionedStore(requester, bucketNames.taskObjects),
+      records: stores.taskObjects,
+      index: stores.taskObjectIndex,
       leases: stores.taskObjectLeases,
     }),
   };

@@ -3,11 +3,10 @@
 // A stored value that is not its record's shape (written straight to KV by anyone with write
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
-import { type CreateOutcome, log, type RecordStore } from "../platform/index.ts";
+import { log, type RecordStore, type WriteOutcome } from "../platform/index.ts";
 import {
   ajv,
   ANONYMOUS,
-  hasOwnerToken,
   IdempotencyKeyReused,
   idKey,
   ownedKey,
@@ -72,6 +71,8 @@ export interface Stored<T> {
   readonly revision: number;
   /** The write id its last write was sent with, if any. */
   readonly writtenBy?: string;
+  /** Its index entry (an indexed record's place in its list), if any. */
+  readonly index?: number;
 }
 
 /** The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
@@ -92,7 +93,8 @@ export async function readEntry<T>(
   }
   const problem = check(value);
   if (problem !== undefined) throw new CorruptRecord(store.bucket, key, problem);
-  return { value: value as T, bucket: store.bucket, key, revision: found.revision, writtenBy: found.writtenBy };
+  const { revision, writtenBy, index } = found;
+  return { value: value as T, bucket: store.bucket, key, revision, writtenBy, index };
 }
 
 /** The stored JSON of `key`, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
@@ -111,10 +113,14 @@ export async function createRecord<T extends { id: string }>(
   record: T,
   check: RecordCheck,
   sameRequest: (stored: T) => boolean,
-  create: (key: string, data: string) => Promise<CreateOutcome> = (k, data) => store.create(k, data),
+  create: (key: string, data: string) => Promise<{ readonly revision: number; readonly index?: number } | "exists"> = (
+    k,
+    data,
+  ) => store.create(k, data),
 ): Promise<Stored<T>> {
   const outcome = await create(key, JSON.stringify(record));
-  if (outcome !== "exists") return { value: record, bucket: store.bucket, key, revision: outcome.revision };
+  if (outcome !== "exists")
+    return { value: record, bucket: store.bucket, key, revision: outcome.revision, index: outcome.index };
   const stored = await readEntry<T>(store, key, check);
   if (stored && sameRequest(stored.value)) return stored;
   throw IdempotencyKeyReused.make({
@@ -158,19 +164,29 @@ export async function updateRecord<T>(
     if (condition.writeId !== undefined && found.writtenBy === condition.writeId) return found;
     requireRevision(condition, found.revision);
     const value = change(found.value);
-    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId);
-    return outcome === "moved" ? outcome : { value, bucket: store.bucket, key, revision: outcome.revision };
+    // The record keeps naming its index entry.
+    const outcome = await store.update(key, JSON.stringify(value), found.revision, condition.writeId, found.index);
+    if (outcome === "moved") return outcome;
+    return { value, bucket: store.bucket, key, revision: outcome.revision, index: found.index };
   });
 }
 
 /**
  * Deletes the record under `key` (whatever it holds, so a corrupt one can go too), named by
  * the revision read, as `updateRecord` writes: the delete's revision, or undefined when absent.
+ * `remove` sends the delete (default: the store's revision-checked delete), told the index
+ * entry the record named.
  */
 export async function deleteRecord(
   store: RecordStore,
   key: string,
   condition: WriteCondition,
+  remove: (
+    key: string,
+    revision: number,
+    writeId: string | undefined,
+    index: number | undefined,
+  ) => Promise<WriteOutcome> = (k, r, w) => store.delete(k, r, w),
 ): Promise<Stored<null> | undefined> {
   return retryMoved(store, key, async () => {
     const found = await store.lastWrite(key);
@@ -179,7 +195,7 @@ export async function deleteRecord(
     if (repeat && found.deleted) return { value: null, bucket: store.bucket, key, revision: found.revision };
     if (found.deleted) return undefined;
     requireRevision(condition, found.revision);
-    const outcome = await store.delete(key, found.revision, condition.writeId);
+    const outcome = await remove(key, found.revision, condition.writeId, found.index);
     return outcome === "moved" ? outcome : { value: null, bucket: store.bucket, key, revision: outcome.revision };
   });
 }
@@ -205,47 +221,4 @@ async function retryMoved<R>(store: RecordStore, key: string, attempt: () => Pro
       );
     }
   }
-}
-
-/** A page of records in key order, and the cursor of the next (absent on the last page). */
-export interface RecordPage<T> {
-  readonly items: T[];
-  readonly cursor?: string;
-}
-
-/**
- * The records whose keys start with `prefix` and come after the key `cursor` names, `limit`
- * of them, in key order, each read by `read` (deleted ones skipped). The next page starts after
- * the last key this one looked at, so a record is on one page at most, however many are
- * created meanwhile, and every record that lived through the listing is on one. A prefix of
- * the anonymous principal's (no owner token) lists none of a named principal's keys.
- */
-export async function listRecords<T>(
-  store: RecordStore,
-  prefix: string,
-  page: { limit: number; after?: string },
-  read: (key: string) => Promise<Stored<T> | undefined>,
-): Promise<RecordPage<T>> {
-  const anonymous = !hasOwnerToken(prefix);
-  const keys = (await store.keys(prefix)).filter(
-    (key) => (page.after === undefined || key > page.after) && !(anonymous && hasOwnerToken(key)),
-  );
-  const items: T[] = [];
-  let looked = 0;
-  while (items.length < page.limit && looked < keys.length) {
-    const batch = keys.slice(looked, looked + page.limit - items.length);
-    looked += batch.length;
-    for (const found of await Promise.all(batch.map(read))) if (found) items.push(found.value);
-  }
-  return looked < keys.length ? { items, cursor: cursorOf(keys[looked - 1]!) } : { items };
-}
-
-/** A list's cursor: the last key a page looked at, opaque to callers. */
-export const cursorOf = (key: string): string => Buffer.from(key, "utf8").toString("base64url");
-
-/** The key a cursor names, when it is one `listRecords` gave for keys of one level below `prefix`. */
-export function keyOfCursor(cursor: string, prefix: string): string | undefined {
-  const key = Buffer.from(cursor, "base64url").toString("utf8");
-  const ok = cursorOf(key) === cursor && key.startsWith(prefix) && /^[A-Za-z0-9_-]+$/.test(key.slice(prefix.length));
-  return ok ? key : undefined;
 }

@@ -12,6 +12,7 @@ import {
   GatewayTimeout,
   IDEMPOTENCY_KEY_HEADER,
   KEY_FRESH_HEADER,
+  nameToken,
   NotOwner,
   ownedOperations,
   PRINCIPAL_HEADER,
@@ -34,20 +35,15 @@ import {
   parseNatsServerVersion,
   recentEnough,
   recordForward,
+  type RecordIndex,
   type RecordStore,
   type Requester,
 } from "../platform/index.ts";
 import { forwardToOwner } from "./forward.ts";
 import { LeaseLost, type Activation, type Placement } from "./placement.ts";
-import {
-  createRecord,
-  deleteRecord,
-  listRecords,
-  principalOf,
-  readEntry,
-  updateRecord,
-  type Stored,
-} from "./records.ts";
+import { createIndexed, deleteIndexed, listIndexed, type IndexedOutcome } from "./pages.ts";
+import { listName, nameTasksCollection } from "./task-object-directory.ts";
+import { createRecord, deleteRecord, ownPrefix, principalOf, readEntry, updateRecord, type Stored } from "./records.ts";
 import {
   answerStored,
   answerStoredAs,
@@ -57,7 +53,7 @@ import {
   type HandlerContext,
   type OwnerStrategy,
 } from "./serve.ts";
-import { isTaskRecord, pageOf, taskCondition, type TaskRecord } from "./tasks.ts";
+import { isTaskRecord, taskCondition, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
 export const taskObjectApi = ownedOperations(taskApi);
@@ -68,6 +64,8 @@ export type TaskObjectHandlers = ApiHandlers<typeof taskObjectApi, TaskObjectSta
 
 export interface TaskObjectDeps {
   store: RecordStore;
+  /** The index of `taskobjects`: the names, and the tasks of each in creation order. */
+  index: RecordIndex;
   placement: Placement;
   /** Carries forwards to the owning process. */
   requester: Requester;
@@ -240,26 +238,35 @@ export function nameOwners(deps: TaskObjectDeps): OwnerStrategy<Activation> {
  * runs them only where the name lives.
  */
 export function taskObjectHandlers(
-  deps: Pick<TaskObjectDeps, "store" | "placement" | "cacheEntries" | "fenceInCreate">,
+  deps: Pick<TaskObjectDeps, "store" | "index" | "placement" | "cacheEntries" | "fenceInCreate">,
 ): TaskObjectHandlers {
-  const { store, placement } = deps;
+  const { store, index, placement } = deps;
   /**
    * `owner`'s create of a record with a fresh id: one write carrying its fence where the stream
    * allows it, else (or when the server refused it) a fence and then the create-only write.
    */
-  const fencedCreate = async (owner: Activation, key: string, data: string, fresh: boolean): Promise<CreateOutcome> => {
-    // Only a key no caller chose, on the request's first attempt, can skip the server's check
-    // that it is new (`keyFresh`).
-    if (deps.fenceInCreate && fresh) {
-      const outcome = await placement.carryingFence(owner, (revision) =>
-        store.createFenced(key, data, { key: owner.key, revision }),
-      );
-      if (outcome !== "refused" && outcome !== "busy") return outcome;
-      // The lease moved (the fence below then fails), a write of it overtook this one, or its
-      // writes kept coming: fence and write as any other write does (the key is new all the same).
-    }
-    await placement.fence(owner);
-    return store.create(key, data);
+  const fencedCreate = (owner: Activation, object: string, key: string, data: string, fresh: boolean) =>
+    createIndexed(index, nameTasksCollection(object), key, async (entry): Promise<CreateOutcome> => {
+      // Only a key no caller chose, on the request's first attempt, can skip the server's check
+      // that it is new (`keyFresh`).
+      if (deps.fenceInCreate && fresh) {
+        const outcome = await placement.carryingFence(owner, (revision) =>
+          store.createFenced(key, data, { key: owner.key, revision }, entry),
+        );
+        if (outcome !== "refused" && outcome !== "busy") return outcome;
+        // The lease moved (the fence below then fails), a write of it overtook this one, or its
+        // writes kept coming: fence and write as any other write does (the key is new all the same).
+      }
+      await placement.fence(owner);
+      return store.create(key, data, entry);
+    });
+  // A name is listed (`namesCollection`) from its first activation on: checked once per
+  // activation, before its first request runs, so every name that stores a task is listed.
+  const named = new WeakSet<Activation>();
+  const inDirectory = async (context: { readonly owner: Activation; readonly principal?: string }, name: string) => {
+    if (named.has(context.owner)) return;
+    await listName(store, index, ownPrefix(context), nameToken(name));
+    named.add(context.owner);
   };
   // The owner reads its records from memory once seen. Only the activation that kept one uses
   // it: every write of the name goes through that activation, so what it kept is current while
@@ -282,6 +289,7 @@ export function taskObjectHandlers(
   };
   return {
     async getTaskDO({ id, name = "default" }, context) {
+      await inDirectory(context, name);
       const key = taskObjectKey(name, id, principalOf(context));
       const task = key === undefined ? undefined : await read(key, context.owner);
       if (!task) throw TaskNotFound.make({ id });
@@ -292,13 +300,21 @@ export function taskObjectHandlers(
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
       const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
       const key = taskObjectKey(name, task.id, principalOf(context))!;
+      await inDirectory(context, name);
       const stored = await createRecord(
         store,
         key,
         task,
         isTaskRecord,
         (s) => s.title === task.title,
-        (k, data) => fencedCreate(context.owner, k, data, context.keyFresh === true),
+        (k, data): Promise<IndexedOutcome> =>
+          fencedCreate(
+            context.owner,
+            taskObjectLeaseKey(name, principalOf(context))!,
+            k,
+            data,
+            context.keyFresh === true,
+          ),
       );
       // Not kept: most created records are never read at the owner (the gateways read storage),
       // and keeping each one carried it into the old generation. Nothing kept goes stale: a
@@ -308,7 +324,7 @@ export function taskObjectHandlers(
     },
     async updateTaskDO({ id, name = "default", ...change }, context) {
       const key = taskObjectKey(name, id, principalOf(context));
-      await placement.fence(context.owner);
+      await Promise.all([placement.fence(context.owner), inDirectory(context, name)]);
       const task =
         key === undefined
           ? undefined
@@ -326,16 +342,20 @@ export function taskObjectHandlers(
     },
     async deleteTaskDO({ id, name = "default" }, context) {
       const key = taskObjectKey(name, id, principalOf(context));
-      await placement.fence(context.owner);
-      const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
+      await Promise.all([placement.fence(context.owner), inDirectory(context, name)]);
+      const remove = (k: string, revision: number, writeId: string | undefined, entry: number | undefined) =>
+        deleteIndexed(index, entry, () => store.delete(k, revision, writeId));
+      const deleted =
+        key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
       keep(deleted, context.owner);
       answerStored(context, deleted);
       return null;
     },
     async listTasksDO({ name = "default", ...page }, context) {
-      const prefix = `${taskObjectLeaseKey(name, principalOf(context))}.`;
-      return listRecords(store, prefix, pageOf(page, prefix), (key) => read(key, context.owner));
+      await inDirectory(context, name);
+      const collection = nameTasksCollection(taskObjectLeaseKey(name, principalOf(context))!);
+      return listIndexed(index, collection, page, (key) => read(key, context.owner));
     },
   };
 }

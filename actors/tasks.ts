@@ -1,5 +1,5 @@
 // The task actor: tasks in the object store (the `tasks` KV bucket), keyed by id.
-import type { RecordStore } from "../platform/index.ts";
+import { bucketNames, collectionSubject, type RecordIndex, type RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import {
   PreconditionFailed,
@@ -7,17 +7,15 @@ import {
   TaskNotFound,
   type createTask,
   type deleteTask,
-  decodeFailure,
   type getTask,
   type listTasks,
   type updateTask,
 } from "../schemas/index.ts";
 import type { Static } from "@sinclair/typebox";
+import { createIndexed, deleteIndexed, listIndexed } from "./pages.ts";
 import {
   createRecord,
   deleteRecord,
-  keyOfCursor,
-  listRecords,
   matchesSchema,
   ownKey,
   ownPrefix,
@@ -40,14 +38,6 @@ export interface TaskHandlers {
   listTasks: Handler<typeof listTasks>;
 }
 
-/** A list's page request from its input: `limit` (default 100) and the key after which it starts (400 for a cursor not given by it). */
-export function pageOf(input: { limit?: number | string; cursor?: string }, prefix: string) {
-  const after = input.cursor === undefined ? undefined : keyOfCursor(input.cursor, prefix);
-  if (input.cursor !== undefined && after === undefined)
-    throw decodeFailure(["cursor"], "not a cursor this list answered");
-  return { limit: Number(input.limit ?? 100), after };
-}
-
 /** A write's condition from its context: `If-Match` of task `id`, refused as 412 PreconditionFailed. */
 export function taskCondition(id: string, context: HandlerContext): WriteCondition {
   return {
@@ -57,7 +47,11 @@ export function taskCondition(id: string, context: HandlerContext): WriteConditi
   };
 }
 
-export function taskHandlers(store: RecordStore): TaskHandlers {
+/** The collection of the index entries of one principal's tasks (their list), by its key prefix (`ownerPrefix`). */
+export const tasksCollection = (prefix: string): string => collectionSubject(bucketNames.tasks, prefix);
+
+/** The task actor's handlers over the `tasks` bucket; `index` holds its list (creation order). */
+export function taskHandlers(store: RecordStore, index: RecordIndex): TaskHandlers {
   return {
     async getTask({ id }, context) {
       const key = ownKey(context, id);
@@ -69,7 +63,15 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
     async createTask({ title }, context) {
       const task: TaskRecord = { id: context.idempotencyKey ?? uuidv4(), title, completed: false };
       const key = ownKey(context, task.id)!;
-      const stored = await createRecord(store, key, task, isTaskRecord, (s) => s.title === title);
+      const collection = tasksCollection(ownPrefix(context));
+      const stored = await createRecord(
+        store,
+        key,
+        task,
+        isTaskRecord,
+        (s) => s.title === title,
+        (k, data) => createIndexed(index, collection, k, (entry) => store.create(k, data, entry)),
+      );
       answerStored(context, stored);
       return stored.value;
     },
@@ -86,16 +88,17 @@ export function taskHandlers(store: RecordStore): TaskHandlers {
     },
     async deleteTask({ id }, context) {
       const key = ownKey(context, id);
-      const deleted = key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context));
+      const remove = (k: string, revision: number, writeId: string | undefined, entry: number | undefined) =>
+        deleteIndexed(index, entry, () => store.delete(k, revision, writeId));
+      const deleted =
+        key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
       answerStored(context, deleted);
       return null;
     },
     async listTasks(input, context) {
-      const prefix = ownPrefix(context);
-      return listRecords(store, prefix, pageOf(input, prefix), (key) =>
-        readEntry<TaskRecord>(store, key, isTaskRecord),
-      );
+      const collection = tasksCollection(ownPrefix(context));
+      return listIndexed(index, collection, input, (key) => readEntry<TaskRecord>(store, key, isTaskRecord));
     },
   };
 }

@@ -1,7 +1,7 @@
 // The Task API's updates, deletes and lists, on tasks and task objects, and the task-object
 // directory. Deletes each remove a task seeded for them (see `pooled`), so each is a 204;
 // opt-in rows run only when `--only` names them (see --help).
-import { cycle, http, httpFixed, pooled, type Runner } from "./runners.ts";
+import { cycle, http, pooled, type Runner } from "./runners.ts";
 import { seedDoTasks, seedTasks } from "./seed.ts";
 import type { HttpRequestSpec } from "./types.ts";
 import type { Workload } from "./workload.ts";
@@ -77,26 +77,6 @@ export const crudWorkloads: Workload[] = [
     async prepare(ctx) {
       const name = cycle(await listedObjectsOf(ctx.taskUrl));
       return http(ctx.taskUrl, () => ({ method: "GET", path: `/do/objects/${name()}` }));
-    },
-  },
-  {
-    name: "listTasks",
-    summary: `GET /?limit=${PAGE}: the first page of the tasks bucket (each page reads every key of it)`,
-    serviceGroup: "service",
-    optIn: true,
-    async prepare(ctx) {
-      await ctx.seeds.taskIds();
-      return httpFixed(ctx.taskUrl, { method: "GET", path: `/?limit=${PAGE}` });
-    },
-  },
-  {
-    name: "listTaskObjects",
-    summary: `GET /do/objects?limit=${PAGE}: the first page of the task-object directory (each page reads every key of the objects' bucket)`,
-    serviceGroup: "service",
-    optIn: true,
-    async prepare(ctx) {
-      await ctx.seeds.doTasks();
-      return httpFixed(ctx.taskUrl, { method: "GET", path: `/do/objects?limit=${PAGE}` });
     },
   },
   {

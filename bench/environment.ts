@@ -6,7 +6,8 @@
 // with NATS_SYNC=always and its own one-process service; for the `:r3` workloads, two 3-node
 // clusters (R3 buckets), one per NATS_SYNC (`1s`, `always`), each with its own one-process
 // service; for the `anchor:` workloads, the no-hop anchor (anchor-server.ts) on the main stack's
-// nats-server with a login of its own. With `natsBinary`, every nats-server of it runs that
+// nats-server with a login of its own; for the list rows, one stack per list size holding only
+// what those rows seed. With `natsBinary`, every nats-server of it runs that
 // binary (`--nats-compare`); with `checkout`, every service runs that checkout's main.ts
 // (`--service-compare`).
 // `close()` stops them all and removes the stores.
@@ -24,6 +25,7 @@ import {
   parseNatsSync,
   type NatsHandle,
   type NkeyUser,
+  type Requester,
 } from "../platform/index.ts";
 import type { RoleSet } from "../cluster/index.ts";
 import { anchorEnv, anchorLogin } from "./anchor.ts";
@@ -32,7 +34,21 @@ import { callerEnv, profileFlags, startBuiltServer, startNats, startNatsR3, star
 import type { ProcessGroups } from "./types.ts";
 
 /** Whose RSS and CPU count as "service" (and "nats") for a row. */
-export type ServiceGroup = "service" | "bare" | "anchor" | "always" | "noAuth" | "traced" | "r3" | "r3Always";
+export type ServiceGroup =
+  | "service"
+  | "bare"
+  | "anchor"
+  | "always"
+  | "noAuth"
+  | "traced"
+  | "r3"
+  | "r3Always"
+  | "lists1k"
+  | "lists100k";
+
+/** The sizes the list rows measure at, each on a stack of its own (records of each kind). */
+export const listScales = { "1k": 1_000, "100k": 100_000 } as const;
+export type ListScale = keyof typeof listScales;
 
 export interface EnvironmentOptions {
   /** Run the gateway and the actors as two processes instead of one. */
@@ -53,6 +69,14 @@ export interface EnvironmentOptions {
   anchor?: boolean;
   /** Another checkout whose `main.ts` every service of this environment runs (`--service-compare`). */
   checkout?: string;
+  /** Also start the list rows' stacks (one per `listScales` size), each with a connection that may seed it. */
+  lists?: boolean;
+}
+
+/** A list rows' stack: its Task API, and a connection of the actors' user that writes its records. */
+export interface ListStack {
+  taskUrl: string;
+  requester: Requester;
 }
 
 /** The NATS_SYNC=always stack's API URLs. */
@@ -78,6 +102,8 @@ export interface Environment {
   noAuthTaskUrl: string;
   /** The same service with tracing on (OTLP/HTTP to a sink in the bench), when started. */
   traced?: { taskUrl: string; jobUrl: string; exported(): { requests: number; bytes: number } };
+  /** The list rows' stacks by size, when started. */
+  lists?: Record<ListScale, ListStack>;
   /** The bench's own connection (noAsyncTraces on) for direct NATS load and seeding. */
   nc: NatsConnection;
   /** Pids of a row's `service` (main.ts processes, or the bare server) and `nats` processes. */
@@ -119,9 +145,11 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
   // An environment started before this one (the `--nats-compare` one after the main) keeps its processes.
   const earlier = runningPids();
   let handle: NatsHandle | undefined;
+  const listHandles: NatsHandle[] = [];
   let sink: OtlpSink | undefined;
   const close = async () => {
     await handle?.close().catch(() => {});
+    for (const h of listHandles) await h.close().catch(() => {});
     await sink?.close();
     await stopAll(5_000, earlier);
     await store.remove();
@@ -197,9 +225,31 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
           OTEL_EXPORTER_OTLP_ENDPOINT: sink.url,
         })
       : undefined;
+    // The list rows' stacks, each holding only what its rows seed.
+    const listStack = async (scale: ListScale) => {
+      const started = await stack(`service (lists ${scale})`, `lists-${scale}`, { sync: mainSync(), auth: true });
+      const seeder = await connectNats({
+        servers: started.natsUrl,
+        name: `bench-lists-${scale}`,
+        credentials: credentials.actors,
+      });
+      listHandles.push(seeder);
+      return { ...started, requester: seeder.requester };
+    };
+    const lists1k = options.lists ? await listStack("1k") : undefined;
+    const lists100k = options.lists ? await listStack("100k") : undefined;
     // Direct NATS load runs as another service would: the `internal` user.
     handle = await connectNats({ servers: main.natsUrl, name: "bench", credentials: credentials.internal });
-    const stacks: Partial<Record<ServiceGroup, Stack>> = { service: main, always, noAuth, traced, r3, r3Always };
+    const stacks: Partial<Record<ServiceGroup, Stack>> = {
+      service: main,
+      always,
+      noAuth,
+      traced,
+      r3,
+      r3Always,
+      lists1k,
+      lists100k,
+    };
     const own = { bare: bare.pid, anchor: anchorServer?.child.pid };
     const children = [
       bare,
@@ -218,6 +268,11 @@ export async function startEnvironment(options: EnvironmentOptions): Promise<Env
       r3: r3 && r3Always && { "1s": urls(r3), always: urls(r3Always) },
       noAuthTaskUrl: noAuth.taskUrl,
       traced: traced && sink && { ...urls(traced), exported: sink.exported },
+      lists: lists1k &&
+        lists100k && {
+          "1k": { taskUrl: lists1k.taskUrl, requester: lists1k.requester },
+          "100k": { taskUrl: lists100k.taskUrl, requester: lists100k.requester },
+        },
       nc: handle.nc,
       groups: (group) => {
         // The bare and anchor rows: their server, and the main stack's nats-server.

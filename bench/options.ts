@@ -72,8 +72,11 @@ Options:
                        createTask, getTask, getTaskMissing, createTaskDO,
                        createTaskDO:hot (all on one name), getTaskDO,
                        updateTask, updateTaskDO, listTasksDO (a page of 100), getTaskObject,
-                       and only when named here: listTasks, listTaskObjects (pages of 100),
-                       deleteTask, deleteTaskDO (see below),
+                       listTasks:1k, listTasks:100k, listTasksDO:1k, listTasksDO:100k,
+                       listTaskObjects:1k, listTaskObjects:100k, getTaskObject:1k,
+                       getTaskObject:100k (pages of 100 at random places, one request at a
+                       time, on two stacks of their own seeded with 1,000 / 100,000 records),
+                       and only when named here: deleteTask, deleteTaskDO (see below),
                        createJob, createTask:always, createJob:always, getJob,
                        createTask:r3, createJob:r3, createTask:r3:always, createJob:r3:always,
                        nats:createTask, nats:getTask, createTask:noauth, getTask:noauth,
@@ -87,10 +90,7 @@ Options:
                        bench, sampled as OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
                        say (default: every request); the others' has NATS_SYNC as set, else 1s, e.g.
                        NATS_SYNC=2m for nats-server's own default).
-                       listTasks and listTaskObjects read every key of their bucket for
-                       each page, so they measure what the rows before them created: run
-                       them apart from the create and delete rows (--seed N sets the tasks
-                       listTasks reads). In deleteTask and deleteTaskDO each DELETE removes
+                       In deleteTask and deleteTaskDO each DELETE removes
                        a task created for it before the load, unmeasured (every answer a
                        204); topping up that pool takes about as long as the load itself.
                        anchor:createTask, anchor:getTask, anchor:getTaskMissing: the same

@@ -19,6 +19,7 @@ import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
 import { formatTable } from "./report.ts";
 import { saveResults } from "./results.ts";
 import { runRounds, selectWorkloads } from "./rounds.ts";
+import { listWorkloads } from "./list-workloads.ts";
 
 async function compare(
   env: Environment,
@@ -92,8 +93,13 @@ async function main() {
   // The no-hop anchor (polka straight to KV): only when an anchor: row runs.
   const anchor =
     !options.growth && (options.only === undefined || options.only.some((name) => name.startsWith("anchor:")));
+  // The list rows' stacks (one per size): only when a list row runs.
+  const lists =
+    !options.growth &&
+    (options.only === undefined || options.only.some((name) => listWorkloads.some((w) => w.name === name)));
   const environment = {
     traced,
+    lists,
     splitRoles: options.splitRoles,
     cpuProfDir: options.cpuProf,
     nodeFlags: options.nodeFlags,
@@ -107,7 +113,7 @@ async function main() {
     console.log(`the rows without "@": the service running ${mainService.checkout}/main.ts (${mainService.label})`);
   if ((comparedNats || comparedService) && !options.growth) {
     // The twin of a nats-server runs the same service (`--service-checkout`'s, when given).
-    const twin = { ...environment, traced: false, anchor: false };
+    const twin = { ...environment, traced: false, anchor: false, lists: false };
     compared = comparedNats
       ? {
           kind: "nats",

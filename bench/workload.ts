@@ -8,7 +8,7 @@ import type { Seeds } from "./seed.ts";
 export interface WorkloadContext
   extends Pick<
     Environment,
-    "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "traced" | "nc" | "anchorUrl"
+    "taskUrl" | "jobUrl" | "bareUrl" | "always" | "r3" | "noAuthTaskUrl" | "traced" | "nc" | "anchorUrl" | "lists"
   > {
   /** The records of the auth-off service, and of the main one. */
   noAuthSeeds: Seeds;

@@ -3,6 +3,7 @@
 // anchor's. `prepare` seeds what a workload reads and returns its runner.
 import { createTask, getTask, requestSubject } from "../schemas/index.ts";
 import { crudWorkloads } from "./crud-workloads.ts";
+import { listWorkloads } from "./list-workloads.ts";
 import { runNatsLoad } from "./nats-load.ts";
 import { cycle, http, httpFixed, type Runner } from "./runners.ts";
 import type { AlwaysStack, ServiceGroup } from "./environment.ts";
@@ -138,6 +139,7 @@ export const workloads: Workload[] = [
     },
   },
   ...crudWorkloads,
+  ...listWorkloads,
   {
     name: "createJob",
     summary: "POST / {content} on the Job API",

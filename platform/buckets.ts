@@ -11,6 +11,7 @@ import {
 import { Kvm, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { recordStore, type RecordStore } from "./record-store.ts";
+import { indexStreamConfig, recordIndex, type RecordIndex } from "./record-index.ts";
 import type { Requester } from "./requester.ts";
 import { tracedMethods } from "./tracing.ts";
 import { versionedStore, type VersionedStore } from "./lease-store.ts";
@@ -114,6 +115,7 @@ export async function provisionBuckets<K extends BucketName = BucketName>(
     });
     // `create` binds to a bucket that exists as it is: one made before these settings gets them now.
     if (settings.republish) await ensureStreamSettings(nc, `KV_${name}`, settings);
+    if (indexedBuckets.includes(key)) await provisionIndexStream(nc, name, options.replicas);
     return kv;
   };
   return eachBucket(options.only, provision);
@@ -164,6 +166,15 @@ export async function provisionedStream(nc: NatsConnection, stream: string): Pro
   }
 }
 
+/** The buckets whose lists are read a page at a time from an index stream (record-index.ts). */
+export const indexedBuckets: readonly BucketName[] = ["tasks", "taskObjects"];
+
+/** Creates the index stream of `bucket` (one that exists with these settings is kept as it is). */
+async function provisionIndexStream(nc: NatsConnection, bucket: string, replicas?: number): Promise<void> {
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
+  await jsm.streams.add(indexStreamConfig(bucket, replicas));
+}
+
 /**
  * Where the server republishes a bucket's writes: jobs whole, tasks and task objects headers
  * only. Of task objects only the records (`<name-token>.<id>`), not the leases beside them.
@@ -206,6 +217,9 @@ export type RecordStores = {
   readonly jobs: RecordStore;
   /** Task-object leases (placement), read and written with revision checks. */
   readonly taskObjectLeases: VersionedStore;
+  /** The index streams of `tasks` and `taskobjects`: their lists, page by page. */
+  readonly taskIndex: RecordIndex;
+  readonly taskObjectIndex: RecordIndex;
 };
 
 /** Lean stores over the record buckets (made first by `provisionBuckets`). */
@@ -217,5 +231,7 @@ export function recordStores(requester: Requester, options: BucketOptions = {}):
     taskObjects: open(bucketNames.taskObjects),
     jobs: open(bucketNames.jobs),
     taskObjectLeases: tracedMethods(versionedStore(requester, leaseBucketFor(options.replicas)), "lease"),
+    taskIndex: tracedMethods(recordIndex(requester, bucketNames.tasks), `index ${bucketNames.tasks}`),
+    taskObjectIndex: tracedMethods(recordIndex(requester, bucketNames.taskObjects), `index ${bucketNames.taskObjects}`),
   };
 }

@@ -11,6 +11,7 @@ export * from "./held-requests.ts";
 export * from "./replies.ts";
 export * from "./failures.ts";
 export * from "./record-store.ts";
+export * from "./record-index.ts";
 export * from "./lease-store.ts";
 export * from "./key-revocations.ts";
 export * from "./batch.ts";

@@ -20,6 +20,7 @@ import {
 import {
   actorBuckets,
   bucketNames,
+  indexedBuckets,
   imageObjectBucket,
   instanceLogStream,
   instanceLogSubjects,
@@ -29,6 +30,7 @@ import {
   type BucketName,
 } from "./buckets.ts";
 import { heldCancelSubject } from "./held-requests.ts";
+import { indexStreamOf, indexSubjectsOf } from "./record-index.ts";
 
 /**
  * The NATS users of the service; `internal` is for other services. `provision` makes the
@@ -96,6 +98,7 @@ export interface Permissions {
 /** The buckets each role writes. */
 const ACTOR_BUCKETS = actorBuckets.map((key) => bucketNames[key]);
 const HOST_BUCKETS = [bucketNames.microvms, bucketNames.images];
+const INDEXED_BUCKETS = indexedBuckets.map((key) => bucketNames[key]);
 
 /**
  * Every stream of the service: what the provisioning step makes, and no running role may
@@ -106,6 +109,7 @@ export const serviceStreams: readonly string[] = [
   `OBJ_${imageObjectBucket}`,
   `OBJ_${snapshotObjectBucket}`,
   instanceLogStream,
+  ...INDEXED_BUCKETS.map(indexStreamOf),
 ];
 
 /**
@@ -129,6 +133,21 @@ function kvRead(bucket: string): string[] {
  */
 export function kvOwn(bucket: string): string[] {
   return [...kvRead(bucket), `$KV.${bucket}.>`];
+}
+
+/**
+ * Owning a bucket's index stream (record-index.ts): add entries, read them by direct gets,
+ * remove one (a deleted record's entry: a message delete names its stream in the subject, so
+ * it reaches no other stream). The stream itself is made by the provisioning step.
+ */
+function indexOwn(bucket: string): string[] {
+  const stream = indexStreamOf(bucket);
+  return [
+    indexSubjectsOf(bucket),
+    `$JS.API.DIRECT.GET.${stream}`,
+    `$JS.API.DIRECT.GET.${stream}.>`,
+    `$JS.API.STREAM.MSG.DELETE.${stream}`,
+  ];
 }
 
 /**
@@ -240,7 +259,9 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
     },
     // Each serving role answers its NATS micro service's `$SRV` PING, INFO and STATS (discovery).
     actors: {
-      publish: { allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn)] },
+      publish: {
+        allow: [...ops.actors.publish, ...ACTOR_BUCKETS.flatMap(kvOwn), ...INDEXED_BUCKETS.flatMap(indexOwn)],
+      },
       subscribe: {
         allow: [...ops.actors.subscribe, ...serviceControlSubjects(serviceNames.actors), inbox("actors")],
       },

@@ -25,6 +25,8 @@ export interface StoredEntry {
   readonly revision: number;
   /** The write id (`Nats-Msg-Id`) its last write was sent with, if any. */
   readonly writtenBy?: string;
+  /** Its index entry's sequence (`Record-Index`), on an indexed record. */
+  readonly index?: number;
 }
 
 /** A key's last write, a deletion included. */
@@ -32,6 +34,8 @@ export interface LastWrite {
   readonly revision: number;
   readonly deleted: boolean;
   readonly writtenBy?: string;
+  /** The index entry its record names (`Record-Index`), if any. */
+  readonly index?: number;
 }
 
 export interface RecordStore {
@@ -40,8 +44,11 @@ export interface RecordStore {
   get(key: string): Promise<Uint8Array | undefined>;
   /** The record and its revision, or `undefined` when the key is absent or deleted. */
   entry(key: string): Promise<StoredEntry | undefined>;
-  /** Writes only if the key is new (the server checks: last subject sequence must be 0). */
-  create(key: string, data: string | Uint8Array): Promise<CreateOutcome>;
+  /**
+   * Writes only if the key is new (the server checks: last subject sequence must be 0). `index`:
+   * the record's index entry, named in its `Record-Index` header (as in every write below).
+   */
+  create(key: string, data: string | Uint8Array, index?: number): Promise<CreateOutcome>;
   /**
    * Writes the record `key` only while `fence.key` is still at `fence.revision` (the server
    * checks the fence key's last sequence instead of this key's: nats-server 2.12+,
@@ -49,14 +56,20 @@ export interface RecordStore {
    * `key` is new: the caller must know no write of it was ever sent (its own fresh id, on the
    * request's first attempt).
    */
-  createFenced(key: string, data: string | Uint8Array, fence: Fence): Promise<FencedOutcome>;
+  createFenced(key: string, data: string | Uint8Array, fence: Fence, index?: number): Promise<FencedOutcome>;
   /** The key's last write (a deletion too), or `undefined` when it never held anything. */
   lastWrite(key: string): Promise<LastWrite | undefined>;
   /**
    * Replaces the record only if the key is still at `revision` (the server checks). `writeId`
    * goes with the write (`Nats-Msg-Id`): a repeat of the same request finds it in `writtenBy`.
    */
-  update(key: string, data: string | Uint8Array, revision: number, writeId?: string): Promise<WriteOutcome>;
+  update(
+    key: string,
+    data: string | Uint8Array,
+    revision: number,
+    writeId?: string,
+    index?: number,
+  ): Promise<WriteOutcome>;
   /** Deletes the record only if the key is still at `revision` (the server checks), as `update` writes. */
   delete(key: string, revision: number, writeId?: string): Promise<WriteOutcome>;
   /** Every key starting with `prefix` that was ever written (deleted ones too), in sorted order. */
@@ -264,6 +277,15 @@ export function inTouch(info: StreamInfoReply): boolean {
   return (1 + heard.length) * 2 > peers.length + 1;
 }
 
+/** The header of a record's write naming its index entry (record-index.ts: the entry's stream sequence). */
+export const RECORD_INDEX_HEADER = "Record-Index";
+
+/** The index entry a record's message names (`Record-Index`), if any. */
+export function indexOf(msg: Msg): number | undefined {
+  const value = msg.headers?.get(RECORD_INDEX_HEADER);
+  return value ? Number(value) : undefined;
+}
+
 /** Fence headers kept per key (see `recordStore`'s `fenceHeaders`). */
 const MAX_FENCE_HEADERS = 10_000;
 
@@ -298,11 +320,20 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       throw new JetStreamRequestError(503, 0, "the stream leader lost touch with its peers: a miss is not confirmed");
     return found;
   };
-  const writeHeaders = (revision: number, writeId: string | undefined, operation?: string) => {
+  const writeHeaders = (revision: number, writeId: string | undefined, operation?: string, index?: number) => {
     const h = headers();
     h.set("Nats-Expected-Last-Subject-Sequence", String(revision));
     if (writeId) h.set("Nats-Msg-Id", writeId);
     if (operation) h.set("KV-Operation", operation);
+    if (index !== undefined) h.set(RECORD_INDEX_HEADER, String(index));
+    return h;
+  };
+  /** `base` with the record's index entry named, when it has one. */
+  const indexed = (base: MsgHdrs, index: number | undefined): MsgHdrs => {
+    if (index === undefined) return base;
+    const h = headers();
+    for (const [name, values] of base) for (const value of values) h.append(name, value);
+    h.set(RECORD_INDEX_HEADER, String(index));
     return h;
   };
 
@@ -321,13 +352,14 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
     const deleted = operation === "DEL" || operation === "PURGE";
     const revision = Number(msg.headers?.get("Nats-Sequence"));
     const writtenBy = msg.headers?.get("Nats-Msg-Id") || undefined;
-    return { revision, deleted, writtenBy, ...(deleted ? {} : { value: msg.data }) };
+    const index = indexOf(msg);
+    return { revision, deleted, writtenBy, index, ...(deleted ? {} : { value: msg.data }) };
   };
   const entry = async (key: string): Promise<StoredEntry | undefined> => {
     const last = await lastMessage(key);
     return last?.value === undefined
       ? undefined
-      : { value: last.value, revision: last.revision, writtenBy: last.writtenBy };
+      : { value: last.value, revision: last.revision, writtenBy: last.writtenBy, index: last.index };
   };
 
   return {
@@ -336,16 +368,18 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
     entry,
     async lastWrite(key) {
       const last = await lastMessage(key);
-      return last && { revision: last.revision, deleted: last.deleted, writtenBy: last.writtenBy };
+      return last && { revision: last.revision, deleted: last.deleted, writtenBy: last.writtenBy, index: last.index };
     },
-    async create(key, data) {
-      return stored(await requester.request(subjectOf(key), data, timeout, createHeaders)) ?? "exists";
+    async create(key, data, index) {
+      return stored(await requester.request(subjectOf(key), data, timeout, indexed(createHeaders, index))) ?? "exists";
     },
-    async createFenced(key, data, fence) {
-      return stored(await requester.request(subjectOf(key), data, timeout, fenceHeaders(fence))) ?? "refused";
+    async createFenced(key, data, fence, index) {
+      const h = indexed(fenceHeaders(fence), index);
+      return stored(await requester.request(subjectOf(key), data, timeout, h)) ?? "refused";
     },
-    async update(key, data, revision, writeId) {
-      const ack = await requester.request(subjectOf(key), data, timeout, writeHeaders(revision, writeId));
+    async update(key, data, revision, writeId, index) {
+      const h = writeHeaders(revision, writeId, undefined, index);
+      const ack = await requester.request(subjectOf(key), data, timeout, h);
       return stored(ack, DUPLICATE_IN_PROCESS) ?? "moved";
     },
     keys: (prefix = "") => bucketKeys(requester, bucket, prefix, timeout),

@@ -98,12 +98,21 @@ const purges: Partial<Record<NatsRole, readonly string[]>> = {
   microvms: ["KV_microvms", "OBJ_images", "OBJ_snapshots", instanceLogStream],
 };
 
+/** Where a role removes single messages of its own (the actors: a deleted record's index entry). */
+const messageDeletes: Partial<Record<NatsRole, readonly string[]>> = {
+  actors: ["INDEX_tasks", "INDEX_taskobjects"],
+};
+const mayDelete = (role: NatsRole, subject: string) =>
+  (messageDeletes[role] ?? []).some((stream) => subject === `$JS.API.STREAM.MSG.DELETE.${stream}`);
+
 describe("nats roles - no running role can reconfigure a stream", () => {
   for (const role of runningRoles) {
     it(`nats roles - ${role}: stream create, update, delete, snapshot and foreign purges are refused on every stream`, async () => {
       const nc = await as(role);
       const before = Object.fromEntries(await Promise.all(serviceStreams.map(async (s) => [s, await info(s)])));
-      const requests = (await Promise.all(serviceStreams.map(reconfiguring))).flat();
+      const requests = (await Promise.all(serviceStreams.map(reconfiguring)))
+        .flat()
+        .filter(([subject]) => !mayDelete(role, subject));
       for (const stream of serviceStreams)
         if (!purges[role]?.includes(stream)) requests.push([`$JS.API.STREAM.PURGE.${stream}`, ""]);
       requests.push(["$JS.API.STREAM.LIST", ""], ["$JS.API.STREAM.NAMES", ""], ["$JS.API.ACCOUNT.PURGE", ""]);
@@ -183,7 +192,13 @@ describe("nats roles - what each role may send on $JS.API", () => {
     // The gateway writes the record of removed API keys; the microVM hosts read it.
     const revocations = reads("KV_apikey-revocations");
     assert.deepEqual(sorted(jsApi("gateway")), sorted([...actorStreams.flatMap(reads), ...revocations]));
-    assert.deepEqual(sorted(jsApi("actors")), sorted(actorStreams.flatMap(reads)));
+    // The actors' list indexes: entries read by direct gets, a deleted record's entry removed.
+    const indexes = ["INDEX_tasks", "INDEX_taskobjects"].flatMap((stream) => [
+      `$JS.API.DIRECT.GET.${stream}`,
+      `$JS.API.DIRECT.GET.${stream}.>`,
+      `$JS.API.STREAM.MSG.DELETE.${stream}`,
+    ]);
+    assert.deepEqual(sorted(jsApi("actors")), sorted([...actorStreams.flatMap(reads), ...indexes]));
     assert.deepEqual(sorted(jsApi("internal")), sorted(reads("KV_jobs")));
     const objects = (stream: string) => [
       `$JS.API.STREAM.INFO.${stream}`,
@@ -210,6 +225,7 @@ describe("nats roles - what each role may send on $JS.API", () => {
     );
     for (const role of runningRoles)
       for (const subject of jsApi(role)) {
+        if (mayDelete(role, subject)) continue;
         assert.doesNotMatch(subject, /\.(CREATE|UPDATE|DELETE|SNAPSHOT|RESTORE)\./, role);
         // The one wildcard: a direct get naming its subject in the request's, on one stream.
         if (/[*>]/.test(subject)) assert.match(subject, /^\$JS\.API\.DIRECT\.GET\.[^.*>]+\.>$/, role);

@@ -8,15 +8,7 @@ import { headers as natsHeaders } from "@nats-io/transport-node";
 import { watchJobs } from "../client/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
 import { connectNats, type NatsHandle } from "../platform/index.ts";
-import {
-  getTask,
-  idKey,
-  nameToken,
-  PRINCIPAL_HEADER,
-  requestSubject,
-  taskObjectKey,
-  viaGateway,
-} from "../schemas/index.ts";
+import { getTask, nameToken, PRINCIPAL_HEADER, requestSubject, viaGateway } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { startService, type TestService } from "./helpers/service.ts";
 
@@ -57,11 +49,19 @@ async function natsCall(nats: NatsHandle, subject: string, body: unknown, hdrs: 
   return { code: msg.headers?.get("Nats-Service-Error-Code") ?? "", body: msg.json<Record<string, unknown>>() };
 }
 
+/** A task, a task-object task and a job as the release before owners wrote them (its key layout). */
+const old = { id: "written-before-owners", title: "old", completed: false };
+async function writeEarlier(buckets: TestService["buckets"]): Promise<void> {
+  await buckets.tasks.create(old.id, JSON.stringify(old));
+  await buckets.taskObjects.create(`${nameToken("default")}.${old.id}`, JSON.stringify(old));
+  await buckets.jobs.create(old.id, JSON.stringify({ id: old.id, content: "old job" }));
+}
+
 describe("owners - with API keys", () => {
   let svc: TestService;
   let internal: NatsHandle;
   before(async () => {
-    svc = await startService(defer, { apiKeys: keys });
+    svc = await startService(defer, { apiKeys: keys, earlier: writeEarlier });
     internal = await connectNats({ ...svc.nats.login("internal"), name: "test:internal" });
     defer(() => internal.close());
   });
@@ -181,10 +181,7 @@ describe("owners - with API keys", () => {
   });
 
   it("owners - data written before owners is the anonymous principal's: no named principal reads it", async () => {
-    const old = { id: "written-before-owners", title: "old", completed: false };
-    await svc.buckets.tasks.create(idKey(old.id)!, JSON.stringify(old));
-    await svc.buckets.taskObjects.create(taskObjectKey("default", old.id)!, JSON.stringify(old));
-    await svc.buckets.jobs.create(idKey(old.id)!, JSON.stringify({ id: old.id, content: "old job" }));
+    // Written by the previous release before this service started (`earlier` above).
     assert.equal((await call("GET", `${svc.taskUrl}/${old.id}`, alice.key)).status, 404);
     assert.equal((await call("GET", `${svc.taskUrl}/do/${old.id}`, alice.key)).status, 404);
     assert.equal((await call("GET", `${svc.jobUrl}/?jobId=${old.id}`, alice.key)).status, 404);
@@ -200,14 +197,11 @@ describe("owners - with API keys", () => {
 describe("owners - without API keys", () => {
   let svc: TestService;
   before(async () => {
-    svc = await startService(defer);
+    svc = await startService(defer, { earlier: writeEarlier });
   });
 
   it("owners - data in the layout written before owners reads as it did, and NATS and HTTP callers are one", async () => {
-    const old = { id: "written-before-owners", title: "old", completed: false };
-    await svc.buckets.tasks.create(old.id, JSON.stringify(old));
-    await svc.buckets.taskObjects.create(`${nameToken("default")}.${old.id}`, JSON.stringify(old));
-    await svc.buckets.jobs.create(old.id, JSON.stringify({ id: old.id, content: "old job" }));
+    // Written by the previous release before this service started (`earlier` above).
     assert.deepEqual((await call("GET", `${svc.taskUrl}/${old.id}`)).body, old);
     assert.deepEqual((await call("GET", `${svc.taskUrl}/do/${old.id}`)).body, old);
     assert.equal((await call("GET", `${svc.jobUrl}/?jobId=${old.id}`)).body.content, "old job");

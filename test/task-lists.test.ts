@@ -1,4 +1,4 @@
-// listTasks and listTasksDO over real HTTP, NATS and KV (pages, cursors, concurrent creates),
+// listTasks and listTasksDO over real HTTP, NATS and KV (pages in creation order, cursors, concurrent creates),
 // and the task-object writes (PATCH, DELETE /do/:id?name=) with their errors.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -29,16 +29,48 @@ describe("task lists", () => {
     ],
   ] as const) {
     it(`task lists - ${label} pages cover every task once while creates run`, async () => {
-      const before = await Promise.all(Array.from({ length: 45 }, (_, i) => create(svc.taskUrl, `before ${i}`)));
-      const ids = before.map((r) => (r.body as Task).id);
+      const ids: string[] = [];
+      for (let i = 0; i < 45; i++) ids.push(((await create(svc.taskUrl, `before ${i}`)).body as Task).id);
       const creating = () => Promise.all(Array.from({ length: 30 }, (_, i) => create(svc.taskUrl, `during ${i}`)));
       const { seen, pages } = await allPages<Task>(base(svc.taskUrl), 7, creating);
       const seenIds = seen.map((t) => t.id);
       assert.equal(new Set(seenIds).size, seenIds.length, "a task listed twice");
       for (const id of ids) assert.ok(seenIds.includes(id), `task ${id} missing`);
       assert.ok(pages >= 7, `${pages} pages`);
-      const keys = seen.map((t) => t.id);
-      assert.deepEqual(keys, [...keys].sort(), "in key order");
+      const created = new Set(ids);
+      assert.deepEqual(
+        seenIds.filter((id) => created.has(id)),
+        ids,
+        "in creation order",
+      );
+    });
+  }
+
+  for (const [label, createPath, itemPath, listPath] of [
+    ["listTasks", "/", (id: string) => `/${id}`, "/?limit=1000"],
+    ["listTasksDO", "/do?name=updated", (id: string) => `/do/${id}?name=updated`, "/do/tasks?name=updated&limit=1000"],
+  ] as const) {
+    it(`task lists - ${label} keeps an updated task in its place, drops a deleted one, once each`, async () => {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++)
+        ids.push(((await postJson(`${svc.taskUrl}${createPath}`, { title: `u${i}` })).body as Task).id);
+      const patch = await fetch(`${svc.taskUrl}${itemPath(ids[0]!)}`, {
+        method: "PATCH",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ title: "changed" }),
+      });
+      assert.equal(patch.status, 200);
+      assert.equal((await fetch(`${svc.taskUrl}${itemPath(ids[1]!)}`, { method: "DELETE" })).status, 204);
+      const listed = ((await getJson(`${svc.taskUrl}${listPath}`)).body as Page).items.filter((t) =>
+        ids.includes(t.id),
+      );
+      assert.deepEqual(
+        listed.map((t) => [t.id, t.title]),
+        [
+          [ids[0], "changed"],
+          [ids[2], "u2"],
+        ],
+      );
     });
   }
 

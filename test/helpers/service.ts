@@ -1,6 +1,6 @@
 // The whole service in the test process: private NATS, actors, and both HTTP APIs on port 0.
 import { headers as natsHeaders } from "@nats-io/transport-node";
-import { gatewayDispatch, NATS_INTERNAL, startActors, type ActorOptions } from "../../actors/index.ts";
+import { backfillIndexes, gatewayDispatch, NATS_INTERNAL, startActors, type ActorOptions } from "../../actors/index.ts";
 import { createGateways, type ApiKeys } from "../../gateway/index.ts";
 import { connectNats, provisionBuckets, recordStores, type Buckets, type NatsHandle } from "../../platform/index.ts";
 import type { Defer } from "./defer.ts";
@@ -31,6 +31,8 @@ export interface ServiceOptions {
   apiKeys?: ApiKeys;
   /** The principal of NATS callers on the public subjects (default as `npm start`: `nats:internal` with API keys, else anonymous). */
   natsPrincipal?: string;
+  /** Writes a previous release's records before the actors start (the backfill at start then indexes them). */
+  earlier?: (buckets: Awaited<ReturnType<typeof provisionBuckets>>) => Promise<void>;
 }
 
 export async function startService(defer: Defer, options: ServiceOptions = {}): Promise<TestService> {
@@ -38,11 +40,14 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
   const handle = await connectNats({ ...nats.login("admin"), name: "test" });
   defer(() => handle.close());
   const buckets = await provisionBuckets(handle.nc);
+  await options.earlier?.(buckets);
   // The service's pieces run as their own NATS users, as `npm start` runs them.
   const actorsNats = await connectNats({ ...nats.login("actors"), name: "test:actors" });
   defer(() => actorsNats.close());
   const gatewayNats = await connectNats({ ...nats.login("gateway"), name: "test:gateway" });
   defer(() => gatewayNats.close());
+  // As at start: records of an earlier release get their places in the lists first.
+  if (options.actors !== false) await backfillIndexes(actorsNats.requester);
   const actors =
     options.actors === false
       ? undefined
