@@ -161,9 +161,30 @@ test("provider - the heap cap stops a memory hog without harming the host", asyn
 test("provider - the data limit stops off-heap allocation", async (t) => {
   const handle = await start("p-buffers", testImages.hog, 64);
   t.after(() => provider.terminate(handle));
-  await assert.rejects(call(handle, "hogBuffers", [], 20_000));
-  await waitUntil(() => readProcStat(handle.pid!) === undefined, 5_000);
-  assert.equal(await provider.isAlive(handle), false);
+  // Either way the limit stops it: an allocation V8 cannot survive ends the process (the call
+  // fails), or a buffer's allocation fails as a RangeError the method throws, which the runtime
+  // answers as the method's error (500) while the process lives on within its limit.
+  const answer = await fetch(`http://127.0.0.1:${handle.ports["8080"]}/__rpc__/hogBuffers`, {
+    method: "POST",
+    body: "[]",
+    headers: { ...handle.upstreamHeaders },
+    signal: AbortSignal.timeout(20_000),
+  }).then(
+    async (response) => ({ status: response.status, body: await response.text() }),
+    () => undefined,
+  );
+  if (answer === undefined) {
+    await waitUntil(() => readProcStat(handle.pid!) === undefined, 5_000);
+    assert.equal(await provider.isAlive(handle), false);
+    return;
+  }
+  assert.equal(answer.status, 500, `the hog's call answered ${answer.status}: ${answer.body.slice(0, 200)}`);
+  assert.match(
+    answer.body,
+    /ERR_MEMORY_ALLOCATION_FAILED|allocation failed|out of memory/i,
+    `its answer: ${answer.body.slice(0, 300)}`,
+  );
+  t.diagnostic("the allocation failed inside the instance, which answered it as the method's error");
 });
 
 test("provider - an image that fails to load rejects start with its error and leaves no process", async (t) => {
