@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 NATS_IMAGE="${NATS_IMAGE:-nats:2.15-alpine}"
 SERVICE_IMAGE="${SERVICE_IMAGE:-typed-service:local}"
-BASE_IMAGE="typed-service-base:bookworm"
+BASE_IMAGE="typed-service-base:bookworm-libatomic"
 work="$PWD/.images"
 rebuild="${1:-}"
 
@@ -83,7 +83,7 @@ build_base() {
   mirror="$(bash scripts/debian-fetch.sh --mirror | cut -d' ' -f1)"
   rm -rf "$root"
   echo "debootstrap bookworm (minbase + bubblewrap) from $mirror" >&2
-  debootstrap --variant=minbase --include=bubblewrap,libstdc++6 bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+  debootstrap --variant=minbase --include=bubblewrap,libstdc++6,libatomic1 bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 ||
     { tail -n 20 "$work/debootstrap.log" >&2; exit 1; }
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
   tar -C "$root" -c . | docker import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$BASE_IMAGE" >/dev/null
@@ -111,7 +111,11 @@ EXPOSE 8787 8788 8789
 CMD ["node", "dist/main.mjs"]
 DOCKERFILE
   DOCKER_BUILDKIT=0 docker build -q -t "$SERVICE_IMAGE" "$context" >/dev/null 2>&1
-  echo "$SERVICE_IMAGE: node $(docker run --rm "$SERVICE_IMAGE" node --version), $(docker run --rm "$SERVICE_IMAGE" bwrap --version)"
+  # The node copied in must run there (its shared libraries are in the base: libstdc++6, libatomic1).
+  local version
+  version="$(docker run --rm "$SERVICE_IMAGE" node --version)" ||
+    { echo "error: node does not run in $SERVICE_IMAGE (a shared library missing from $BASE_IMAGE?)" >&2; exit 1; }
+  echo "$SERVICE_IMAGE: node $version, $(docker run --rm "$SERVICE_IMAGE" bwrap --version)"
 }
 
 mkdir -p "$work"
