@@ -15,7 +15,11 @@ import type { Workload, WorkloadContext } from "./workload.ts";
 /** A page as the rows ask for it. */
 const PAGE = 100;
 /** Requests in flight per list row. */
-const LIST_CONNECTIONS = 1;
+export const LIST_CONNECTIONS = 1;
+
+/** Whether `workload` is one of the list rows (named `<list>:1k` or `<list>:100k`). */
+export const isListRow = (workload: string): boolean =>
+  /^(listTasks|listTasksDO|listTaskObjects|getTaskObject):/.test(workload);
 
 const seeded = new Map<ListStack, Promise<ListSeeds>>();
 function seedsOf(ctx: WorkloadContext, scale: ListScale): { stack: ListStack; seeds: Promise<ListSeeds> } {

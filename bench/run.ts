@@ -19,7 +19,7 @@ import { chooseHttpDriver, type HttpDriver } from "./http-load.ts";
 import { formatTable } from "./report.ts";
 import { saveResults } from "./results.ts";
 import { runRounds, selectWorkloads } from "./rounds.ts";
-import { listWorkloads } from "./list-workloads.ts";
+import { isListRow, LIST_CONNECTIONS, listWorkloads } from "./list-workloads.ts";
 
 async function compare(
   env: Environment,
@@ -29,8 +29,12 @@ async function compare(
   compared?: ComparedServer,
 ) {
   const { rounds, rows } = await runRounds(env, options, compared);
+  // The list rows measure a page as one client walking a list sees it: their own connection count.
+  const lists = rows.some((row) => isListRow(row.workload))
+    ? ` (the list rows: ${LIST_CONNECTIONS} request at a time)`
+    : "";
   console.log(
-    `\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} connections, driver ${header.driver.name}:\n`,
+    `\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} connections${lists}, driver ${header.driver.name}:\n`,
   );
   console.log(formatTable(rows));
   for (const row of rows.filter((r) => r.failures.length))
