@@ -2,7 +2,7 @@
 // client port and route port per node, full-mesh routes, and a wait for a meta leader.
 import { once } from "node:events";
 import { join } from "node:path";
-import { jetstream } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { randomBytes } from "node:crypto";
 import { connect } from "@nats-io/transport-node";
@@ -344,19 +344,28 @@ export async function leadersBack(
   credentials: NatsCredentials,
   since: number,
   timeoutMs = 60_000,
+  /** Other streams the work needs (the list indexes: `INDEX_<bucket>`), by stream name. */
+  streams: readonly string[] = [],
 ): Promise<number> {
   const nc = await connect({ servers: servers.split(","), name: "cluster:leaders", ...authOptions(credentials) });
   try {
     // A short timeout: a leaderless stream does not answer its info request.
     const kvm = new Kvm(jetstream(nc, { timeout: 500 }));
-    const led = async (bucket: string) => {
-      const leader = await leaderOf(kvm, bucket).catch(() => undefined); // not answering yet
-      return leader !== undefined && leader !== gone;
-    };
+    const jsm = await jetstreamManager(nc, { timeout: 500, checkAPI: false });
+    const isLed = (leader: string | undefined) => leader !== undefined && leader !== gone;
+    const led = async (bucket: string) => isLed(await leaderOf(kvm, bucket).catch(() => undefined)); // not answering yet
+    const streamLed = async (stream: string) =>
+      isLed(
+        await jsm.streams.info(stream).then(
+          (info) => info.cluster?.leader,
+          () => undefined,
+        ),
+      );
     for (;;) {
-      if ((await Promise.all(buckets.map(led))).every(Boolean)) return Date.now() - since;
+      const all = await Promise.all([...buckets.map(led), ...streams.map(streamLed)]);
+      if (all.every(Boolean)) return Date.now() - since;
       if (Date.now() - since > timeoutMs)
-        throw new Error(`${buckets.join(", ")}: no leader ${timeoutMs} ms after the kill`);
+        throw new Error(`${[...buckets, ...streams].join(", ")}: no leader ${timeoutMs} ms after the kill`);
       await new Promise((r) => setTimeout(r, 100));
     }
   } finally {

@@ -22,7 +22,7 @@ import {
   type NatsNode,
   type RoleProcess,
 } from "../../cluster/index.ts";
-import { authDirOf, bucketNames } from "../../platform/index.ts";
+import { authDirOf, bucketNames, indexStreamOf } from "../../platform/index.ts";
 import { taskApi } from "../../schemas/index.ts";
 import { activationIntervals, overlaps, writesOutside } from "../helpers/activations.ts";
 import { lifo } from "../helpers/defer.ts";
@@ -53,6 +53,8 @@ const CUT_MARGIN_MS = 2_000;
 const STEADY_MS = 3_000;
 /** The buckets the load writes: the majority serves once each has a leader on its side. */
 const loadBuckets = [...objectLoadBuckets, bucketNames.tasks];
+/** Their list indexes, streams of their own that each write also needs a leader of (`INDEX_<bucket>`). */
+const loadIndexes = [indexStreamOf(bucketNames.taskObjects), indexStreamOf(bucketNames.tasks)];
 
 /**
  * The longest time one of `names` went without a 200 in [from, to): the gaps between its
@@ -175,8 +177,10 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
       majorityNodes.map((n) => n.url).join(","),
       loadBuckets,
       node.name,
-      cluster.credentials.gateway,
+      cluster.credentials.provision,
       cutAt,
+      undefined,
+      loadIndexes,
     );
     const majorityBoundMs = ledMs + NATS_NODE_BOUND_MS;
     await sleep(cutAt + Math.max(PARTITION_MS, majorityBoundMs + CUT_MARGIN_MS) - Date.now());
@@ -185,7 +189,15 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     // The healed node's part is its routes and JetStream coming back (measured: through that
     // node, every bucket led by another, as the majority elected), then the service's,
     // bounded as for a killed node.
-    const rejoined = leadersBack(node.url, loadBuckets, node.name, cluster.credentials.gateway, healedAt);
+    const rejoined = leadersBack(
+      node.url,
+      loadBuckets,
+      node.name,
+      cluster.credentials.provision,
+      healedAt,
+      undefined,
+      loadIndexes,
+    );
     // Awaited below; if an assertion before that fails, its rejection is not an unhandled one.
     rejoined.catch(() => undefined);
     const answeringAgain = () =>
