@@ -2,13 +2,7 @@
 // writes and deletes that the server applies only at an expected revision (compare-and-set).
 // Wire-level like record-store.ts, so any KV client sees the same keys.
 import { headers } from "@nats-io/transport-node";
-import {
-  bucketKeys,
-  isWrongLastSequence,
-  JetStreamRequestError,
-  leaderEntry,
-  type LeaderEntry,
-} from "./record-store.ts";
+import { isWrongLastSequence, JetStreamRequestError, leaderEntry, type LeaderEntry } from "./record-store.ts";
 import { log } from "./log.ts";
 import type { Requester } from "./requester.ts";
 
@@ -26,8 +20,6 @@ export interface VersionedStore {
   put(key: string, value: string, revision: number): Promise<number | typeof CONFLICT>;
   /** Deletes the key if it is still at `revision`. */
   delete(key: string, revision: number): Promise<number | typeof CONFLICT>;
-  /** Every key starting with `prefix` ever written (deleted ones too), sorted (`bucketKeys`). */
-  keys(prefix?: string): Promise<string[]>;
 }
 
 export function versionedStore(requester: Requester, bucket: string, timeoutMs = 2_000): VersionedStore {
@@ -61,6 +53,5 @@ export function versionedStore(requester: Requester, bucket: string, timeoutMs =
     get: async (key) => (await leaderEntry(requester, bucket, key, timeoutMs)) ?? { revision: 0 },
     put: (key, value, revision) => write(key, value, revision),
     delete: (key, revision) => write(key, "", revision, "DEL"),
-    keys: (prefix = "") => bucketKeys(requester, bucket, prefix, timeoutMs),
   };
 }

@@ -72,8 +72,6 @@ export interface RecordStore {
   ): Promise<WriteOutcome>;
   /** Deletes the record only if the key is still at `revision` (the server checks), as `update` writes. */
   delete(key: string, revision: number, writeId?: string): Promise<WriteOutcome>;
-  /** Every key starting with `prefix` that was ever written (deleted ones too), in sorted order. */
-  keys(prefix?: string): Promise<string[]>;
 }
 
 export interface RecordStoreOptions {
@@ -382,42 +380,11 @@ export function recordStore(requester: Requester, bucket: string, options: Recor
       const ack = await requester.request(subjectOf(key), data, timeout, h);
       return stored(ack, DUPLICATE_IN_PROCESS) ?? "moved";
     },
-    keys: (prefix = "") => bucketKeys(requester, bucket, prefix, timeout),
     async delete(key, revision, writeId) {
       const ack = await requester.request(subjectOf(key), undefined, timeout, writeHeaders(revision, writeId, "DEL"));
       return stored(ack, DUPLICATE_IN_PROCESS) ?? "moved";
     },
   };
-}
-
-/**
- * Every key of `bucket` starting with `prefix` that was ever written (deleted ones too: their
- * delete marker is the key's last message), sorted: the subjects of the bucket's stream, read
- * from its stream info (no consumer), whose cost grows with the number of keys.
- */
-export async function bucketKeys(requester: Requester, bucket: string, prefix: string, timeoutMs: number) {
-  const keys: string[] = [];
-  const filter = `$KV.${bucket}.${prefix}>`;
-  // The server answers the subjects in pages (100,000 by default).
-  for (let offset = 0; ; ) {
-    const msg = await requester.request(
-      `$JS.API.STREAM.INFO.KV_${bucket}`,
-      JSON.stringify({ subjects_filter: filter, offset }),
-      timeoutMs,
-    );
-    const info = msg.json<{
-      state?: { subjects?: Record<string, number> };
-      total?: number;
-      error?: { code: number; err_code: number; description: string };
-    }>();
-    if (info.error?.err_code === STREAM_NOT_FOUND) return [];
-    if (info.error) throw new JetStreamRequestError(info.error.code, info.error.err_code, info.error.description);
-    const page = Object.keys(info.state?.subjects ?? {});
-    for (const subject of page) keys.push(subject.slice(bucket.length + 5));
-    offset += page.length;
-    if (page.length === 0 || offset >= (info.total ?? 0)) break;
-  }
-  return keys.sort();
 }
 
 /**
