@@ -62,7 +62,7 @@ export { errorLineOf, exitText, withoutPaths } from "./host/start-failure.ts";
 export { createSandboxProvider } from "./host/sandbox-provider.ts";
 export { createGvisorProvider, checkGvisor, findRunsc, GVISOR_MARKER } from "./host/gvisor-provider.ts";
 export type { GvisorProvider, GvisorProviderOptions } from "./host/gvisor-provider.ts";
-export { WARM_PREFIX } from "./host/isolated-provider.ts";
+export { WARM_PREFIX } from "./host/isolated-boot.ts";
 export type { IsolatedProvider, IsolatedProviderOptions } from "./host/isolated-provider.ts";
 export { permissionFlag, permissionGrants } from "./host/node-args.ts";
 export type { InstanceNode } from "./host/node-args.ts";

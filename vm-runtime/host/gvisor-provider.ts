@@ -11,13 +11,13 @@ import { promisify } from "node:util";
 import { prepareGvisorBundle, runscFlags } from "./gvisor-command.ts";
 import {
   createIsolatedProvider,
-  spawnInCgroup,
   type IsolatedProvider,
   type IsolatedProviderOptions,
   type InstanceLaunch,
   type Launched,
   type Launcher,
 } from "./isolated-provider.ts";
+import { spawnInCgroup } from "./isolated-spawn.ts";
 import { CHECKPOINT_SIGNAL } from "../wire/rpc.ts";
 import type { InstanceCgroup } from "./cgroups.ts";
 import { hostNode, trialNodeFlags, type InstanceNode } from "./node-args.ts";

@@ -8,12 +8,11 @@ import { isAbsolute } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import {
   createIsolatedProvider,
-  sendSignal,
-  spawnInCgroup,
   type IsolatedProvider,
   type IsolatedProviderOptions,
   type Launcher,
 } from "./isolated-provider.ts";
+import { sendSignal, spawnInCgroup } from "./isolated-spawn.ts";
 import { hostNode, type InstanceNode } from "./node-args.ts";
 import { readProcStat } from "./proc.ts";
 import { instanceMeminfo, sandboxArgs, sharedLibraries } from "./sandbox-command.ts";
