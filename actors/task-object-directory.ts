@@ -18,7 +18,7 @@ import {
   type TaskObjectInfo,
 } from "../schemas/index.ts";
 import { createIndexed, listIndexed } from "./pages.ts";
-import { parseLease } from "./placement.ts";
+import { parseLease } from "../placement/index.ts";
 import { ownPrefix, principalOf } from "./records.ts";
 import type { Handler } from "./serve.ts";
 

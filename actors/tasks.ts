@@ -23,7 +23,8 @@ import {
   updateRecord,
   type WriteCondition,
 } from "./records.ts";
-import { answerStored, type Handler, type HandlerContext } from "./serve.ts";
+import type { HandlerContext } from "../placement/index.ts";
+import { answerStored, type Handler } from "./serve.ts";
 
 export type TaskRecord = Static<typeof Task>;
 
