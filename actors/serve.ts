@@ -29,6 +29,9 @@ import {
   type InputOf,
   type Operation,
   type StoredAt,
+  StoredAnswer,
+  type Answer,
+  ANONYMOUS,
   type SuccessOf,
   Unauthorized,
 } from "../schemas/index.ts";
@@ -57,11 +60,6 @@ import type { MicroService } from "./discovery.ts";
  */
 export const principalHeader = (msg: Msg): string | undefined => msg.headers?.get(PRINCIPAL_HEADER) || undefined;
 
-/** Tells the adapter that the answer is `stored` (see `HandlerContext.answered`). */
-export function answerStored(context: HandlerContext, stored: StoredAt): void {
-  if (context.answered) context.answered.stored = stored;
-}
-
 /** What the owner of `Op`'s key holds, by `States`; `never` for a stateless operation. */
 type StateOf<Op extends Operation, States extends OwnerStates> = Op["placement"]["kind"] extends keyof States
   ? States[Op["placement"]["kind"]]
@@ -73,7 +71,7 @@ export type ContextOf<Owner> = [Owner] extends [never] ? HandlerContext : Handle
 export type Handler<Op extends Operation, Owner = never> = (
   input: InputOf<Op>,
   context: ContextOf<Owner>,
-) => Promise<SuccessOf<Op>>;
+) => Promise<Answer<SuccessOf<Op>>>;
 
 /**
  * A handler for every operation of `Api`: one missing, or of another operation's shape, fails
@@ -167,7 +165,7 @@ export function serveApi<Api extends Record<string, Operation>, States extends O
           op.idempotent && context.idempotencyKey === undefined
             ? { ...context, idempotencyKey: uuidv4(), keyFresh: true }
             : context;
-        return strategy.route(op, input, fixed, own, (owner) => handler(input, { ...fixed, owner }));
+        return strategy.route(op, input, fixed, own, (owner, routed) => handler(input, { ...routed, owner }));
       };
     if (ownSubjects) {
       // This process's own subjects first: a request routed here must find it answering.
@@ -210,21 +208,19 @@ export function serveOperation<Op extends Operation>(
     let error: string | undefined;
     try {
       const input = decode(requestInput(readSubject, msg));
-      const answered: { stored?: StoredAt } = {};
+      const principal = options.principal ? options.principal(msg) : ANONYMOUS;
+      if (principal === undefined) throw Unauthorized.make({});
       const context: HandlerContext = {
         idempotencyKey: idempotencyKey(op, msg.headers),
         keyFresh: op.idempotent === true && msg.headers?.get(KEY_FRESH_HEADER) === "1",
         headers: msg.headers,
         ifMatch: ifMatchOf(msg.headers),
-        answered,
+        principal,
       };
-      if (options.principal) {
-        context.principal = options.principal(msg);
-        if (context.principal === undefined) throw Unauthorized.make({});
-      }
       // A child of the caller's span (the trace context in the request's headers).
       const answer = await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context));
-      respond(msg, JSON.stringify(answer), answered.stored && storedHeaders(answered.stored));
+      if (answer instanceof StoredAnswer) respond(msg, JSON.stringify(answer.value), storedHeaders(answer.stored));
+      else respond(msg, JSON.stringify(answer));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
       status = failure.status;

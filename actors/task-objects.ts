@@ -5,7 +5,9 @@
 // lease, so the handlers here are the owner's side only.
 import { LRUCache } from "lru-cache";
 import {
+  answerStored,
   nameToken,
+  StoredAnswer,
   ownedOperations,
   TaskNotFound,
   taskApi,
@@ -23,8 +25,8 @@ import {
 import type { Activation, Placement } from "../placement/index.ts";
 import { createIndexed, deleteIndexed, listIndexed, type IndexedOutcome } from "./pages.ts";
 import { listName, nameTasksCollection } from "./task-object-directory.ts";
-import { createRecord, deleteRecord, ownPrefix, principalOf, readEntry, updateRecord, type Stored } from "./records.ts";
-import { answerStored, type ApiHandlers, type Handler } from "./serve.ts";
+import { createRecord, deleteRecord, ownPrefix, readEntry, updateRecord, type Stored } from "./records.ts";
+import type { ApiHandlers, Handler } from "./serve.ts";
 import { isTaskRecord, taskCondition, type TaskRecord } from "./tasks.ts";
 
 /** The task-object operations: the Task API's operations placed by name. */
@@ -70,11 +72,10 @@ export function foldsFences(
  */
 export function taskObjectReader(store: RecordStore): Handler<typeof getTaskDO> {
   return async ({ id, name }, context) => {
-    const key = taskObjectKey(name ?? "default", id, principalOf(context));
+    const key = taskObjectKey(name ?? "default", id, context.principal);
     const task = key === undefined ? undefined : await readEntry<TaskRecord>(store, key, isTaskRecord);
     if (!task) throw TaskNotFound.make({ id });
-    answerStored(context, task);
-    return task.value;
+    return answerStored(task);
   };
 }
 
@@ -107,7 +108,7 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   // A name is listed (`namesCollection`) from its first activation on: checked once per
   // activation, before its first request runs, so every name that stores a task is listed.
   const named = new WeakSet<Activation>();
-  const inDirectory = async (context: { readonly owner: Activation; readonly principal?: string }, name: string) => {
+  const inDirectory = async (context: { readonly owner: Activation; readonly principal: string }, name: string) => {
     if (named.has(context.owner)) return;
     await listName(store, index, ownPrefix(context), nameToken(name));
     named.add(context.owner);
@@ -134,16 +135,15 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
   return {
     async getTaskDO({ id, name = "default" }, context) {
       await inDirectory(context, name);
-      const key = taskObjectKey(name, id, principalOf(context));
+      const key = taskObjectKey(name, id, context.principal);
       const task = key === undefined ? undefined : await read(key, context.owner);
       if (!task) throw TaskNotFound.make({ id });
-      answerStored(context, task);
-      return task.value;
+      return answerStored(task);
     },
     async createTaskDO({ title, name = "default" }, context) {
       // The adapter fixed the id before any forward, so a repeated forward creates one record.
       const task: TaskRecord = { id: context.idempotencyKey!, title, completed: false };
-      const key = taskObjectKey(name, task.id, principalOf(context))!;
+      const key = taskObjectKey(name, task.id, context.principal)!;
       await inDirectory(context, name);
       const stored = await createRecord(
         store,
@@ -152,22 +152,15 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
         isTaskRecord,
         (s) => s.title === task.title,
         (k, data): Promise<IndexedOutcome> =>
-          fencedCreate(
-            context.owner,
-            taskObjectLeaseKey(name, principalOf(context))!,
-            k,
-            data,
-            context.keyFresh === true,
-          ),
+          fencedCreate(context.owner, taskObjectLeaseKey(name, context.principal)!, k, data, context.keyFresh === true),
       );
       // Not kept: most created records are never read at the owner (the gateways read storage),
       // and keeping each one carried it into the old generation. Nothing kept goes stale: a
       // create succeeds only for a key with no write before it, and answers a repeat as stored.
-      answerStored(context, stored);
-      return stored.value;
+      return answerStored(stored);
     },
     async updateTaskDO({ id, name = "default", ...change }, context) {
-      const key = taskObjectKey(name, id, principalOf(context));
+      const key = taskObjectKey(name, id, context.principal);
       await Promise.all([placement.fence(context.owner), inDirectory(context, name)]);
       const task =
         key === undefined
@@ -181,11 +174,10 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
             );
       if (!task) throw TaskNotFound.make({ id });
       keep(task, context.owner);
-      answerStored(context, task);
-      return task.value;
+      return answerStored(task);
     },
     async deleteTaskDO({ id, name = "default" }, context) {
-      const key = taskObjectKey(name, id, principalOf(context));
+      const key = taskObjectKey(name, id, context.principal);
       await Promise.all([placement.fence(context.owner), inDirectory(context, name)]);
       const remove = (k: string, revision: number, writeId: string | undefined, entry: number | undefined) =>
         deleteIndexed(index, entry, () => store.delete(k, revision, writeId));
@@ -193,12 +185,11 @@ export function taskObjectHandlers(deps: TaskObjectDeps): TaskObjectHandlers {
         key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
       keep(deleted, context.owner);
-      answerStored(context, deleted);
-      return null;
+      return new StoredAnswer(null, deleted);
     },
     async listTasksDO({ name = "default", ...page }, context) {
       await inDirectory(context, name);
-      const collection = nameTasksCollection(taskObjectLeaseKey(name, principalOf(context))!);
+      const collection = nameTasksCollection(taskObjectLeaseKey(name, context.principal)!);
       return listIndexed(index, collection, page, (key) => read(key, context.owner));
     },
   };

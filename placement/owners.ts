@@ -4,7 +4,6 @@
 // a takeover. Keyed by principal and lease key, so any kind of leased thing is placed this way.
 import { performance } from "node:perf_hooks";
 import {
-  ANONYMOUS,
   GatewayTimeout,
   IDEMPOTENCY_KEY_HEADER,
   KEY_FRESH_HEADER,
@@ -16,6 +15,8 @@ import {
   ServiceUnavailable,
   TakeoverPending,
   type Operation,
+  StoredAnswer,
+  type Answer,
   type OperationReply,
 } from "../schemas/index.ts";
 import { recordForward } from "../platform/index.ts";
@@ -63,7 +64,7 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
         [REQUEST_ID_HEADER]: context.headers?.get(REQUEST_ID_HEADER),
         [FORWARDED_HEADER]: "1",
         // Only actors and gateways publish owners' subjects: the owner believes it.
-        [PRINCIPAL_HEADER]: context.principal ?? ANONYMOUS,
+        [PRINCIPAL_HEADER]: context.principal,
       },
     });
     if (reply.status === NotOwner.status && isNotOwner(reply)) return "moved";
@@ -78,35 +79,39 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
     principal: (msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined,
     /** Runs `work` where the key lives: here if this process holds it, else at its owner. */
     async route(op, input, context, _own, work) {
-      const object = options.leaseKey(op, input, context.principal ?? ANONYMOUS);
+      const object = options.leaseKey(op, input, context.principal);
       const mayForward = !context.headers?.has(FORWARDED_HEADER);
       // A gateway's hedge: the owner it names did not answer it; wait for the takeover here.
       const hedged = context.headers?.get(SUSPECT_HEADER) || undefined;
       const deadline = performance.now() + holdBudget(context.headers, budgetMs);
       let suspect = hedged;
       let outcomeUnknown = false;
+      // The request as this attempt sends or runs it: one after an attempt that may have written is checked.
+      let attempt = context;
+      const checked = () => (attempt = { ...attempt, keyFresh: false });
       for (;;) {
         const route = await placement.route(object, suspect);
         if (route.kind === "local") {
           try {
             // Records never change once created: reads and creates of a name commute, so they
             // need no mailbox, and concurrent creates share fences (Placement.fence).
-            return await placement.run(route.activation, work, { exclusive: false });
+            return await placement.run(route.activation, (activation) => work(activation, attempt), {
+              exclusive: false,
+            });
           } catch (err) {
             if (!(err instanceof LeaseLost)) throw err;
             // It may have written before its lease was found gone: the next attempt is checked.
-            context.keyFresh = false;
+            checked();
           }
         } else if (!mayForward) {
           throw NotOwner.make({});
         } else if (route.kind === "remote") {
           const timeout = Math.max(1, Math.min(FORWARD_ATTEMPT_MS, deadline - performance.now()));
           try {
-            const reply = await forward(route.owner, op, input, context, timeout);
+            const reply = await forward(route.owner, op, input, attempt, timeout);
             if (reply !== "moved") {
               recordForward("answered");
-              relayStored(context, reply);
-              return answerOf(reply);
+              return relayed(reply) as Awaited<ReturnType<typeof work>>;
             }
             recordForward("moved");
             placement.forget(object);
@@ -117,7 +122,7 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
             else throw err;
             outcomeUnknown ||= noAnswer(err);
             // The owner may have run it: the next attempt is checked.
-            if (noAnswer(err)) context.keyFresh = false;
+            if (noAnswer(err)) checked();
             suspect = route.owner;
           }
         } else if (hedged && route.until > deadline) {
@@ -143,14 +148,12 @@ function isNotOwner(reply: OperationReply): boolean {
   }
 }
 
-/** Passes on what the owner's reply said of its stored record (its answer relayed). */
-function relayStored(context: HandlerContext, reply: OperationReply): void {
+/** The owner's answer as it gave it: its value, as the stored record its reply names if one. */
+function relayed(reply: OperationReply): Answer<unknown> {
+  const value = answerOf(reply);
   const record = reply.stored?.record;
   const dot = record?.indexOf(".") ?? -1;
-  if (!record || dot < 0 || !context.answered) return;
-  context.answered.stored = {
-    bucket: record.slice(0, dot),
-    key: record.slice(dot + 1),
-    revision: reply.stored!.revision,
-  };
+  if (!record || dot < 0) return value;
+  const at = { bucket: record.slice(0, dot), key: record.slice(dot + 1), revision: reply.stored!.revision };
+  return new StoredAnswer(value, at);
 }

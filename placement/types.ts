@@ -3,29 +3,27 @@
 // A placement owns a key per principal: a task object's name (`byName`), an instance's host
 // (`byHost`); a third kind (a user's object: principal, image and name) is one more strategy.
 import type { Msg, MsgHdrs } from "@nats-io/transport-node";
-import type { Operation, OwnedPlacement, StoredAt } from "../schemas/index.ts";
+import type { Operation, OwnedPlacement } from "../schemas/index.ts";
 
 /** What a handler knows besides its input. */
 export interface HandlerContext {
   /** A uuid v4 the caller chose for the record it creates (`Idempotency-Key` header). */
-  idempotencyKey?: string;
+  readonly idempotencyKey?: string;
   /**
    * `idempotencyKey` was made for this request alone (by its sender or here), never chosen by a
    * caller, and nothing of this request may have been written yet (`KEY_FRESH_HEADER`). Whoever
    * tries the request again after an attempt that may have written clears it.
    */
-  keyFresh?: boolean;
+  readonly keyFresh?: boolean;
   /** The request's NATS headers, as received (e.g. `X-Request-Id`, for onward requests). */
-  headers?: MsgHdrs;
-  /** Who asks: from `ServeOptions.principal` (whose records a task, task-object or job operation sees). */
-  principal?: string;
-  /** The revision a write requires (`If-Match`); absent: any. */
-  ifMatch?: number;
+  readonly headers?: MsgHdrs;
   /**
-   * Where a handler whose answer is a stored record (or its deletion) says which and at what
-   * revision: the adapter answers it as the `Revision` and `Record` headers.
+   * Who asks: from `ServeOptions.principal` (whose records a task, task-object or job operation
+   * sees); the anonymous principal where the API's subject names none.
    */
-  answered?: { stored?: StoredAt };
+  readonly principal: string;
+  /** The revision a write requires (`If-Match`); absent: any. */
+  readonly ifMatch?: number;
 }
 
 /** The placements whose operations have owners. */
@@ -52,14 +50,16 @@ export interface OwnerStrategy<State> {
   readonly principal?: (msg: Msg) => string | undefined;
   /**
    * Runs `work` where the key of `op`'s request lives: here, given what the owner holds, or at
-   * the owning process, whose answer it relays. `own`: the request came on this process's own subjects.
+   * the owning process, whose answer it relays. `own`: the request came on this process's own
+   * subjects. `work` gets the request's context as it stands when it runs (an attempt after one
+   * that may have written is no longer `keyFresh`).
    */
   route<T>(
     op: Operation,
     input: Record<string, unknown>,
     context: HandlerContext,
     own: boolean,
-    work: (state: State) => Promise<T>,
+    work: (state: State, context: HandlerContext) => Promise<T>,
   ): Promise<T>;
 }
 

@@ -42,10 +42,10 @@ export function hostOwners(host: HostState): OwnerStrategy<HostedState> {
     // Only hosts may publish on a host's subjects, so its principal header is believed.
     principal: (msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined,
     async route(op, input, context, own, work) {
-      const principal = context.principal!;
+      const { principal } = context;
       const { record } = await readOwned(host.store, ownerKey(op, input), principal);
       if (own || record.hostId === host.hostId) {
-        return work({ record, hosted: host.instances.get(record.microvmId) });
+        return work({ record, hosted: host.instances.get(record.microvmId) }, context);
       }
       try {
         const subject = ownerSubject(op, record.hostId, input, host.prefix);
