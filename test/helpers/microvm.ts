@@ -22,7 +22,7 @@ import { childProcessesWith, readProcStat } from "../../vm-runtime/host/proc.ts"
 import { INSTANCE_MARKER } from "../../vm-runtime/host/process-provider.ts";
 import { SANDBOX_MARKER } from "../../vm-runtime/host/sandbox-command.ts";
 import { GVISOR_MARKER } from "../../vm-runtime/host/gvisor-provider.ts";
-import { V1_CONTROLLERS } from "../../vm-runtime/host/cgroups.ts";
+import { V1_CONTROLLERS, v1Hierarchies } from "../../vm-runtime/host/cgroups.ts";
 import { WARM_PREFIX } from "../../vm-runtime/host/isolated-boot.ts";
 import type { MicrovmState } from "../../schemas/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
@@ -260,7 +260,7 @@ export function hostMemoryLimitHits(hostKey: string): number {
 
 /** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
 function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
-  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
+  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : v1Hierarchies().map((c) => `/sys/fs/cgroup/${c}`);
   return roots.flatMap((root) => {
     const dir = hostCgroupDir(root, hostKey);
     if (!existsSync(dir)) return [];
