@@ -22,7 +22,7 @@ import { childProcessesWith, readProcStat } from "../../vm-runtime/host/proc.ts"
 import { INSTANCE_MARKER } from "../../vm-runtime/host/process-provider.ts";
 import { SANDBOX_MARKER } from "../../vm-runtime/host/sandbox-command.ts";
 import { GVISOR_MARKER } from "../../vm-runtime/host/gvisor-provider.ts";
-import { V1_CONTROLLERS, v1Hierarchies } from "../../vm-runtime/host/cgroups.ts";
+import { v1Hierarchies } from "../../vm-runtime/host/cgroups.ts";
 import { WARM_PREFIX } from "../../vm-runtime/host/isolated-boot.ts";
 import type { MicrovmState } from "../../schemas/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
