@@ -17,7 +17,7 @@ import {
   createGvisorProvider,
   findRunsc,
   type IsolatedProvider,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
 import { percentiles, pause } from "./stats.ts";
 
 const MiB = 1024 * 1024;
