@@ -21,3 +21,4 @@ export * from "./instance-lock.ts";
 export * from "./version.ts";
 export * from "./tracing.ts";
 export * from "./raw-headers.ts";
+export * from "./object-streams.ts";
