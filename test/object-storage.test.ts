@@ -2,7 +2,8 @@
 // the per-principal quota, lists that cost a page, and a deleted object's keys purged page by page.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { Requester, type NatsHandle } from "../platform/index.ts";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { OBJECTS_BUCKET, Requester, type NatsHandle } from "../platform/index.ts";
 import {
   MAX_STORAGE_KEY_BYTES,
   MAX_STORAGE_VALUE_BYTES,
@@ -11,6 +12,7 @@ import {
   objectStores,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
+import { nameToken } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { objectsNats, testLease, type ObjectsNats } from "./helpers/objects.ts";
 
@@ -191,6 +193,34 @@ describe("object storage", () => {
     assert.deepEqual((await storage.list()).items, []);
     assert.equal(await stores.usage.bytes(principal), "c3RheXM".length + "true".length, "only the other object's key");
     assert.equal(await stores.open(kept, keptLease.fence).get("stays"), true);
+  });
+});
+
+describe("object storage - hostile code", () => {
+  it("object storage - a loop of puts is bounded: new keys stop at the quota, rewrites keep one message", async () => {
+    const quotaBytes = 50_000;
+    const stores = objectStores(host.requester, { quotaBytes });
+    const principal = `flood ${++n}`;
+    const object = fresh(principal);
+    const lease = testLease(host, object, "host-a");
+    await lease.claim();
+    const storage = stores.open(object, lease.fence);
+    let stored = 0;
+    const err = await (async () => {
+      for (;;) await storage.put(`key ${stored++}`, "x".repeat(1_000));
+    })().catch((e: unknown) => e);
+    assert.ok(err instanceof ObjectError && err._tag === "StorageQuotaExceeded", String(err));
+    const written = stored - 1; // the last was refused
+    assert.ok(written > 40 && written < 50, `${written} puts before the quota`);
+    assert.ok((await stores.usage.bytes(principal)) <= quotaBytes);
+    for (let i = 0; i < 300; i++) await storage.put("key 0", i);
+    const admin = await env.as("admin");
+    const jsm = await jetstreamManager(admin.nc);
+    const info = await jsm.streams.info(`KV_${OBJECTS_BUCKET}`, {
+      subjects_filter: `$KV.${OBJECTS_BUCKET}.${objectKey(object)}.*`,
+    });
+    assert.equal(info.state.subjects?.[`$KV.${OBJECTS_BUCKET}.${objectKey(object)}.${nameToken("key 0")}`], 1);
+    assert.equal(Object.keys(info.state.subjects ?? {}).length, written, "one message per key");
   });
 });
 
