@@ -69,7 +69,7 @@ export type { InstanceNode } from "./host/node-args.ts";
 export { SANDBOX_MARKER } from "./host/sandbox-command.ts";
 export type { SandboxProvider, SandboxProviderOptions } from "./host/sandbox-provider.ts";
 export { checkSandbox } from "./host/sandbox-check.ts";
-export { cgroupVersion, V1_CONTROLLERS } from "./host/cgroups.ts";
+export { cgroupVersion, V1_CONTROLLERS, v1Hierarchies } from "./host/cgroups.ts";
 export { instanceProcessesUnder } from "./host/process-reclaim.ts";
 export { boundedLines } from "./host/output-lines.ts";
 export { createProcessProvider, dataLimitMiB, INSTANCE_MARKER } from "./host/process-provider.ts";

@@ -24,7 +24,7 @@ import {
   readProcStat,
   SANDBOX_MARKER,
   GVISOR_MARKER,
-  V1_CONTROLLERS,
+  v1Hierarchies,
   WARM_PREFIX,
   type MicrovmState,
 } from "../../vm-runtime/index.ts";
@@ -263,7 +263,7 @@ export function hostMemoryLimitHits(hostKey: string): number {
 
 /** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
 function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
-  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
+  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : v1Hierarchies().map((c) => `/sys/fs/cgroup/${c}`);
   return roots.flatMap((root) => {
     const dir = hostCgroupDir(root, hostKey);
     if (!existsSync(dir)) return [];
