@@ -3,16 +3,18 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { OBJECTS_BUCKET, Requester, type NatsHandle } from "../platform/index.ts";
+import { OBJECTS_BUCKET, Requester, versionedStore, type NatsHandle } from "../platform/index.ts";
 import {
   MAX_STORAGE_KEY_BYTES,
   MAX_STORAGE_VALUE_BYTES,
+  activationFence,
   ObjectError,
   objectKey,
   objectStores,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
 import { nameToken } from "../schemas/index.ts";
+import { Placement, type Activation } from "../placement/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { objectsNats, testLease, type ObjectsNats } from "./helpers/objects.ts";
 
@@ -86,6 +88,28 @@ describe("object storage", () => {
     };
     await objectStores(host.requester).open(object, fence).put("k", 1);
     assert.equal(renewals, 1);
+  });
+
+  it("object storage - writes through placement's activation carry its fence across renewals, refused once it ended", async () => {
+    const leases = versionedStore(host.requester, OBJECTS_BUCKET);
+    const a = new Placement({ ownerId: "host-a", leases, ttlMs: 600 });
+    defer(() => a.close());
+    const object = fresh();
+    const route = await a.route(objectKey(object));
+    assert.equal(route.kind, "local");
+    const activation = (route as { activation: Activation }).activation;
+    const storage = objectStores(host.requester).open(object, activationFence(a, activation));
+    // Puts for several renewal periods (a third of the TTL each): every one is written.
+    let puts = 0;
+    for (const end = Date.now() + 1_000; Date.now() < end; ) await storage.put("n", puts++);
+    assert.ok(activation.revision > activation.claimRevision + 2, "the lease was renewed meanwhile");
+    assert.equal(await storage.get("n"), puts - 1);
+    await a.close();
+    const b = new Placement({ ownerId: "host-b", leases, ttlMs: 600 });
+    defer(() => b.close());
+    assert.equal((await b.route(objectKey(object))).kind, "local");
+    await refused(() => storage.put("n", -1), "ActivationSuperseded");
+    assert.equal(await storage.get("n"), puts - 1);
   });
 
   it("object storage - keys and values over the bounds are refused with what the bound is", async () => {

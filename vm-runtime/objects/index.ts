@@ -1,6 +1,7 @@
 // Public entry of objects (user code with a name), host side: fenced storage with a quota per
 // principal, alarms on JetStream message schedules and the consumer that fires them.
 export { ObjectError } from "./errors.ts";
+export { activationFence } from "./fence.ts";
 export { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 export {
   DEFAULT_LIST_LIMIT,

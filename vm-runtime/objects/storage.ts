@@ -121,7 +121,9 @@ export function objectStores(requester: Requester, options: StorageOptions = {})
     marker: boolean,
   ) => {
     for (let attempt = 0; ; attempt++) {
-      const token = await fence.token();
+      const token = await Promise.resolve(fence.token()).catch((err: unknown) => {
+        throw superseded(object, { cause: err });
+      });
       const ack = await send(subject, data, fenceHeaders(token, marker));
       if (!isWrongLastSequence(ack.error?.err_code)) return checked(ack);
       if (attempt > 0) throw superseded(object);
