@@ -83,9 +83,7 @@ async function schedules() {
   await provisionObjectStreams(nats.nc);
   // A burst: every alarm due at one instant, set far enough ahead to be all published first.
   const due = Date.now() + Math.max(5_000, (RECORDS / 8_000) * 1000);
-  const published = await window(RECORDS, (i) =>
-    write(`objalarm.sched.p.i.b${i}`, scheduleHeaders(`p.i.b${i}`, due)),
-  );
+  const published = await window(RECORDS, (i) => write(`objalarm.sched.p.i.b${i}`, scheduleHeaders(`p.i.b${i}`, due)));
   row("schedules published /s", Math.round(RECORDS / published));
   const burst = await fireAll(RECORDS);
   await burst.fired;
@@ -107,7 +105,9 @@ async function schedules() {
   });
   await sparse.fired;
   await sparse.close();
-  const lateness = [...times.values()].sort((a, b) => a - b).map((at, i) => sparse.times.sort((a, b) => a - b)[i]! - at);
+  const lateness = [...times.values()]
+    .sort((a, b) => a - b)
+    .map((at, i) => sparse.times.sort((a, b) => a - b)[i]! - at);
   const spread = percentiles(lateness);
   row("sparse lateness p50 / p99 / max (ms)", `${spread.p50} / ${spread.p99} / ${Math.max(...lateness)}`);
 
@@ -233,7 +233,10 @@ async function usageCost() {
       );
       const seconds = (performance.now() - start) / 1000;
       const extra = name === "atomic batch" ? `, ${conflicts} usage conflicts retried` : "";
-      row(`usage by ${name}, ${writers} objects of one principal: puts /s`, `${Math.round((each * writers) / seconds)}${extra}`);
+      row(
+        `usage by ${name}, ${writers} objects of one principal: puts /s`,
+        `${Math.round((each * writers) / seconds)}${extra}`,
+      );
     }
   }
 }
