@@ -7,6 +7,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { jetstream } from "@nats-io/jetstream";
 import { headers, type MsgHdrs } from "@nats-io/transport-node";
 import {
   connectNats,
@@ -81,9 +82,21 @@ async function fireAll(count: number) {
 
 async function schedules() {
   await provisionObjectStreams(nats.nc);
-  // A burst: every alarm due at one instant, set far enough ahead to be all published first.
-  const due = Date.now() + Math.max(5_000, (RECORDS / 8_000) * 1000);
+  // A burst: every alarm due at one instant, set far enough ahead to be all published first
+  // (the publish rate of a probe says how far: a late due time would overlap the two figures).
+  const probe = Math.min(5_000, RECORDS);
+  const probed = await window(probe, (i) =>
+    write(`objalarm.sched.p.i.probe${i}`, scheduleHeaders(`p.i.probe${i}`, Date.now() + 3_600_000)),
+  );
+  await nats.requester.request(
+    `$JS.API.STREAM.PURGE.${OBJECT_ALARMS_STREAM}`,
+    JSON.stringify({ filter: "objalarm.sched.p.i.>" }),
+    10_000,
+  );
+  const due = Date.now() + Math.max(5_000, 2 * (RECORDS / (probe / probed)) * 1000);
   const published = await window(RECORDS, (i) => write(`objalarm.sched.p.i.b${i}`, scheduleHeaders(`p.i.b${i}`, due)));
+  if (Date.now() > due)
+    console.log("(the burst fell due before its last schedule was published: its rate is not a burst's)");
   row("schedules published /s", Math.round(RECORDS / published));
   const burst = await fireAll(RECORDS);
   await burst.fired;
@@ -142,21 +155,34 @@ async function kvSweep() {
   );
   const far = Date.now() + 3_600_000;
   await window(RECORDS, (i) => write(`$KV.due.p.i.k${i}`, undefined, String(far + i)));
+  // A sweep reads every key once, as a host would: an ordered consumer over the bucket.
   const sweeps: number[] = [];
   for (let s = 0; s < 3; s++) {
     const start = performance.now();
-    let after = 0;
+    const consumer = await jetstream(nats.nc).consumers.get("KV_due");
+    const messages = await consumer.consume({ max_messages: 10_000 });
     let dueNow = 0;
-    for (;;) {
-      const page = await readPage(nats.requester, "KV_due", "$KV.due.>", after, 1_000, 10_000);
-      for (const m of page.messages) if (Number(Buffer.from(m.data).toString()) <= Date.now()) dueNow++;
-      if (page.messages.length === 0 || page.pending === 0) break;
-      after = page.messages.at(-1)!.seq;
+    for await (const m of messages) {
+      if (Number(m.string()) <= Date.now()) dueNow++;
+      if (m.info.pending === 0) break;
     }
+    await messages.close();
     sweeps.push(performance.now() - start);
     if (dueNow !== 0) throw new Error("no alarm of the sweep is due");
   }
   row(`one sweep of a ${RECORDS}-key bucket (ms, 3 sweeps)`, sweeps.map((ms) => Math.round(ms)).join(" / "));
+  // An object's list page (objects/storage.ts) in a bucket that holds these keys besides its own.
+  await window(250, (i) => write(`$KV.due.p.i.target.k${i}`, undefined, "1"));
+  const pages: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const start = performance.now();
+    await readPage(nats.requester, "KV_due", "$KV.due.p.i.target.*", 0, 100, 60_000);
+    pages.push(performance.now() - start);
+  }
+  row(
+    `list page of 100 of 250 keys in a ${RECORDS}-key bucket (ms, 3 reads)`,
+    pages.map((ms) => ms.toFixed(1)).join(" / "),
+  );
 }
 
 /** Puts fenced by a lease, their bytes counted: by a counter stream, or by an atomic batch. */
