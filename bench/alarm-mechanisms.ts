@@ -102,7 +102,7 @@ async function schedules() {
   await burst.fired;
   const last = Math.max(...burst.times);
   row("burst fired /s (from the due time)", Math.round(RECORDS / ((last - due) / 1000)));
-  row("burst: first fired after due (ms)", Math.min(...burst.times) - due);
+  row("burst: first fired after due (ms)", Math.round(Math.min(...burst.times) - due));
   await burst.close();
   const stream = await nats.requester.request(`$JS.API.STREAM.INFO.${OBJECT_ALARMS_STREAM}`, undefined, 5_000);
   row("alarm stream messages after acks", stream.json<{ state: { messages: number } }>().state.messages);
