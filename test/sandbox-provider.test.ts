@@ -18,10 +18,10 @@ import {
   createAuthToken,
   createInstanceProxy,
   launchMicrovmInstance,
-  type AllowedPort,
   type IsolatedProvider,
   type MicrovmHandle,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import type { AllowedPort } from "../schemas/index.ts";
 import { callInstance, rpc } from "./helpers/instance-rpc.ts";
 import { hostMemoryLimitHits, isSuspended } from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";

@@ -18,16 +18,13 @@ import { httpClient, natsClient, type Client } from "../../client/index.ts";
 import { createGateways, type GatewayOptions } from "../../gateway/index.ts";
 import { connectNats, openBuckets, provisionBuckets, type NatsHandle } from "../../platform/index.ts";
 import { microvmApi } from "../../schemas/index.ts";
-import {
-  childProcessesWith,
-  INSTANCE_MARKER,
-  readProcStat,
-  SANDBOX_MARKER,
-  GVISOR_MARKER,
-  v1Hierarchies,
-  WARM_PREFIX,
-  type MicrovmState,
-} from "../../vm-runtime/index.ts";
+import { childProcessesWith, readProcStat } from "../../vm-runtime/host/proc.ts";
+import { INSTANCE_MARKER } from "../../vm-runtime/host/process-provider.ts";
+import { SANDBOX_MARKER } from "../../vm-runtime/host/sandbox-command.ts";
+import { GVISOR_MARKER } from "../../vm-runtime/host/gvisor-provider.ts";
+import { v1Hierarchies } from "../../vm-runtime/host/cgroups.ts";
+import { WARM_PREFIX } from "../../vm-runtime/host/isolated-boot.ts";
+import type { MicrovmState } from "../../schemas/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
 import { rmdirOnceEmpty } from "./cgroup-dirs.ts";
 import type { Defer } from "./defer.ts";

@@ -15,6 +15,7 @@ import { pollUntil, type BundleCache } from "./provider-util.ts";
 import { MicrovmHostError, MicrovmProviderError } from "./provider.ts";
 import { makeSocketDir } from "./runtime-socket.ts";
 import { LAUNCH_TEMPLATE_LINE } from "../runtime/startup-input.ts";
+import { RUNTIME_STOPPED, StateReason, stateReason } from "../wire/state-reasons.ts";
 
 /** Names a wall booted ahead until it is assigned its instance. */
 export const WARM_PREFIX = "warm-";
@@ -216,8 +217,8 @@ export function wallBoot(deps: WallBootDeps) {
       entry.done = true;
       entry.exitReason =
         entry.cgroup.oomKills() > 0
-          ? "InstanceExited: out of memory (the instance reached its memory limit)"
-          : "InstanceExited: the instance's runtime stopped";
+          ? stateReason(StateReason.InstanceExited, "out of memory (the instance reached its memory limit)")
+          : RUNTIME_STOPPED;
       entry.socket?.close();
       // A rename under way (assign) would leave the group under its new name.
       await entry.renaming?.catch(() => undefined);

@@ -33,6 +33,7 @@ import {
   type ReclaimedInstance,
   type Upstream,
 } from "./provider.ts";
+import { RUNTIME_STOPPED } from "../wire/state-reasons.ts";
 
 export type { InstanceLaunch, Launched, Launcher, RestoreSource, Tracked } from "./isolated-walls.ts";
 
@@ -325,9 +326,7 @@ export async function createIsolatedProvider(
       const entry = entryOf(handle);
       if (!entry) return new Promise(() => undefined);
       return entry.exited.then(() =>
-        entry.stopping
-          ? new Promise<string>(() => undefined)
-          : (entry.exitReason ?? "InstanceExited: the instance's runtime stopped"),
+        entry.stopping ? new Promise<never>(() => undefined) : (entry.exitReason ?? RUNTIME_STOPPED),
       );
     },
     upstream: (handle, port): Upstream | undefined => (entryOf(handle) ? upstreamOf(handle, port) : undefined),

@@ -3,7 +3,10 @@
 // buckets. Every image belongs to its creator; the built-in ones are seen by everyone.
 import { pathToFileURL } from "node:url";
 import { ImageInUse, ImageNotFound, type imageApi } from "../../schemas/index.ts";
-import { describeMethods, isImage, bundleImageModule, type MicrovmProvider } from "../index.ts";
+import { describeMethods } from "../runtime/server.ts";
+import { isImage } from "../image.ts";
+import { bundleImageModule } from "../client/image-module.ts";
+import type { MicrovmProvider } from "../host/provider.ts";
 import { log } from "../../platform/index.ts";
 import type { Handler } from "../../actors/serve.ts";
 import { checkImageModule, checkModuleSize } from "./check.ts";

@@ -24,6 +24,7 @@ import type { InstanceLogs } from "./logs.ts";
 import { launchHosted } from "./hosted.ts";
 import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
 import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
+import { StateReason, stateReason } from "../wire/state-reasons.ts";
 
 /** What the owner of an instance holds while it runs a request (`hostOwners`). */
 export interface HostedState {
@@ -181,7 +182,7 @@ async function run(
     if (!(await host.images.launchable(image.record))) {
       hosted.instance.send({
         type: "TERMINATE",
-        reason: "ImageDeleted: the image was deleted while the instance launched",
+        reason: stateReason(StateReason.ImageDeleted, "the image was deleted while the instance launched"),
       });
       throw ImageNotFound.make({ imageIdentifier });
     }

@@ -6,13 +6,9 @@
 // writes): one that would pass it is refused (SuspendRefused) and the instance runs on.
 import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import {
-  SuspendRefused,
-  type InstanceSnapshots,
-  type MicrovmHandle,
-  type MicrovmProvider,
-  type SavedSnapshot,
-} from "../index.ts";
+import { SuspendRefused, type SavedSnapshot } from "../lifecycle/types.ts";
+import type { InstanceSnapshots } from "../lifecycle/instance.ts";
+import type { MicrovmHandle, MicrovmProvider } from "../host/provider.ts";
 import { SnapshotQuotaExceeded, type SnapshotStore } from "./store.ts";
 
 export interface SnapshotKeeperOptions {
