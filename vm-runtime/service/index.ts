@@ -83,7 +83,7 @@ export type { LifecycleActor, LifecycleMachine, LifecycleSnapshot } from "../lif
 export { DEFAULT_TIMEOUTS, SuspendRefused } from "../lifecycle/types.ts";
 export type { LifecycleEvent, LifecycleTimeouts, SavedSnapshot } from "../lifecycle/types.ts";
 export { createInstanceProxy } from "../host/proxy.ts";
-export type { InstanceProxy, InstanceProxyOptions } from "../host/proxy.ts";
+export type { InstanceProxy, InstanceProxyOptions, ProxiedInstance } from "../host/proxy.ts";
 export {
   createAuthToken,
   InvalidTokenRequest,
@@ -132,7 +132,10 @@ export interface MicrovmHostOptions {
   readonly snapshotQuotaMiB?: number;
   /** `max_bytes` of the snapshot object store in MiB (`MICROVM_SNAPSHOT_STORE_MIB`, default 1024). */
   readonly snapshotStoreMiB?: number;
-  /** Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox` or `process` (development, not isolated). */
+  /**
+   * Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox`
+   * or `process` (development, not isolated).
+   */
   readonly provider?: ProviderName;
   /** Per-instance limits of the sandbox. */
   readonly limits?: InstanceLimits;
@@ -161,7 +164,10 @@ export interface MicrovmHostOptions {
   readonly timeouts?: Partial<LifecycleTimeouts>;
   /** Time between retention sweeps (default: half the retention, 1 s to 30 s). */
   readonly sweepIntervalMs?: number;
-  /** Limits of the instance log stream (`MICROVM_LOG_LINES`, `MICROVM_LOG_MAX_AGE_SECONDS`, `MICROVM_LOG_STORE_MIB`). */
+  /**
+   * Limits of the instance log stream (`MICROVM_LOG_LINES`, `MICROVM_LOG_MAX_AGE_SECONDS`,
+   * `MICROVM_LOG_STORE_MIB`).
+   */
   readonly logLimits?: Omit<InstanceLogOptions, "replicas">;
 }
 
