@@ -98,6 +98,20 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
     });
   };
 
+  /** Undefined once the instance runs (resumed first where allowed); else the proxy's answer. */
+  async function runningOrRefusal(): Promise<ProxyAnswer | undefined> {
+    const state = instance.state();
+    if (state === "SUSPENDED" || state === "SUSPENDING") {
+      if (!(instance.autoResume?.() ?? false)) return proxyAnswers.suspended(microvmId);
+      return resumeOnce().then(
+        () => undefined,
+        () => proxyAnswers.resumeFailed(microvmId),
+      );
+    }
+    if (state === "PENDING") return proxyAnswers.notReady(microvmId, state);
+    return state === "RUNNING" ? undefined : proxyAnswers.gone(microvmId, state);
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const portHeader = req.headers[PROXY_PORT_HEADER.toLowerCase()];
     const virtualPort = parsePort(portHeader);
@@ -114,19 +128,8 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
       res.once("close", () => open.delete(res));
     }
     track(res);
-    const state = instance.state();
-    if (state === "SUSPENDED" || state === "SUSPENDING") {
-      if (!(instance.autoResume?.() ?? false)) return answer(res, proxyAnswers.suspended(microvmId));
-      try {
-        await resumeOnce();
-      } catch {
-        return answer(res, proxyAnswers.resumeFailed(microvmId));
-      }
-    } else if (state === "PENDING") {
-      return answer(res, proxyAnswers.notReady(microvmId, state));
-    } else if (state !== "RUNNING") {
-      return answer(res, proxyAnswers.gone(microvmId, state));
-    }
+    const refusal = await runningOrRefusal();
+    if (refusal) return answer(res, refusal);
     const upstream = instance.upstream(virtualPort);
     if (upstream === undefined) return answer(res, proxyAnswers.badGateway("no-listener"));
     await forward(req, res, {
