@@ -34,7 +34,7 @@ export interface ImageDeps {
 export function imageHandlers(deps: ImageDeps): ImageHandlers {
   return {
     async createImage({ name, module }, context) {
-      const principal = context.principal!;
+      const principal = context.principal;
       const bytes = Buffer.from(module, "utf8");
       checkModuleSize(bytes);
       const staged = await checkStaged(deps, principal, bytes);
@@ -52,15 +52,15 @@ export function imageHandlers(deps: ImageDeps): ImageHandlers {
       }
     },
     async getImage({ name }, context) {
-      const record = await deps.images.latest(context.principal!, name);
+      const record = await deps.images.latest(context.principal, name);
       if (!record) throw ImageNotFound.make({ imageIdentifier: name });
       return imageView(record);
     },
     async listImages(_input, context) {
-      return { items: (await deps.images.list(context.principal!)).map(imageView) };
+      return { items: (await deps.images.list(context.principal)).map(imageView) };
     },
     async deleteImage({ name }, context) {
-      const principal = context.principal!;
+      const principal = context.principal;
       const record = await deps.images.latest(principal, name);
       if (!record) throw ImageNotFound.make({ imageIdentifier: name });
       if (record.owner === BUILTIN_OWNER)

@@ -65,11 +65,11 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
     async runMicrovm(input, context) {
       const idlePolicy = { ...DEFAULT_IDLE_POLICY, ...input.idlePolicy };
       const imageIdentifier = input.imageIdentifier ?? "sandbox";
-      const answer = await run(host, imageIdentifier, idlePolicy, context.principal!, context.idempotencyKey);
+      const answer = await run(host, imageIdentifier, idlePolicy, context.principal, context.idempotencyKey);
       return input.wait === "running" ? untilRunning(host, answer, runWaitSeconds(input) * 1000) : answer;
     },
     async getMicrovm({ microvmIdentifier }, context) {
-      return viewOf((await readOwned(host.store, microvmIdentifier, context.principal!)).record);
+      return viewOf((await readOwned(host.store, microvmIdentifier, context.principal)).record);
     },
     async listMicrovms(_input, context) {
       const owned = (await host.store.list()).filter(({ record }) => ownerOf(record) === context.principal);
@@ -79,7 +79,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       };
     },
     async getMicrovmLogs(input, context) {
-      const principal = context.principal!;
+      const principal = context.principal;
       const { microvmIdentifier } = input;
       const since = input.since === undefined ? undefined : Number(input.since);
       const read = {
@@ -122,7 +122,7 @@ function instanceHandlers(host: HostState): InstanceHandlers {
   const transitionHandlers = Object.fromEntries(
     transitionOps.map((op) => [
       op,
-      async (_input: unknown, { owner }: { owner: HostedState }) =>
+      async (_input: unknown, { owner }: { readonly owner: HostedState; readonly principal: string }) =>
         ownerTransition(host, op, owner.record, owner.hosted),
     ]),
   ) as Omit<InstanceHandlers, "createAuthToken">;

@@ -5,7 +5,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { log } from "../../platform/index.ts";
 import { survivesHost } from "./reconcile.ts";
-import { hostGoneReason, ownerAnswers } from "./routing.ts";
+import { hostGoneReason, ownerAnswers } from "./owners.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type StoredRecord } from "./store.ts";
 import { StateReason, storedReason, type StateReasonText } from "../wire/state-reasons.ts";
 
