@@ -11,11 +11,13 @@ const upstreamPort = Number(env.BENCH_UPSTREAM_PORT);
 const upstreamHeaders = { [INSTANCE_SECRET_HEADER]: env.BENCH_UPSTREAM_SECRET ?? "" };
 
 const proxy = createInstanceProxy({
-  microvmId: env.BENCH_MICROVM_ID ?? "bench-direct",
+  instance: {
+    microvmId: env.BENCH_MICROVM_ID ?? "bench-direct",
+    state: () => "RUNNING",
+    upstream: (port) => (port === RUNTIME_PORT ? { host: "127.0.0.1", port: upstreamPort } : undefined),
+    upstreamHeaders: () => upstreamHeaders,
+  },
   tokenKey: env.BENCH_TOKEN_KEY ?? "",
-  state: () => "RUNNING",
-  resolveUpstream: (port) => (port === RUNTIME_PORT ? { host: "127.0.0.1", port: upstreamPort } : undefined),
-  upstreamHeaders: () => upstreamHeaders,
 });
 
 const address = await proxy.listen(Number(env.BENCH_PORT ?? 0), "127.0.0.1");

@@ -284,7 +284,9 @@ export const commands: readonly CommandSpec[] = [
       if (!wait) {
         return {
           json: answer,
-          text: `launched microVM ${answer.microvmId} (${answer.state}) at ${answer.endpoint}\n${idlePolicyText(idlePolicy)}`,
+          text:
+            `launched microVM ${answer.microvmId} (${answer.state}) at ${answer.endpoint}\n` +
+            idlePolicyText(idlePolicy),
         };
       }
       // RUNNING already (the service answered after its wait): one read for the whole record.

@@ -28,7 +28,10 @@ export function taskObjectLine(o: { name: string; tasks: number; activeOn?: stri
 }
 
 export function idlePolicyText(p: IdlePolicy): string {
-  return `suspends after ${p.maxIdleDurationSeconds} s idle, terminates after ${p.suspendedDurationSeconds} s suspended, auto-resume ${p.autoResumeEnabled ? "on" : "off"}`;
+  return (
+    `suspends after ${p.maxIdleDurationSeconds} s idle, terminates after ${p.suspendedDurationSeconds} s ` +
+    `suspended, auto-resume ${p.autoResumeEnabled ? "on" : "off"}`
+  );
 }
 
 export function microvmText(vm: Microvm): string {
@@ -106,7 +109,8 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
       return `microVM ${body.microvmId} is ${body.state}: ${body.message}`;
     case "MicrovmStartTimeout":
       return (
-        `microVM ${body.microvmId}: ${body.message}\nhint: \`taskctl microvm get ${body.microvmId}\` shows its state, ` +
+        `microVM ${body.microvmId}: ${body.message}\n` +
+        `hint: \`taskctl microvm get ${body.microvmId}\` shows its state, ` +
         `\`taskctl microvm terminate ${body.microvmId}\` stops it`
       );
     case "MicrovmLimitExceeded":
@@ -128,7 +132,9 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
     case "ServiceUnavailable":
       return unavailable(err, target);
     case "GatewayTimeout":
-      return `no answer from ${target.what} in time (504 GatewayTimeout); the outcome is unknown, check before retrying`;
+      return (
+        `no answer from ${target.what} in time (504 GatewayTimeout); ` + "the outcome is unknown, check before retrying"
+      );
     case "InternalServerError":
       if (err.status !== 500)
         return `${target.where} answered ${err.status} without an error body: is it ${target.what}?`;
@@ -172,5 +178,8 @@ function unavailable(err: ClientError, target: Target): string {
     const point = target.urlEnv ? `, or point --url or ${target.urlEnv} at it` : "";
     return `cannot reach ${target.what} at ${target.where} (${why})\nhint: ${target.noService ?? startHint}${point}`;
   }
-  return `${target.what} at ${target.where} is up but no actor answered (503 ServiceUnavailable); retry, or check that the actor processes run`;
+  return (
+    `${target.what} at ${target.where} is up but no actor answered (503 ServiceUnavailable); ` +
+    "retry, or check that the actor processes run"
+  );
 }

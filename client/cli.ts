@@ -27,7 +27,8 @@ const commonOptions: Record<string, OptionSpec & { short?: string }> = {
     type: "string",
     value: "URL",
     description:
-      'call the actors straight over NATS (comma-separated URLs for a cluster; "" for the NATS of the npm start on DATA_DIR)',
+      "call the actors straight over NATS (comma-separated URLs for a cluster; " +
+      '"" for the NATS of the npm start on DATA_DIR)',
   },
   help: { type: "boolean", short: "h", description: "show this help" },
 };
@@ -64,7 +65,8 @@ const commonHelp = () => [
   "(what `npm start` listens on). With --nats the subject prefix is NATS_SUBJECT_PREFIX (none by default).",
   "API keys: TASKCTL_API_KEY is sent as the bearer key. NATS credentials: NATS_CREDS, NATS_USER/NATS_PASSWORD,",
   "NATS_NKEY (a seed file), NATS_AUTH_DIR, else for the NATS of a local `npm start` its `internal` user.",
-  "TASKCTL_TIMEOUT_MS: how long to wait for an answer over HTTP (default 15000), plus a run's --wait and a suspend's or resume's wait for its snapshot.",
+  "TASKCTL_TIMEOUT_MS: how long to wait for an answer over HTTP (default 15000), " +
+    "plus a run's --wait and a suspend's or resume's wait for its snapshot.",
 ];
 
 function generalHelp(): string {
@@ -79,7 +81,8 @@ function generalHelp(): string {
     "",
     ...commonHelp(),
     "",
-    "help on a command: taskctl tasks create --help; taskctl --version. Exit status: 0 done, 1 the call failed, 2 bad usage.",
+    "help on a command: taskctl tasks create --help; taskctl --version. " +
+      "Exit status: 0 done, 1 the call failed, 2 bad usage.",
   ].join("\n");
 }
 
@@ -249,14 +252,16 @@ async function connectOrExplain(asked: string, env: NodeJS.ProcessEnv): Promise<
     const why = (err as Error).message;
     if ((err as Error).name === "AuthorizationError")
       throw new Error(
-        `the NATS at ${servers} refused taskctl's credentials (${why}); credentials used: ${source}\nhint: for the NATS ` +
+        `the NATS at ${servers} refused taskctl's credentials (${why}); credentials used: ${source}\n` +
+          "hint: for the NATS " +
           "of an `npm start`, set DATA_DIR to that service's data directory (its nats-url and nats-auth/ are read); " +
           "for another NATS, set NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_NKEY",
         { cause: err },
       );
     throw new Error(
       `cannot connect to NATS at ${servers} (${why})\nhint: is the service's NATS running? \`npm start\` writes its ` +
-        `private server's URL to DATA_DIR/nats-url (DATA_DIR=${dataDirOf(env)}), \`npm run cluster\` to .data/cluster/nats-url`,
+        `private server's URL to DATA_DIR/nats-url (DATA_DIR=${dataDirOf(env)}), ` +
+        "`npm run cluster` to .data/cluster/nats-url",
       { cause: err },
     );
   }
@@ -267,7 +272,8 @@ async function apiKeyCommand(args: readonly string[], help: boolean, io: CliIo):
   const usage = "usage: taskctl apikey create <principal>";
   if (help) {
     io.out(
-      `${usage}\n\nPrints a new API key for <principal> (shown once; only its hash is stored) and the line\nto add to the file API_KEYS_FILE names. Callers send it as \`Authorization: Bearer <key>\`.`,
+      `${usage}\n\nPrints a new API key for <principal> (shown once; only its hash is stored) and the line\n` +
+        "to add to the file API_KEYS_FILE names. Callers send it as `Authorization: Bearer <key>`.",
     );
     return 0;
   }

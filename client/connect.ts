@@ -40,7 +40,8 @@ export async function connectToService(options: ServiceConnectOptions = {}): Pro
   } catch (err) {
     const refused = (err as Error).name === "AuthorizationError";
     const hint = refused
-      ? `credentials used: ${source}; for the NATS of an npm start set DATA_DIR to its data directory, else NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_NKEY`
+      ? `credentials used: ${source}; for the NATS of an npm start set DATA_DIR to its data directory, ` +
+        "else NATS_CREDS, NATS_USER/NATS_PASSWORD or NATS_NKEY"
       : from === "NATS_URL"
         ? "is NATS_URL right?"
         : from === "given"

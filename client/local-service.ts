@@ -29,7 +29,10 @@ export async function localService(env: NodeJS.ProcessEnv): Promise<LocalService
 
 /** The hint for a missing local service: where taskctl looked, and the fix. */
 export function noServiceHint(service: LocalService & { missing: string }): string {
-  return `no service found in DATA_DIR=${service.dataDir} (${service.missing}); start it with \`npm start\`, or set DATA_DIR to its data directory`;
+  return (
+    `no service found in DATA_DIR=${service.dataDir} (${service.missing}); ` +
+    "start it with `npm start`, or set DATA_DIR to its data directory"
+  );
 }
 
 /** The URL of the private NATS of the `npm start` on DATA_DIR (its `nats-url`), if there is one. */
@@ -40,5 +43,8 @@ export async function localNatsUrl(env: NodeJS.ProcessEnv): Promise<string | und
 /** Where a local NATS was looked for, and the fix, when `localNatsUrl` found none. */
 export function noNatsHint(env: NodeJS.ProcessEnv): string {
   const dataDir = dataDirOf(env);
-  return `no service found in DATA_DIR=${dataDir} (${join(dataDir, "nats-url")} missing); start it with \`npm start\`, or set DATA_DIR to its data directory`;
+  return (
+    `no service found in DATA_DIR=${dataDir} (${join(dataDir, "nats-url")} missing); ` +
+    "start it with `npm start`, or set DATA_DIR to its data directory"
+  );
 }

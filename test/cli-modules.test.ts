@@ -14,7 +14,14 @@ interface BundleSpec extends esbuild.BuildOptions {
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 /** Server-side folders: the CLI must not load a module of these. */
-const SERVER_SIDE = ["gateway/", "actors/", "vm-runtime/host/", "vm-runtime/service/", "vm-runtime/registry/"];
+const SERVER_SIDE = [
+  "gateway/",
+  "actors/",
+  "placement/",
+  "vm-runtime/host/",
+  "vm-runtime/service/",
+  "vm-runtime/registry/",
+];
 
 test("cli - its module graph holds no gateway, actor or microVM host module", async () => {
   const { bundles } = (await import(`${root}scripts/build.mjs`)) as { bundles: { taskctl: BundleSpec } };

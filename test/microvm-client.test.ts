@@ -31,11 +31,13 @@ let endpoint = "";
 before(async () => {
   handle = await provider.start({ microvmId: "vm-client", image: builtinImages.sandbox });
   proxy = createInstanceProxy({
-    microvmId: "vm-client",
+    instance: {
+      microvmId: "vm-client",
+      state: () => "RUNNING",
+      upstream: (port) => upstreamOf(handle, port),
+      upstreamHeaders: () => handle.upstreamHeaders,
+    },
     tokenKey: key,
-    state: () => "RUNNING",
-    resolveUpstream: (port) => upstreamOf(handle, port),
-    upstreamHeaders: () => handle.upstreamHeaders,
   });
   endpoint = await proxy.listen();
 });

@@ -53,7 +53,7 @@ function sweepSuite(wall: ProviderKind): void {
       const dir = await mkdtemp(join(tmpdir(), "sweep-host-"));
       t.after(() => rm(dir, { recursive: true, force: true }));
       const script = join(dir, "host.mjs");
-      const index = new URL("../vm-runtime/index.ts", import.meta.url).href;
+      const index = new URL("../vm-runtime/service/index.ts", import.meta.url).href;
       const create = wall.name === "gvisor" ? "createGvisorProvider" : "createSandboxProvider";
       await writeFile(
         script,

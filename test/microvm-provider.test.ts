@@ -211,7 +211,7 @@ test("provider - an instance exits when its host process dies", async (t) => {
   const dir = await mkdtemp(join(tmpdir(), "vm-host-"));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const hostScript = join(dir, "host.mjs");
-  const index = new URL("../vm-runtime/index.ts", import.meta.url).href;
+  const index = new URL("../vm-runtime/service/index.ts", import.meta.url).href;
   await writeFile(
     hostScript,
     `import { createProcessProvider } from ${JSON.stringify(index)};\n` +

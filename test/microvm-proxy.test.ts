@@ -13,6 +13,7 @@ import {
   upstreamOf,
   tokenKeyId,
   type InstanceProxyOptions,
+  type ProxiedInstance,
   type MicrovmHandle,
 } from "../vm-runtime/service/index.ts";
 import { childProcessesWith } from "../vm-runtime/host/proc.ts";
@@ -39,15 +40,23 @@ function token(allowedPorts: AllowedPort[] = [{ port: 8080 }], microvmId = "vm-p
   ).token;
 }
 
-async function startProxy(t: TestContext, overrides: Partial<InstanceProxyOptions> & { handle?: MicrovmHandle } = {}) {
-  const handle = overrides.handle ?? sandbox;
+type ProxyOverrides = Partial<Omit<InstanceProxyOptions, "instance">> &
+  Partial<ProxiedInstance> & { handle?: MicrovmHandle };
+
+async function startProxy(t: TestContext, overrides: ProxyOverrides = {}) {
+  const { handle = sandbox, tokenKey = key, upstreamTimeoutMs, now, revoked, ...instance } = overrides;
   const proxy = createInstanceProxy({
-    microvmId: handle.microvmId,
-    tokenKey: key,
-    state: () => "RUNNING",
-    resolveUpstream: (port) => upstreamOf(handle, port),
-    upstreamHeaders: () => handle.upstreamHeaders,
-    ...overrides,
+    instance: {
+      microvmId: handle.microvmId,
+      state: () => "RUNNING",
+      upstream: (port) => upstreamOf(handle, port),
+      upstreamHeaders: () => handle.upstreamHeaders,
+      ...instance,
+    },
+    tokenKey,
+    ...(upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs }),
+    ...(now === undefined ? {} : { now }),
+    ...(revoked === undefined ? {} : { revoked }),
   });
   const endpoint = await proxy.listen();
   t.after(() => proxy.close());
@@ -220,7 +229,7 @@ test("proxy - maps a virtual port to the app's real local port", async (t) => {
   t.after(() => new Promise((resolve) => app.close(resolve)));
   const appPort = (app.address() as AddressInfo).port;
   const { base } = await startProxy(t, {
-    resolveUpstream: (port) => (port === 3000 ? { host: "127.0.0.1", port: appPort } : upstreamOf(sandbox, port)),
+    upstream: (port) => (port === 3000 ? { host: "127.0.0.1", port: appPort } : upstreamOf(sandbox, port)),
   });
   const auth = token([{ range: { startPort: 3000, endPort: 3001 } }, { port: 8080 }]);
   const viaApp = await fetch(`${base}/x?y=1`, { headers: headers(auth, "3000") });
@@ -236,7 +245,7 @@ async function proxiedApp(t: TestContext, handler: Parameters<typeof createServe
   t.after(() => new Promise((resolve) => app.close(resolve)));
   const appPort = (app.address() as AddressInfo).port;
   const { base } = await startProxy(t, {
-    resolveUpstream: (port) => (port === 3000 ? { host: "127.0.0.1", port: appPort } : undefined),
+    upstream: (port) => (port === 3000 ? { host: "127.0.0.1", port: appPort } : undefined),
   });
   return { base, auth: headers(token([{ port: 3000 }]), "3000") };
 }
@@ -268,7 +277,7 @@ test("proxy - a revoked key's token is 403 revoked, and its answers under way ar
   const appPort = (app.address() as AddressInfo).port;
   const revokedKeys = new Set<string>();
   const { proxy, base } = await startProxy(t, {
-    resolveUpstream: () => ({ host: "127.0.0.1", port: appPort }),
+    upstream: () => ({ host: "127.0.0.1", port: appPort }),
     revoked: (claims) => revokedKeys.has(claims.akid ?? ""),
   });
   const tokenOf = (apiKeyId: string) =>
@@ -434,7 +443,8 @@ test("proxy - counts authorised requests in flight and reports their start and e
   let clock = Date.now();
   const { proxy, base } = await startProxy(t, {
     now: () => clock,
-    hooks: { onRequestStart: (n) => events.push(`start:${n}`), onRequestEnd: (n) => events.push(`end:${n}`) },
+    requestStarted: (n) => events.push(`start:${n}`),
+    requestEnded: (n) => events.push(`end:${n}`),
   });
   const created = proxy.lastActivityAt;
   clock += 1_000;

@@ -311,7 +311,7 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       const killedKey = `${hostKey}-killed`;
       const hostOptions = { hostKey: killedKey, runDir: dir, workDir: join(dir, "work"), permissions };
       const script = join(dir, "host.mjs");
-      const index = new URL("../vm-runtime/index.ts", import.meta.url).href;
+      const index = new URL("../vm-runtime/service/index.ts", import.meta.url).href;
       const make = walled
         ? `await ${wall.name === "gvisor" ? "createGvisorProvider" : "createSandboxProvider"}(${JSON.stringify(hostOptions)})`
         : `createProcessProvider({ workDir: ${JSON.stringify(join(dir, "work"))} })`;

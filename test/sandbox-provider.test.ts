@@ -64,11 +64,13 @@ function describeProvider(kind: ProviderKind): void {
 
     async function proxyTo(t: TestContext, handle: MicrovmHandle): Promise<string> {
       const proxy = createInstanceProxy({
-        microvmId: handle.microvmId,
+        instance: {
+          microvmId: handle.microvmId,
+          state: () => "RUNNING",
+          upstream: (port) => provider.upstream(handle, port),
+          upstreamHeaders: () => handle.upstreamHeaders,
+        },
         tokenKey: key,
-        state: () => "RUNNING",
-        resolveUpstream: (port) => provider.upstream(handle, port),
-        upstreamHeaders: () => handle.upstreamHeaders,
         upstreamTimeoutMs: 2_000,
       });
       const endpoint = await proxy.listen();

@@ -16,6 +16,11 @@ const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
 const IMPORT_CHECK_MODULE = vmRuntimeFile("runtime/module-imports.ts");
 const STARTUP_INPUT_MODULE = vmRuntimeFile("runtime/startup-input.ts");
 
+/** How both entries start the runtime, once `image`, `port`, `socketPath` and `accessSecret` are known. */
+const BOOT_CALL =
+  "await bootRuntime(image, { port, socketPath, exitWhenStdinEnds: true, " +
+  "...(accessSecret ? { accessSecret } : {}) });";
+
 /** Environment variable naming the image module the runtime bundle imports. */
 export const IMAGE_MODULE_ENV = "MICROVM_IMAGE_MODULE";
 
@@ -127,7 +132,7 @@ function runtimeEntrySource(): string {
     "  process.env.MICROVM_ID = identity.microvmId;",
     "  accessSecret = identity.secret;",
     "}",
-    "await bootRuntime(image, { port, socketPath, exitWhenStdinEnds: true, ...(accessSecret ? { accessSecret } : {}) });",
+    BOOT_CALL,
   ].join("\n");
 }
 
@@ -144,6 +149,6 @@ function entrySource(importee: string): string {
     `const port = Number(process.env.MICROVM_RUNTIME_PORT ?? 0);`,
     `const { default: image } = await import(${importee});`,
     `if (!isImage(image)) throw new TypeError("the image module's default export is not an image (use defineImage)");`,
-    `await bootRuntime(image, { port, socketPath, exitWhenStdinEnds: true, ...(accessSecret ? { accessSecret } : {}) });`,
+    BOOT_CALL,
   ].join("\n");
 }

@@ -207,7 +207,9 @@ export async function checkGvisor(runsc = findRunsc()): Promise<GvisorCheck> {
   if (!runsc || !existsSync(runsc))
     return {
       ok: false,
-      reason: `runsc is not installed${runsc ? ` at ${runsc}` : ""} (npm install fetches Debian's runsc into .tools/; or set MICROVM_RUNSC)`,
+      reason:
+        `runsc is not installed${runsc ? ` at ${runsc}` : ""} ` +
+        "(npm install fetches Debian's runsc into .tools/; or set MICROVM_RUNSC)",
     };
   if (process.getuid?.() !== 0) return { ok: false, reason: "runsc needs the microVM host to run as root" };
   // A trial that passed is remembered until the next boot (/run is a tmpfs) for this runsc and

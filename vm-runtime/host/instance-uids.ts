@@ -11,7 +11,10 @@ export const UID_RANGE = 1 << 24;
 export interface UidPool {
   /** A uid no live instance of this host has. */
   take(): number;
-  /** Takes `uid` itself (a restored instance keeps the uid it was checkpointed with); false if in use or out of range. */
+  /**
+   * Takes `uid` itself (a restored instance keeps the uid it was checkpointed with); false if in
+   * use or out of range.
+   */
   claim(uid: number): boolean;
   give(uid: number): void;
 }

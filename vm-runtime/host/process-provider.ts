@@ -34,7 +34,10 @@ import {
 export { INSTANCE_MARKER };
 
 export interface ProcessProviderOptions {
-  /** V8 heap cap in MiB (`--max-old-space-size`), default 256; the data limit adds 256 MiB (+ 512 on Node 24: `dataLimitMiB`). */
+  /**
+   * V8 heap cap in MiB (`--max-old-space-size`), default 256; the data limit adds 256 MiB
+   * (+ 512 on Node 24: `dataLimitMiB`).
+   */
   readonly memoryMiB?: number;
   /** How long an instance may take to answer its first probe (default 15 s). */
   readonly startTimeoutMs?: number;
@@ -54,7 +57,10 @@ export interface ProcessProviderOptions {
 export interface ProcessProvider extends MicrovmProvider {
   /** Handles of instances started by this provider whose process has not exited. */
   live(): MicrovmHandle[];
-  /** Bundles these images now (one at a time), so a first start does not wait for esbuild; rejects with the first failure. */
+  /**
+   * Bundles these images now (one at a time), so a first start does not wait for esbuild;
+   * rejects with the first failure.
+   */
   prepare(images: readonly string[]): Promise<void>;
   /** Kills every live instance and removes the work directory. */
   close(): Promise<void>;

@@ -14,28 +14,30 @@ import type { TokenClaims, TokenKey } from "../wire/token.ts";
 import { createTokenVerifier, type RevokedCheck } from "./token-cache.ts";
 import { SpanKind, traced } from "../../platform/index.ts";
 
-/** Called as requests start and end (after auth), with the count in flight after the change. */
-export interface ProxyHooks {
-  readonly onRequestStart?: (inFlight: number) => void;
-  readonly onRequestEnd?: (inFlight: number) => void;
+/** The instance behind a proxy as the proxy sees it, asked on every request. */
+export interface ProxiedInstance {
+  readonly microvmId: string;
+  /** Its current state. */
+  state(): MicrovmState;
+  /** Where a virtual port's requests go; undefined when the instance does not map it. */
+  upstream(virtualPort: number): Upstream | undefined;
+  /** Headers added to every forwarded request (the handle's `upstreamHeaders`). */
+  upstreamHeaders?(): Readonly<Record<string, string>> | undefined;
+  /** Whether a request may resume it while it is suspended (default: no). */
+  autoResume?(): boolean;
+  /** Resumes it; resolves once it is RUNNING. Called once for all the requests waiting. */
+  resume?(): Promise<void>;
+  /** A request started (after auth); `inFlight` counts it. */
+  requestStarted?(inFlight: number): void;
+  /** A request ended; `inFlight` no longer counts it. */
+  requestEnded?(inFlight: number): void;
 }
 
 export interface InstanceProxyOptions {
-  readonly microvmId: string;
+  readonly instance: ProxiedInstance;
   readonly tokenKey: TokenKey;
-  /** The instance's current state, read on every request. */
-  readonly state: () => MicrovmState;
-  /** Where a virtual port's requests go; undefined when the instance does not map it. */
-  readonly resolveUpstream: (virtualPort: number) => Upstream | undefined;
-  /** Whether a request may resume a suspended instance (read per request). */
-  readonly autoResume?: () => boolean;
-  /** Resumes the instance; resolves once it is RUNNING. Called once for all waiting requests. */
-  readonly resume?: () => Promise<void>;
   /** Longest wait for the app's response headers (default 30 s). */
   readonly upstreamTimeoutMs?: number;
-  /** Headers added to every forwarded request (the handle's `upstreamHeaders`). */
-  readonly upstreamHeaders?: () => Readonly<Record<string, string>> | undefined;
-  readonly hooks?: ProxyHooks;
   /** Clock for token expiry (default Date.now). */
   readonly now?: () => number;
   /** Whether a token's API key was revoked since it was issued (refused 403 `revoked`). */
@@ -64,9 +66,11 @@ const STRIPPED = new Set([
 ]);
 
 export function createInstanceProxy(options: InstanceProxyOptions): InstanceProxy {
+  const { instance } = options;
+  const { microvmId } = instance;
   const agent = new Agent({ keepAlive: true, maxSockets: 256 });
   const now = options.now ?? Date.now;
-  const tokens = createTokenVerifier(options.tokenKey, options.microvmId, {
+  const tokens = createTokenVerifier(options.tokenKey, microvmId, {
     ...(options.revoked ? { revoked: options.revoked } : {}),
   });
   /** The requests under way, with their token's claims (a revocation cuts them). */
@@ -78,7 +82,7 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
   /** One resume for every request that finds the instance suspended meanwhile. */
   const resumeOnce = () =>
     (resuming ??= Promise.resolve()
-      .then(() => options.resume?.() ?? Promise.reject(new Error("no resume configured")))
+      .then(() => instance.resume?.() ?? Promise.reject(new Error("no resume configured")))
       .finally(() => {
         resuming = undefined;
       }));
@@ -86,13 +90,27 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
   const track = (res: ServerResponse) => {
     inFlight += 1;
     lastActivityAt = now();
-    notify(options.hooks?.onRequestStart, inFlight);
+    notify(() => instance.requestStarted?.(inFlight));
     res.once("close", () => {
       inFlight -= 1;
       lastActivityAt = now();
-      notify(options.hooks?.onRequestEnd, inFlight);
+      notify(() => instance.requestEnded?.(inFlight));
     });
   };
+
+  /** Undefined once the instance runs (resumed first where allowed); else the proxy's answer. */
+  async function runningOrRefusal(): Promise<ProxyAnswer | undefined> {
+    const state = instance.state();
+    if (state === "SUSPENDED" || state === "SUSPENDING") {
+      if (!(instance.autoResume?.() ?? false)) return proxyAnswers.suspended(microvmId);
+      return resumeOnce().then(
+        () => undefined,
+        () => proxyAnswers.resumeFailed(microvmId),
+      );
+    }
+    if (state === "PENDING") return proxyAnswers.notReady(microvmId, state);
+    return state === "RUNNING" ? undefined : proxyAnswers.gone(microvmId, state);
+  }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const portHeader = req.headers[PROXY_PORT_HEADER.toLowerCase()];
@@ -110,27 +128,16 @@ export function createInstanceProxy(options: InstanceProxyOptions): InstanceProx
       res.once("close", () => open.delete(res));
     }
     track(res);
-    const state = options.state();
-    if (state === "SUSPENDED" || state === "SUSPENDING") {
-      if (!(options.autoResume?.() ?? false)) return answer(res, proxyAnswers.suspended(options.microvmId));
-      try {
-        await resumeOnce();
-      } catch {
-        return answer(res, proxyAnswers.resumeFailed(options.microvmId));
-      }
-    } else if (state === "PENDING") {
-      return answer(res, proxyAnswers.notReady(options.microvmId, state));
-    } else if (state !== "RUNNING") {
-      return answer(res, proxyAnswers.gone(options.microvmId, state));
-    }
-    const upstream = options.resolveUpstream(virtualPort);
+    const refusal = await runningOrRefusal();
+    if (refusal) return answer(res, refusal);
+    const upstream = instance.upstream(virtualPort);
     if (upstream === undefined) return answer(res, proxyAnswers.badGateway("no-listener"));
     await forward(req, res, {
       upstream,
       agent,
       timeoutMs: options.upstreamTimeoutMs ?? 30_000,
       strip: STRIPPED,
-      add: options.upstreamHeaders?.() ?? {},
+      add: instance.upstreamHeaders?.() ?? {},
     });
   }
 
@@ -187,10 +194,10 @@ function parsePort(header: string | string[] | undefined): number | undefined {
   return port >= 1 && port <= 65_535 ? port : undefined;
 }
 
-/** A throwing hook must not take the proxy down (it runs in socket event handlers). */
-function notify(hook: ((inFlight: number) => void) | undefined, inFlight: number): void {
+/** A throwing activity hook must not take the proxy down (it runs in socket event handlers). */
+function notify(hook: () => void): void {
   try {
-    hook?.(inFlight);
+    hook();
   } catch {
     // The lifecycle machine is gone or refused the event: activity accounting is best effort.
   }

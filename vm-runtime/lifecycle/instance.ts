@@ -95,23 +95,23 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
     microvmState(await waitFor(actor, (snapshot) => states.includes(microvmState(snapshot)), { timeout: timeoutMs }));
 
   const proxy = createInstanceProxy({
-    microvmId: options.microvmId,
+    instance: {
+      microvmId: options.microvmId,
+      state,
+      upstream: (port) => {
+        const handle: MicrovmHandle | undefined = actor.getSnapshot().context.handle;
+        if (!handle) return undefined;
+        return provider.upstream ? provider.upstream(handle, port) : upstreamOf(handle, port);
+      },
+      upstreamHeaders: () => actor.getSnapshot().context.handle?.upstreamHeaders,
+      autoResume: () => options.idlePolicy.autoResumeEnabled,
+      resume: () => resumeForRequest(actor, waitForState),
+      requestStarted: (inFlight) => activity.started(inFlight),
+      requestEnded: (inFlight) => activity.ended(inFlight),
+    },
     tokenKey: options.tokenKey,
     ...(options.tokenRevoked ? { revoked: options.tokenRevoked } : {}),
-    state,
-    resolveUpstream: (port) => {
-      const handle: MicrovmHandle | undefined = actor.getSnapshot().context.handle;
-      if (!handle) return undefined;
-      return provider.upstream ? provider.upstream(handle, port) : upstreamOf(handle, port);
-    },
-    upstreamHeaders: () => actor.getSnapshot().context.handle?.upstreamHeaders,
-    autoResume: () => options.idlePolicy.autoResumeEnabled,
-    resume: () => resumeForRequest(actor, waitForState),
     ...(options.proxy?.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: options.proxy.upstreamTimeoutMs }),
-    hooks: {
-      onRequestStart: (inFlight) => activity.started(inFlight),
-      onRequestEnd: (inFlight) => activity.ended(inFlight),
-    },
   });
   const activity = idleActivity(actor, () => proxy.inFlight, endDelayMs(options.idlePolicy));
   const endpoint = await proxy.listen(options.proxy?.port ?? 0, options.proxy?.host ?? "127.0.0.1");

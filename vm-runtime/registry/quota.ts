@@ -1,9 +1,10 @@
 // A principal's quota of stored objects over every host (images, snapshots): what it stores is
 // its objects in the store plus the writes under way, each reserved in a KV record of its own
-// (`<owner>.usage` for images) before its object is written. A write reads the record, then lists the objects, and adds its reservation
-// compare-and-set on the revision it read: a reservation removed meanwhile (its module now
-// listed) fails the write, so no two pushes pass with the room for one. A reservation goes once
-// its module is stored or its push failed; one whose push died lapses after RESERVATION_MS.
+// (`<owner>.usage` for images) before its object is written. A write reads the record, then
+// lists the objects, and adds its reservation compare-and-set on the revision it read: a
+// reservation removed meanwhile (its module now listed) fails the write, so no two pushes pass
+// with the room for one. A reservation goes once its module is stored or its push failed; one
+// whose push died lapses after RESERVATION_MS.
 import type { KV, KvEntry } from "@nats-io/kv";
 import { JetStreamApiError } from "@nats-io/jetstream";
 import { isWrongLastSequence, log } from "../../platform/index.ts";
@@ -29,13 +30,17 @@ export const imageQuotaCheck =
       throw ImageQuotaExceeded.make({
         limit: "versions",
         quota: quota.versions,
-        message: `you store ${versions} image versions (old versions and pushes under way count), the most allowed is ${quota.versions}: delete an image first`,
+        message:
+          `you store ${versions} image versions (old versions and pushes under way count), ` +
+          `the most allowed is ${quota.versions}: delete an image first`,
       });
     if (bytes + adding > quota.bytes)
       throw ImageQuotaExceeded.make({
         limit: "bytes",
         quota: quota.bytes,
-        message: `your images take ${bytes} bytes (old versions and pushes under way count); this module's ${adding} more would pass your quota of ${quota.bytes} bytes: delete an image first`,
+        message:
+          `your images take ${bytes} bytes (old versions and pushes under way count); ` +
+          `this module's ${adding} more would pass your quota of ${quota.bytes} bytes: delete an image first`,
       });
   };
 

@@ -58,7 +58,8 @@ export function builtinRequire(from: string | URL): NodeJS.Require {
   const nodeRequire = createRequire(from);
   const refuse = (id: string) =>
     new ImageError(
-      `require(${JSON.stringify(String(id).slice(0, QUOTED_SPECIFIER_CHARS))}): an image module can require only node builtins`,
+      `require(${JSON.stringify(String(id).slice(0, QUOTED_SPECIFIER_CHARS))}): ` +
+        "an image module can require only node builtins",
     );
   const builtinOnly = (id: string) => {
     if (typeof id !== "string" || !isBuiltin(id)) throw refuse(id);

@@ -239,7 +239,9 @@ async function untilRunning(
   throw MicrovmStartTimeout.make({
     microvmId,
     state,
-    message: `the instance is still ${state} after ${waitMs / 1000} s: it goes on starting (GetMicrovm says when it runs) unless you terminate it`,
+    message:
+      `the instance is still ${state} after ${waitMs / 1000} s: ` +
+      "it goes on starting (GetMicrovm says when it runs) unless you terminate it",
   });
 }
 

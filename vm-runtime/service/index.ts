@@ -26,7 +26,8 @@ import { queueHandlers, type HostState } from "./handlers.ts";
 import { HostInstances } from "./host-instances.ts";
 import { InstanceLogs, type InstanceLogOptions } from "./logs.ts";
 import { hostOwners, hostSubject } from "./owners.ts";
-import { hostRevocations } from "./revocations.ts";
+import { hostRevocations, type HostRevocations } from "./revocations.ts";
+import { DeferStack } from "./defer-stack.ts";
 import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.ts";
@@ -83,7 +84,7 @@ export type { LifecycleActor, LifecycleMachine, LifecycleSnapshot } from "../lif
 export { DEFAULT_TIMEOUTS, SuspendRefused } from "../lifecycle/types.ts";
 export type { LifecycleEvent, LifecycleTimeouts, SavedSnapshot } from "../lifecycle/types.ts";
 export { createInstanceProxy } from "../host/proxy.ts";
-export type { InstanceProxy, InstanceProxyOptions } from "../host/proxy.ts";
+export type { InstanceProxy, InstanceProxyOptions, ProxiedInstance } from "../host/proxy.ts";
 export {
   createAuthToken,
   InvalidTokenRequest,
@@ -132,7 +133,10 @@ export interface MicrovmHostOptions {
   readonly snapshotQuotaMiB?: number;
   /** `max_bytes` of the snapshot object store in MiB (`MICROVM_SNAPSHOT_STORE_MIB`, default 1024). */
   readonly snapshotStoreMiB?: number;
-  /** Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox` or `process` (development, not isolated). */
+  /**
+   * Isolation (`MICROVM_PROVIDER`): `auto` (default: gvisor, else sandbox), `gvisor`, `sandbox`
+   * or `process` (development, not isolated).
+   */
   readonly provider?: ProviderName;
   /** Per-instance limits of the sandbox. */
   readonly limits?: InstanceLimits;
@@ -161,7 +165,10 @@ export interface MicrovmHostOptions {
   readonly timeouts?: Partial<LifecycleTimeouts>;
   /** Time between retention sweeps (default: half the retention, 1 s to 30 s). */
   readonly sweepIntervalMs?: number;
-  /** Limits of the instance log stream (`MICROVM_LOG_LINES`, `MICROVM_LOG_MAX_AGE_SECONDS`, `MICROVM_LOG_STORE_MIB`). */
+  /**
+   * Limits of the instance log stream (`MICROVM_LOG_LINES`, `MICROVM_LOG_MAX_AGE_SECONDS`,
+   * `MICROVM_LOG_STORE_MIB`).
+   */
   readonly logLimits?: Omit<InstanceLogOptions, "replicas">;
 }
 
@@ -211,55 +218,10 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   const prefix = options.prefix ?? "";
   const hostId = options.hostId || defaultHostId(options.dataDir);
   const workDir = hostWorkDir(options.dataDir, hostId);
-  const unlock = await lockHost(workDir, hostId);
-  const tokenKey =
-    options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
-  const store = new MicrovmStore(options.kv, nc);
-  const logs = await InstanceLogs.open(nc).catch(async (err: unknown) => {
-    await unlock();
-    throw err;
-  });
-  const provider = await createHostProvider(options.provider ?? "auto", workDir, options.limits, logs.sink).catch(
-    async (err: unknown) => {
-      await unlock();
-      throw err;
-    },
+  const undo = new DeferStack();
+  const { tokenKey, store, logs, provider, reconciled, images, snapshots, revocations } = await undo.unwindOnFailure(
+    () => openHostParts(nc, options, hostId, workDir, undo),
   );
-  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots !== false;
-  const reconciled = await reconcileHost(store, hostId, workDir, provider, keepSnapshots);
-  const builtins = options.images ?? { sandbox: builtinImages.sandbox };
-  const imageOptions = {
-    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
-    ...(options.imageCacheMiB === undefined ? {} : { cacheMiB: options.imageCacheMiB }),
-    ...(options.imageQuota === undefined ? {} : { quota: options.imageQuota }),
-    ...(options.imageStoreMiB === undefined ? {} : { storeMiB: options.imageStoreMiB }),
-  };
-  const images = await openImages(nc, join(workDir, "image-cache"), builtins, imageOptions).catch(
-    async (err: unknown) => {
-      await provider.close();
-      await unlock();
-      throw err;
-    },
-  );
-  // Suspend keeps a snapshot where the provider checkpoints (gVisor); elsewhere it freezes.
-  const snapshots = keepSnapshots
-    ? await SnapshotStore.open(nc, {
-        kv: images.kv,
-        ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
-      }).catch(async (err: unknown) => {
-        await provider.close();
-        await unlock();
-        throw err;
-      })
-    : undefined;
-  // In the background: the first instance then finds the runtime bundle ready (images need none).
-  provider.prepare([]).catch((err: unknown) => log.warn({ err }, "bundling the runtime failed"));
-  // Before any instance (adopted ones too) has a proxy: tokens of revoked API keys are refused.
-  const revocations = await hostRevocations(nc).catch(async (err: unknown) => {
-    await provider.close();
-    await unlock();
-    throw err;
-  });
   const proxyHost = options.proxyHost ?? "127.0.0.1";
   const host: HostState = {
     nc,
@@ -393,9 +355,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       }),
     );
     await Promise.all([...own, ping].map((sub) => sub.drain().catch(() => undefined)));
-    await provider.close();
-    revocations.close();
-    await unlock();
+    // The provider, the revocation watch and the host's lock.
+    await undo.unwind();
     log.info({ hostId }, "microvm host stopped");
   }
 }
@@ -434,6 +395,63 @@ async function adopt(host: HostState, stored: StoredRecord): Promise<boolean> {
   host.instances.add(hosted);
   log.info({ microvmId: record.microvmId, from: record.hostId }, "adopted a suspended instance");
   return true;
+}
+
+/** What a host runs on: its lock, token key, stores, provider and revocation watch. */
+interface HostParts {
+  readonly tokenKey: TokenKey;
+  readonly store: MicrovmStore;
+  readonly logs: InstanceLogs;
+  readonly provider: Awaited<ReturnType<typeof createHostProvider>>;
+  readonly reconciled: ReconcileReport;
+  readonly images: ImageStore;
+  /** Where suspend keeps a snapshot (the provider checkpoints: gVisor); elsewhere it freezes. */
+  readonly snapshots: SnapshotStore | undefined;
+  readonly revocations: HostRevocations;
+}
+
+/**
+ * Opens what the host runs on, deferring on `undo` how to give each part back (the caller
+ * unwinds it when this or a later step fails, and at close); reconciles what an earlier run
+ * of this host id left.
+ */
+async function openHostParts(
+  nc: NatsConnection,
+  options: MicrovmHostOptions,
+  hostId: string,
+  workDir: string,
+  undo: DeferStack,
+): Promise<HostParts> {
+  undo.defer(await lockHost(workDir, hostId));
+  // Closed after the provider, as the host closed them before this stack: deferred ahead of it.
+  let revocations: HostRevocations | undefined;
+  undo.defer(() => revocations?.close());
+  const tokenKey =
+    options.tokenKey ?? (await loadTokenKeyring(options.dataDir, options.tokenSecret, options.tokenSecretPrevious));
+  const store = new MicrovmStore(options.kv, nc);
+  const logs = await InstanceLogs.open(nc);
+  const provider = await createHostProvider(options.provider ?? "auto", workDir, options.limits, logs.sink);
+  undo.defer(() => provider.close());
+  const keepSnapshots = provider.checkpoint !== undefined && options.snapshots !== false;
+  const reconciled = await reconcileHost(store, hostId, workDir, provider, keepSnapshots);
+  const builtins = options.images ?? { sandbox: builtinImages.sandbox };
+  const images = await openImages(nc, join(workDir, "image-cache"), builtins, {
+    ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+    ...(options.imageCacheMiB === undefined ? {} : { cacheMiB: options.imageCacheMiB }),
+    ...(options.imageQuota === undefined ? {} : { quota: options.imageQuota }),
+    ...(options.imageStoreMiB === undefined ? {} : { storeMiB: options.imageStoreMiB }),
+  });
+  const snapshots = keepSnapshots
+    ? await SnapshotStore.open(nc, {
+        kv: images.kv,
+        ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
+      })
+    : undefined;
+  // In the background: the first instance then finds the runtime bundle ready (images need none).
+  provider.prepare([]).catch((err: unknown) => log.warn({ err }, "bundling the runtime failed"));
+  // Before any instance (adopted ones too) has a proxy: tokens of revoked API keys are refused.
+  revocations = await hostRevocations(nc);
+  return { tokenKey, store, logs, provider, reconciled, images, snapshots, revocations };
 }
 
 /** The image buckets, with the built-in images registered. */

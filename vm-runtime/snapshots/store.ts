@@ -77,7 +77,8 @@ const objectName = (owner: string, microvmId: string) => `${ownerPrefix(owner)}$
 const reservationKey = (owner: string) => `${nameToken(owner)}.snapshots`;
 const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB (${bytes} bytes)`;
 const refusal = (held: number, quota: number, bytes: number) =>
-  `your snapshots take ${mib(held)} of your snapshot quota of ${mib(quota)}, and this one would take ${mib(bytes)} more: terminate or resume a suspended instance first`;
+  `your snapshots take ${mib(held)} of your snapshot quota of ${mib(quota)}, ` +
+  `and this one would take ${mib(bytes)} more: terminate or resume a suspended instance first`;
 
 export class SnapshotStore {
   #jsm: Promise<JetStreamManager> | undefined;

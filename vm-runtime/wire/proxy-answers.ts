@@ -33,7 +33,8 @@ const refusals: Record<TokenRejection, string> = {
   "expiry-before-issue": "the X-aws-proxy-auth token expires before it was issued",
   "wrong-instance": "the X-aws-proxy-auth token is for another instance: ask CreateAuthToken for this one's",
   revoked:
-    "the X-aws-proxy-auth token was issued under an API key that has since been removed: ask CreateAuthToken for one with a current key",
+    "the X-aws-proxy-auth token was issued under an API key that has since been removed: " +
+    "ask CreateAuthToken for one with a current key",
   "port-not-allowed":
     "the port X-aws-proxy-port asks for (8080 when absent) is not among the X-aws-proxy-auth token's allowed ports",
 };
@@ -63,7 +64,10 @@ function portRefusal(allowedPorts: readonly AllowedPort[], asked: AskedPort): Pr
 }
 
 export const proxyAnswers = {
-  /** 403: missing, malformed, forged, expired, revoked, other-instance token or a port outside it (named, with the token's). */
+  /**
+   * 403: missing, malformed, forged, expired, revoked, other-instance token or a port outside it
+   * (named, with the token's).
+   */
   forbidden: (refusal: TokenRefusal, asked?: AskedPort): ProxyAnswer => ({
     status: 403,
     body:

@@ -52,7 +52,10 @@ export type TokenRejection =
 export type TokenVerdict =
   | { readonly ok: true; readonly claims: TokenClaims }
   | { readonly ok: false; readonly reason: Exclude<TokenRejection, "port-not-allowed"> }
-  /** A valid token for other ports: its ports, to say which are open (they are no secret: the token carries them readable). */
+  /**
+   * A valid token for other ports: its ports, to say which are open (they are no secret: the
+   * token carries them readable).
+   */
   | { readonly ok: false; readonly reason: "port-not-allowed"; readonly allowedPorts: readonly AllowedPort[] };
 
 /** A signing secret: at least 32 bytes. */
