@@ -1,7 +1,8 @@
 // Checkpoint and restore of an isolated provider's instances, on walls that can (gVisor): a
 // checkpoint asks the runtime to close its socket, has the wall save the sandbox into an image
 // directory and end, and writes what a restore needs beside it; a restore boots a wall from
-// that image as the same uid with the same secret, and waits until the runtime answers again.
+// that image as the same uid with the same secret, tells the runtime on its stdin to listen
+// again (read as soon as it runs: nothing polls the wall's state), and waits until it answers.
 import { lstatSync } from "node:fs";
 import { join } from "node:path";
 import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
@@ -9,6 +10,7 @@ import { noteMembers, type Launcher, type Tracked, type WallOps } from "./isolat
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
+import { LISTEN_LINE } from "../runtime/boot.ts";
 
 /** What checkpoint and restore use of the provider that tracks the walls. */
 export interface CheckpointDeps extends WallOps {
@@ -41,6 +43,7 @@ export function checkpointing(deps: CheckpointDeps) {
       uid: entry.uid,
       heapMiB: entry.heapMiB,
       secret: entry.secret,
+      listensOnLine: true,
     };
     try {
       await entry.cgroup.thaw();
@@ -78,7 +81,12 @@ export function checkpointing(deps: CheckpointDeps) {
     const { launched } = entry;
     try {
       await deps.assign(entry, spec.microvmId);
-      // The restored runtime listens again once told, after its sandbox runs.
+      // The restored runtime listens again once told: by a line it reads as soon as it runs,
+      // or (an earlier runtime's checkpoint) by the signal once its wall runs.
+      if (saved.listensOnLine) {
+        launched.child.stdin?.write(`${LISTEN_LINE}\n`);
+        return await deps.answering(entry, spec.microvmId, deadline, signal);
+      }
       return await deps.answering(entry, spec.microvmId, deadline, signal, async (probeSignal) => {
         await launched.running!(deadline, probeSignal);
         await launched.signalRuntime!();

@@ -70,18 +70,39 @@ export async function bootRuntime(image: Image, options: BootOptions = {}): Prom
   return server;
 }
 
-/** Closes the listener on the host's checkpoint signal, and listens again on the next (see CHECKPOINT_SIGNAL). */
+/**
+ * The line a restoring host writes on the restored wall's stdin: read as soon as the restored
+ * runtime runs, it listens again (no polling of the wall's state, no signal sent after it).
+ */
+export const LISTEN_LINE = JSON.stringify({ [READY_KEY]: "listen" });
+/** Longest control line read from stdin once the runtime serves; longer ones are dropped. */
+const CONTROL_LINE_LIMIT = 256;
+
+/**
+ * Closes the listener on the host's checkpoint signal, and listens again on the next (see
+ * CHECKPOINT_SIGNAL) or on LISTEN_LINE, whichever comes first after a restore.
+ */
 function installCheckpointToggle(server: Server, socketPath: string): void {
   let listening = true;
-  process.on(CHECKPOINT_SIGNAL, () => {
-    if (listening) {
-      listening = false;
-      server.close();
-      server.closeAllConnections();
-      return;
-    }
+  const listen = () => {
     listening = true;
     server.listen(socketPath);
+  };
+  process.on(CHECKPOINT_SIGNAL, () => {
+    if (!listening) return listen();
+    listening = false;
+    server.close();
+    server.closeAllConnections();
+  });
+  let pending = "";
+  process.stdin.on("data", (chunk: Buffer | string) => {
+    pending += chunk.toString();
+    for (let newline = pending.indexOf("\n"); newline !== -1; newline = pending.indexOf("\n")) {
+      const line = pending.slice(0, newline).trim();
+      pending = pending.slice(newline + 1);
+      if (line === LISTEN_LINE && !listening) listen();
+    }
+    if (pending.length > CONTROL_LINE_LIMIT) pending = "";
   });
 }
 
