@@ -18,10 +18,10 @@ export interface SavedInstance {
   /** The secret its runtime admits requests with (it is in the saved memory). */
   readonly secret: string;
   /**
-   * Its runtime listens again on LISTEN_LINE once restored (runtime/boot.ts); a checkpoint
+   * Its runtime takes CONTROL_LINES on stdin (runtime/boot.ts); a checkpoint
    * without it is of an earlier runtime, told by the checkpoint signal once its wall runs.
    */
-  readonly listensOnLine?: boolean;
+  readonly controlLines?: boolean;
 }
 
 export async function writeSavedInstance(imageDir: string, saved: SavedInstance): Promise<void> {
@@ -40,14 +40,14 @@ export async function readSavedInstance(imageDir: string): Promise<SavedInstance
   } catch (cause) {
     throw new Error("the checkpoint's instance file is not JSON", { cause });
   }
-  const { format, microvmId, uid, heapMiB, secret, listensOnLine } = parsed;
+  const { format, microvmId, uid, heapMiB, secret, controlLines } = parsed;
   if (
     format !== FORMAT ||
     typeof microvmId !== "string" ||
     !Number.isInteger(uid) ||
     !Number.isInteger(heapMiB) ||
     typeof secret !== "string" ||
-    (listensOnLine !== undefined && typeof listensOnLine !== "boolean")
+    (controlLines !== undefined && typeof controlLines !== "boolean")
   )
     throw new Error("the checkpoint's instance file is malformed");
   return {
@@ -55,6 +55,6 @@ export async function readSavedInstance(imageDir: string): Promise<SavedInstance
     uid: uid as number,
     heapMiB: heapMiB as number,
     secret,
-    ...(listensOnLine === true ? { listensOnLine } : {}),
+    ...(controlLines === true ? { controlLines } : {}),
   };
 }

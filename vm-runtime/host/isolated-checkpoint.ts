@@ -1,5 +1,5 @@
 // Checkpoint and restore of an isolated provider's instances, on walls that can (gVisor): a
-// checkpoint asks the runtime to close its socket, has the wall save the sandbox into an image
+// checkpoint asks the runtime (a line on its stdin) to close its socket, has the wall save the sandbox into an image
 // directory and end, and writes what a restore needs beside it; a restore boots a wall from
 // that image as the same uid with the same secret, tells the runtime on its stdin to listen
 // again (read as soon as it runs: nothing polls the wall's state), and waits until it answers.
@@ -10,7 +10,7 @@ import { noteMembers, type Launcher, type Tracked, type WallOps } from "./isolat
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
-import { LISTEN_LINE } from "../runtime/boot.ts";
+import { CONTROL_LINES } from "../runtime/boot.ts";
 
 /** What checkpoint and restore use of the provider that tracks the walls. */
 export interface CheckpointDeps extends WallOps {
@@ -24,6 +24,8 @@ export interface CheckpointDeps extends WallOps {
 
 /** `checkpoint` and `restore` of the provider (MicrovmProvider's optional pair). */
 export function checkpointing(deps: CheckpointDeps) {
+  /** Walls restored from an earlier runtime's checkpoint: told by signals, not control lines. */
+  const signalled = new WeakSet<Tracked>();
   /**
    * Saves a live instance into `imageDir` and ends it: the runtime closes its socket (a wall
    * cannot save a bound host socket), the wall writes the image and exits, and the host adds
@@ -43,11 +45,12 @@ export function checkpointing(deps: CheckpointDeps) {
       uid: entry.uid,
       heapMiB: entry.heapMiB,
       secret: entry.secret,
-      listensOnLine: true,
+      controlLines: true,
     };
     try {
       await entry.cgroup.thaw();
-      await launched.signalRuntime();
+      if (signalled.has(entry)) await launched.signalRuntime();
+      else launched.child.stdin?.write(`${CONTROL_LINES.close}\n`);
       const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
       if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
         throw new Error("the runtime did not close its socket");
@@ -83,10 +86,11 @@ export function checkpointing(deps: CheckpointDeps) {
       await deps.assign(entry, spec.microvmId);
       // The restored runtime listens again once told: by a line it reads as soon as it runs,
       // or (an earlier runtime's checkpoint) by the signal once its wall runs.
-      if (saved.listensOnLine) {
-        launched.child.stdin?.write(`${LISTEN_LINE}\n`);
+      if (saved.controlLines) {
+        launched.child.stdin?.write(`${CONTROL_LINES.listen}\n`);
         return await deps.answering(entry, spec.microvmId, deadline, signal);
       }
+      signalled.add(entry);
       return await deps.answering(entry, spec.microvmId, deadline, signal, async (probeSignal) => {
         await launched.running!(deadline, probeSignal);
         await launched.signalRuntime!();
