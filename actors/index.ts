@@ -6,6 +6,7 @@ import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import {
   ANONYMOUS,
   jobApi,
+  ownerKey,
   serviceNames,
   taskApi,
   taskObjectLeaseKey,
@@ -15,36 +16,23 @@ import {
 import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
-import { leaseOwner, Placement, type ActivationEvent } from "./placement.ts";
+import { leasedOwners, leaseOwner, Placement, type ActivationEvent } from "../placement/index.ts";
 import { principalHeader, serveApi, type ApiHandlers } from "./serve.ts";
 import { taskObjectDirectory } from "./task-object-directory.ts";
-import {
-  foldsFences,
-  nameOwners,
-  taskObjectHandlers,
-  taskObjectReader,
-  type TaskObjectStates,
-} from "./task-objects.ts";
+import { foldsFences, taskObjectHandlers, taskObjectReader, type TaskObjectStates } from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
 
+export { serveApi, serveOperation, type ApiHandlers, type ApiServeOptions, type Handler } from "./serve.ts";
+export type { HandlerContext, OwnerStrategy } from "../placement/index.ts";
 export {
-  serveApi,
-  serveOperation,
-  type ApiHandlers,
-  type ApiServeOptions,
-  type Handler,
-  type HandlerContext,
-  type OwnerStrategy,
-} from "./serve.ts";
-export { Mailboxes } from "./mailbox.ts";
-export {
+  Mailboxes,
   Placement,
   LeaseLost,
   leaseOwner,
   type Activation,
   type ActivationEvent,
   type PlacementOptions,
-} from "./placement.ts";
+} from "../placement/index.ts";
 export { foldsFences } from "./task-objects.ts";
 export { backfillDoneSubject, backfillIndexes } from "./backfill.ts";
 
@@ -147,13 +135,19 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
       settings.onActivation ?? ((event) => log.debug({ activation: event }, `task-object activation ${event.event}`)),
   });
   const requester = options.requester ?? new Requester(nc, options.publisher);
+  const byName = leasedOwners({
+    placement,
+    sender: { nc, requester },
+    prefix,
+    // The subject carries the name, and the schema defaults it; the object is the caller's. A
+    // name (256 characters at most) and a principal fit in a key.
+    leaseKey: (op, input, principal) => taskObjectLeaseKey(ownerKey(op, input), principal)!,
+    routeBudgetMs: settings.routeBudgetMs,
+  });
   const deps = {
     store: stores.taskObjects,
     index: stores.taskObjectIndex,
     placement,
-    requester,
-    prefix,
-    routeBudgetMs: settings.routeBudgetMs,
     fenceInCreate: foldsFences(nc.info?.version, stores.taskObjectLeases, stores.taskObjects),
   };
   const handlers: ApiHandlers<typeof actorApi, TaskObjectStates> = {
@@ -173,7 +167,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
     prefix,
     publisher: options.publisher,
     queue: (op: { name: string }) => `actors.${op.name}`,
-    owners: { byName: nameOwners(deps) },
+    owners: { byName },
   };
   const served = serveApi(nc, actorApi, handlers, {
     ...common,

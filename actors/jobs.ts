@@ -3,18 +3,13 @@
 import type { RecordStore } from "../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { v4 as uuidv4 } from "uuid";
-import { JobNotFound, type createJob, type getJob, type Job } from "../schemas/index.ts";
+import { JobNotFound, type Job, type jobApi } from "../schemas/index.ts";
 import { createRecord, isObjectRecord, ownKey, readRecord } from "./records.ts";
-import type { Handler } from "./serve.ts";
+import type { ApiHandlers } from "./serve.ts";
 
 export type JobRecord = Static<typeof Job>;
 
-export interface JobHandlers {
-  getJob: Handler<typeof getJob>;
-  createJob: Handler<typeof createJob>;
-}
-
-export function jobHandlers(store: RecordStore): JobHandlers {
+export function jobHandlers(store: RecordStore): ApiHandlers<typeof jobApi> {
   return {
     async getJob({ jobId }, context) {
       const key = ownKey(context, jobId);

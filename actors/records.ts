@@ -4,15 +4,7 @@
 // rights) fails the read that finds it, as a `CorruptRecord` that never carries the value.
 import type { TSchema } from "@sinclair/typebox";
 import { log, type RecordStore, type WriteOutcome } from "../platform/index.ts";
-import {
-  ajv,
-  ANONYMOUS,
-  IdempotencyKeyReused,
-  idKey,
-  ownedKey,
-  ownerPrefix,
-  ServiceUnavailable,
-} from "../schemas/index.ts";
+import { ajv, IdempotencyKeyReused, idKey, ownedKey, ownerPrefix, ServiceUnavailable } from "../schemas/index.ts";
 
 /**
  * A stored record that is not JSON of its record's shape. Answered as a bare 500 and logged
@@ -53,15 +45,12 @@ export function matchesSchema(schema: TSchema): RecordCheck {
   };
 }
 
-/** Whose records a request reads and writes: its principal's (the anonymous one's when none is said). */
-export const principalOf = (context: { readonly principal?: string }): string => context.principal ?? ANONYMOUS;
-
 /** The key of record `id` among the records of the request's principal (undefined: no such record can exist). */
-export const ownKey = (context: { readonly principal?: string }, id: string): string | undefined =>
-  ownedKey(principalOf(context), idKey(id));
+export const ownKey = (context: { readonly principal: string }, id: string): string | undefined =>
+  ownedKey(context.principal, idKey(id));
 
 /** What the keys of the request's principal's records start with (`ownerPrefix`). */
-export const ownPrefix = (context: { readonly principal?: string }): string => ownerPrefix(principalOf(context));
+export const ownPrefix = (context: { readonly principal: string }): string => ownerPrefix(context.principal);
 
 /** A record as stored: its value, where it is and at which revision. */
 export interface Stored<T> {

@@ -28,8 +28,10 @@ import {
   subscriptionSubject,
   type InputOf,
   type Operation,
-  type OwnedPlacement,
   type StoredAt,
+  StoredAnswer,
+  type Answer,
+  ANONYMOUS,
   type SuccessOf,
   Unauthorized,
 } from "../schemas/index.ts";
@@ -42,56 +44,21 @@ import {
   traced,
   type BatchPublisher,
 } from "../platform/index.ts";
+import type {
+  HandlerContext,
+  OwnedKind,
+  OwnedKindsOf,
+  OwnerStates,
+  OwnerStrategies,
+  OwnerStrategy,
+} from "../placement/index.ts";
 import type { MicroService } from "./discovery.ts";
-
-/** What a handler knows besides its input. */
-export interface HandlerContext {
-  /** A uuid v4 the caller chose for the record it creates (`Idempotency-Key` header). */
-  idempotencyKey?: string;
-  /**
-   * `idempotencyKey` was made for this request alone (by its sender or here), never chosen by a
-   * caller, and nothing of this request may have been written yet (`KEY_FRESH_HEADER`). Whoever
-   * tries the request again after an attempt that may have written clears it.
-   */
-  keyFresh?: boolean;
-  /** The request's NATS headers, as received (e.g. `X-Request-Id`, for onward requests). */
-  headers?: MsgHdrs;
-  /** Who asks: from `ServeOptions.principal` (whose records a task, task-object or job operation sees). */
-  principal?: string;
-  /** The revision a write requires (`If-Match`); absent: any. */
-  ifMatch?: number;
-  /**
-   * Where a handler whose answer is a stored record (or its deletion) says which and at what
-   * revision: the adapter answers it as the `Revision` and `Record` headers.
-   */
-  answered?: { stored?: StoredAt };
-}
 
 /**
  * The principal a request names in its `PRINCIPAL_HEADER`: for subjects whose permissions let
  * only senders that say it truly publish (a gateway's copies, owners' own subjects).
  */
 export const principalHeader = (msg: Msg): string | undefined => msg.headers?.get(PRINCIPAL_HEADER) || undefined;
-
-/** Tells the adapter that the answer is `stored` (see `HandlerContext.answered`). */
-export function answerStored(context: HandlerContext, stored: StoredAt): void {
-  if (context.answered) context.answered.stored = stored;
-}
-
-/** Passes on what another process's reply said of its stored record (a forward's answer relayed). */
-export function answerStoredAs(context: HandlerContext, reply: MsgHdrs | undefined): void {
-  const record = reply?.get(RECORD_HEADER);
-  const dot = record?.indexOf(".") ?? -1;
-  if (!record || dot < 0) return;
-  const revision = Number(reply!.get(REVISION_HEADER));
-  answerStored(context, { bucket: record.slice(0, dot), key: record.slice(dot + 1), revision });
-}
-
-/** The placements whose operations have owners. */
-export type OwnedKind = OwnedPlacement["kind"];
-
-/** What the owner of an operation's key holds while it runs a request, per placement. */
-export type OwnerStates = { readonly [P in OwnedKind]?: unknown };
 
 /** What the owner of `Op`'s key holds, by `States`; `never` for a stateless operation. */
 type StateOf<Op extends Operation, States extends OwnerStates> = Op["placement"]["kind"] extends keyof States
@@ -104,7 +71,7 @@ export type ContextOf<Owner> = [Owner] extends [never] ? HandlerContext : Handle
 export type Handler<Op extends Operation, Owner = never> = (
   input: InputOf<Op>,
   context: ContextOf<Owner>,
-) => Promise<SuccessOf<Op>>;
+) => Promise<Answer<SuccessOf<Op>>>;
 
 /**
  * A handler for every operation of `Api`: one missing, or of another operation's shape, fails
@@ -113,40 +80,6 @@ export type Handler<Op extends Operation, Owner = never> = (
  */
 export type ApiHandlers<Api extends Record<string, Operation>, States extends OwnerStates = Record<never, never>> = {
   readonly [K in keyof Api]: Handler<Api[K], StateOf<Api[K], States>>;
-};
-
-/** The placements of `Api`'s owned operations. */
-export type OwnedKindsOf<Api extends Record<string, Operation>> = Extract<
-  { [K in keyof Api]: Api[K]["placement"]["kind"] }[keyof Api],
-  OwnedKind
->;
-
-/** How the owners of one placement are found and reached. */
-export interface OwnerStrategy<State> {
-  /** This process as an owner: it serves the owned operations on its own subjects too. */
-  readonly ownerId: string;
-  /** Queue group of the own subjects (`""`: none). */
-  readonly ownQueue: string;
-  /** Suffix of the own subjects' endpoint names in discovery (`-owner`, `-host`). */
-  readonly endpointSuffix: string;
-  /** The caller's principal on the own subjects (default: the API's own `principal`). */
-  readonly principal?: (msg: Msg) => string | undefined;
-  /**
-   * Runs `work` where the key of `op`'s request lives: here, given what the owner holds, or at
-   * the owning process, whose answer it relays. `own`: the request came on this process's own subjects.
-   */
-  route<T>(
-    op: Operation,
-    input: Record<string, unknown>,
-    context: HandlerContext,
-    own: boolean,
-    work: (state: State) => Promise<T>,
-  ): Promise<T>;
-}
-
-/** The owner strategy of every placement `Api` uses: one missing fails to compile. */
-export type OwnerStrategies<Api extends Record<string, Operation>, States extends OwnerStates> = {
-  readonly [P in OwnedKindsOf<Api>]: OwnerStrategy<P extends keyof States ? States[P] : never>;
 };
 
 export interface ServeOptions {
@@ -232,7 +165,7 @@ export function serveApi<Api extends Record<string, Operation>, States extends O
           op.idempotent && context.idempotencyKey === undefined
             ? { ...context, idempotencyKey: uuidv4(), keyFresh: true }
             : context;
-        return strategy.route(op, input, fixed, own, (owner) => handler(input, { ...fixed, owner }));
+        return strategy.route(op, input, fixed, own, (owner, routed) => handler(input, { ...routed, owner }));
       };
     if (ownSubjects) {
       // This process's own subjects first: a request routed here must find it answering.
@@ -275,21 +208,19 @@ export function serveOperation<Op extends Operation>(
     let error: string | undefined;
     try {
       const input = decode(requestInput(readSubject, msg));
-      const answered: { stored?: StoredAt } = {};
+      const principal = options.principal ? options.principal(msg) : ANONYMOUS;
+      if (principal === undefined) throw Unauthorized.make({});
       const context: HandlerContext = {
         idempotencyKey: idempotencyKey(op, msg.headers),
         keyFresh: op.idempotent === true && msg.headers?.get(KEY_FRESH_HEADER) === "1",
         headers: msg.headers,
         ifMatch: ifMatchOf(msg.headers),
-        answered,
+        principal,
       };
-      if (options.principal) {
-        context.principal = options.principal(msg);
-        if (context.principal === undefined) throw Unauthorized.make({});
-      }
       // A child of the caller's span (the trace context in the request's headers).
       const answer = await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context));
-      respond(msg, JSON.stringify(answer), answered.stored && storedHeaders(answered.stored));
+      if (answer instanceof StoredAnswer) respond(msg, JSON.stringify(answer.value), storedHeaders(answer.stored));
+      else respond(msg, JSON.stringify(answer));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
       status = failure.status;

@@ -13,14 +13,13 @@ import {
   nameFromToken,
   TaskObjectNotFound,
   taskObjectLeaseKey,
-  type getTaskObject,
-  type listTaskObjects,
   type TaskObjectInfo,
+  type taskObjectDirectoryApi,
 } from "../schemas/index.ts";
 import { createIndexed, listIndexed } from "./pages.ts";
-import { parseLease } from "./placement.ts";
-import { ownPrefix, principalOf } from "./records.ts";
-import type { Handler } from "./serve.ts";
+import { parseLease } from "../placement/index.ts";
+import { ownPrefix } from "./records.ts";
+import type { ApiHandlers } from "./serve.ts";
 
 type Info = Static<typeof TaskObjectInfo>;
 
@@ -57,11 +56,6 @@ export interface TaskObjectDirectoryDeps {
   leases: VersionedStore;
 }
 
-export interface TaskObjectDirectoryHandlers {
-  listTaskObjects: Handler<typeof listTaskObjects>;
-  getTaskObject: Handler<typeof getTaskObject>;
-}
-
 /** Names described at once per request (each: a count and a lease read, pipelined on one connection). */
 const NAMES_AT_ONCE = 100;
 /** What a claimer waits past a silent lease's TTL (placement's margin): a lease unrenewed longer has lapsed. */
@@ -74,7 +68,7 @@ const LAPSE_MARGIN_MS = 500;
  * ones, of creates cut short, count until a walk removes them); a list page reads the next
  * names from its cursor and describes each, all at once.
  */
-export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDirectoryHandlers {
+export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): ApiHandlers<typeof taskObjectDirectoryApi> {
   const { records, index, leases } = deps;
 
   /**
@@ -103,7 +97,7 @@ export function taskObjectDirectory(deps: TaskObjectDirectoryDeps): TaskObjectDi
   return {
     async getTaskObject({ name }, context) {
       // A name (256 characters at most) and a principal fit in a key.
-      const info = await describe(name, taskObjectLeaseKey(name, principalOf(context))!);
+      const info = await describe(name, taskObjectLeaseKey(name, context.principal)!);
       if (!info) throw TaskObjectNotFound.make({ name });
       return info;
     },

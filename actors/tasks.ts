@@ -2,14 +2,12 @@
 import { bucketNames, collectionSubject, type RecordIndex, type RecordStore } from "../platform/index.ts";
 import { v4 as uuidv4 } from "uuid";
 import {
+  answerStored,
   PreconditionFailed,
+  StoredAnswer,
   Task,
   TaskNotFound,
-  type createTask,
-  type deleteTask,
-  type getTask,
-  type listTasks,
-  type updateTask,
+  type taskRecordApi,
 } from "../schemas/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { createIndexed, deleteIndexed, listIndexed } from "./pages.ts";
@@ -23,20 +21,13 @@ import {
   updateRecord,
   type WriteCondition,
 } from "./records.ts";
-import { answerStored, type Handler, type HandlerContext } from "./serve.ts";
+import type { HandlerContext } from "../placement/index.ts";
+import type { ApiHandlers } from "./serve.ts";
 
 export type TaskRecord = Static<typeof Task>;
 
 /** A stored task (in the task and the task-object buckets) has the contract's Task shape. */
 export const isTaskRecord = matchesSchema(Task);
-
-export interface TaskHandlers {
-  getTask: Handler<typeof getTask>;
-  createTask: Handler<typeof createTask>;
-  updateTask: Handler<typeof updateTask>;
-  deleteTask: Handler<typeof deleteTask>;
-  listTasks: Handler<typeof listTasks>;
-}
 
 /** A write's condition from its context: `If-Match` of task `id`, refused as 412 PreconditionFailed. */
 export function taskCondition(id: string, context: HandlerContext): WriteCondition {
@@ -51,14 +42,13 @@ export function taskCondition(id: string, context: HandlerContext): WriteConditi
 export const tasksCollection = (prefix: string): string => collectionSubject(bucketNames.tasks, prefix);
 
 /** The task actor's handlers over the `tasks` bucket; `index` holds its list (creation order). */
-export function taskHandlers(store: RecordStore, index: RecordIndex): TaskHandlers {
+export function taskHandlers(store: RecordStore, index: RecordIndex): ApiHandlers<typeof taskRecordApi> {
   return {
     async getTask({ id }, context) {
       const key = ownKey(context, id);
       const task = key === undefined ? undefined : await readEntry<TaskRecord>(store, key, isTaskRecord);
       if (!task) throw TaskNotFound.make({ id });
-      answerStored(context, task);
-      return task.value;
+      return answerStored(task);
     },
     async createTask({ title }, context) {
       const task: TaskRecord = { id: context.idempotencyKey ?? uuidv4(), title, completed: false };
@@ -72,8 +62,7 @@ export function taskHandlers(store: RecordStore, index: RecordIndex): TaskHandle
         (s) => s.title === title,
         (k, data) => createIndexed(index, collection, k, (entry) => store.create(k, data, entry)),
       );
-      answerStored(context, stored);
-      return stored.value;
+      return answerStored(stored);
     },
     async updateTask({ id, ...change }, context) {
       const key = ownKey(context, id);
@@ -83,8 +72,7 @@ export function taskHandlers(store: RecordStore, index: RecordIndex): TaskHandle
           ? undefined
           : await updateRecord<TaskRecord>(store, key, isTaskRecord, (t) => ({ ...t, ...change }), condition);
       if (!task) throw TaskNotFound.make({ id });
-      answerStored(context, task);
-      return task.value;
+      return answerStored(task);
     },
     async deleteTask({ id }, context) {
       const key = ownKey(context, id);
@@ -93,8 +81,7 @@ export function taskHandlers(store: RecordStore, index: RecordIndex): TaskHandle
       const deleted =
         key === undefined ? undefined : await deleteRecord(store, key, taskCondition(id, context), remove);
       if (!deleted) throw TaskNotFound.make({ id });
-      answerStored(context, deleted);
-      return null;
+      return new StoredAnswer(null, deleted);
     },
     async listTasks(input, context) {
       const collection = tasksCollection(ownPrefix(context));

@@ -1,6 +1,7 @@
 // The no-hop anchor: the least a user could write with the service's libraries, a polka server
-// writing tasks straight to JetStream KV (no actor hop, no cache). Runs as its own process, like
-// bare-server.ts, and says `{"msg":"ready","port":N}` once it listens. Environment: NATS_URL,
+// writing tasks straight to JetStream KV (no actor hop, no cache), connected as the nats.js docs
+// advise for a hot connection (`noAsyncTraces`: no stack captured per request). Runs as its own
+// process, like bare-server.ts, and says `{"msg":"ready","port":N}` once it listens. Environment: NATS_URL,
 // NATS_NKEY (a seed file), NATS_INBOX_PREFIX, ANCHOR_BUCKET, KV_REPLICAS (default 1), BENCH_PORT.
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -20,6 +21,7 @@ const nc = await connect({
   name: "anchor",
   authenticator: nkeyAuthenticator(new TextEncoder().encode(readFileSync(env.NATS_NKEY!, "utf8").trim())),
   inboxPrefix: env.NATS_INBOX_PREFIX,
+  noAsyncTraces: true,
 });
 // The service's tasks bucket's settings: one revision of history, direct gets.
 const kv = await new Kvm(nc).create(env.ANCHOR_BUCKET!, {

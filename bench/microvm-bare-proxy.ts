@@ -3,7 +3,8 @@
 // hand, so the RPC path splits into proxy cost and host cost. Env: BENCH_PORT (default: a free
 // one), BENCH_UPSTREAM_PORT, BENCH_UPSTREAM_SECRET, BENCH_TOKEN_KEY, BENCH_MICROVM_ID. Says
 // `{"msg":"ready","port":N}` once it listens.
-import { createInstanceProxy, INSTANCE_SECRET_HEADER, RUNTIME_PORT } from "../vm-runtime/index.ts";
+import { createInstanceProxy, RUNTIME_PORT } from "../vm-runtime/service/index.ts";
+import { INSTANCE_SECRET_HEADER } from "../vm-runtime/wire/rpc.ts";
 
 const env = process.env;
 const upstreamPort = Number(env.BENCH_UPSTREAM_PORT);

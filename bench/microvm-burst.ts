@@ -5,7 +5,7 @@
 // gVisor where runsc runs, else the bubblewrap sandbox; no service, the provider alone.
 import { availableParallelism } from "node:os";
 import { testImages } from "../test/images/paths.ts";
-import { checkGvisor, createGvisorProvider, createSandboxProvider } from "../vm-runtime/index.ts";
+import { checkGvisor, createGvisorProvider, createSandboxProvider } from "../vm-runtime/service/index.ts";
 import type { BenchRun } from "./options.ts";
 import { markdownTable } from "./report.ts";
 import { saveResults } from "./results.ts";

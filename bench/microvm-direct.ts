@@ -8,15 +8,11 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import { once } from "node:events";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import {
-  builtinImages,
-  bundleImage,
-  dataLimitMiB,
-  INSTANCE_SECRET_HEADER,
-  parseReadyLine,
-  permissionFlag,
-  permissionGrants,
-} from "../vm-runtime/index.ts";
+import { builtinImages, bundleImage } from "../vm-runtime/service/index.ts";
+import { dataLimitMiB } from "../vm-runtime/host/process-provider.ts";
+import { INSTANCE_SECRET_HEADER } from "../vm-runtime/wire/rpc.ts";
+import { parseReadyLine } from "../vm-runtime/runtime/boot.ts";
+import { permissionFlag, permissionGrants } from "../vm-runtime/host/node-args.ts";
 import { tempDir } from "./children.ts";
 
 /** In the work directory's name, so leftover checks find these processes. */

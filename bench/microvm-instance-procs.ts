@@ -6,7 +6,10 @@ import { existsSync, readdirSync } from "node:fs";
 import { rmdir, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
-import { GVISOR_MARKER, INSTANCE_MARKER, SANDBOX_MARKER, WARM_PREFIX } from "../vm-runtime/index.ts";
+import { GVISOR_MARKER } from "../vm-runtime/host/gvisor-provider.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
+import { SANDBOX_MARKER } from "../vm-runtime/host/sandbox-command.ts";
+import { WARM_PREFIX } from "../vm-runtime/host/isolated-boot.ts";
 import { cmdlineOf, processesMentioning, readText as read, statFields } from "./proc.ts";
 import { pause } from "./stats.ts";
 

@@ -1,7 +1,8 @@
 // Instance steps for the microVM bench, timed: RunMicrovm, polling GetMicrovm (~5 ms) until
 // a state, CreateAuthToken, the first `stub.hello` through the proxy, TerminateMicrovm.
 // Every instance launched here is remembered, so the bench can terminate it whatever happens.
-import { connectMicrovm, type MicrovmState, type MicrovmStub, type SandboxShape } from "../vm-runtime/index.ts";
+import { connectMicrovm, type MicrovmStub, type SandboxShape } from "../vm-runtime/index.ts";
+import type { MicrovmState } from "../schemas/index.ts";
 import type { Client } from "../client/index.ts";
 import type { microvmApi } from "../schemas/index.ts";
 import { pause as sleep } from "./stats.ts";

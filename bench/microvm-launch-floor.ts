@@ -3,7 +3,7 @@
 // OCI bundle and `runsc run`), taking turns, outside any instance cgroup and its CPU quota.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
+import { checkGvisor, checkSandbox } from "../vm-runtime/service/index.ts";
 import { percentiles, type Percentiles } from "./stats.ts";
 import type { ProviderName } from "./microvm-instance-procs.ts";
 

@@ -6,7 +6,8 @@
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { ClientError } from "../client/index.ts";
-import { connectMicrovm, bundleImageModule } from "../vm-runtime/index.ts";
+import { connectMicrovm } from "../vm-runtime/index.ts";
+import { bundleImageModule } from "../vm-runtime/service/index.ts";
 import { hostWorkDir } from "../vm-runtime/service/index.ts";
 import { root } from "./children.ts";
 import { withMicrovmEnvironment, type MicrovmEnvironment } from "./microvm-environment.ts";

@@ -3,7 +3,7 @@
 // runtime started by hand (directly, and behind a bare proxy process): sequential p50/p99,
 // req/s with N concurrent callers, and the CPU each process spends per call.
 import { randomBytes } from "node:crypto";
-import { createAuthToken as signToken, RUNTIME_PORT } from "../vm-runtime/index.ts";
+import { createAuthToken as signToken, RUNTIME_PORT } from "../vm-runtime/service/index.ts";
 import { startBuiltServer } from "./stacks.ts";
 import type { Connected } from "./microvm-instances.ts";
 import {

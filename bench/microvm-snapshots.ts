@@ -9,7 +9,7 @@ import { rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 import { openBuckets } from "../platform/index.ts";
 import { idKey } from "../schemas/index.ts";
-import { WARM_PREFIX } from "../vm-runtime/index.ts";
+import { WARM_PREFIX } from "../vm-runtime/host/isolated-boot.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { percentiles, type Percentiles, pause } from "./stats.ts";
 import { expectHello, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";

@@ -7,7 +7,7 @@
 // Every instance is terminated and every child stopped, also on error and Ctrl-C.
 import { openBuckets } from "../platform/index.ts";
 import { cleanUpOnInterrupt } from "./children.ts";
-import { checkGvisor, checkSandbox } from "../vm-runtime/index.ts";
+import { checkGvisor, checkSandbox } from "../vm-runtime/service/index.ts";
 import { comparisonRows, gvisorTargets, sandboxTargets, verdicts, type ProviderResults } from "./microvm-compare.ts";
 import { measureDensity, type DensityPoint, type DensitySettings } from "./microvm-density.ts";
 import { directRuntimes } from "./microvm-direct.ts";

@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { ClientError, natsClient, type Client } from "../client/index.ts";
 import { leaseOwners } from "../actors/index.ts";
-import { ownerRouting } from "../gateway/index.ts";
+import { ownerRouting } from "../placement/index.ts";
 import { recordStores, type NatsHandle } from "../platform/index.ts";
 import {
   createTaskDO,

@@ -52,7 +52,7 @@ export const imageCommands: CommandSpec[] = [
     },
     async run(client, [file], options: OptionValues) {
       const { basename, extname } = await import("node:path");
-      const { bundleImageModule } = await import("../vm-runtime/host/bundle.ts");
+      const { bundleImageModule } = await import("../vm-runtime/client/image-module.ts");
       const name = (options.name as string | undefined) ?? basename(file!, extname(file!)).toLowerCase();
       const module = await bundleImageModule(file!);
       const image = await client.createImage({ name, module });

@@ -272,7 +272,7 @@ async function apiKeyCommand(args: readonly string[], help: boolean, io: CliIo):
     return 0;
   }
   if (args[0] !== "create" || args.length !== 2) throw new UsageError(usage);
-  const { newApiKey } = await import("../gateway/api-keys.ts");
+  const { newApiKey } = await import("./cli-platform.ts");
   let made;
   try {
     made = newApiKey(args[1]!);

@@ -22,7 +22,7 @@ export {
   type NatsClusterOptions,
   type NatsNode,
 } from "./nats-cluster.ts";
-export { composeAuthorization, passwordVariable } from "./compose-auth.ts";
+export { composeAuthorization, passwordVariable, writeComposeAuthorization } from "./compose-auth.ts";
 export {
   belongsTo,
   recordPids,

@@ -6,7 +6,14 @@ import { chmod, mkdir, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { natsServerPath, packageVersion, parseNatsSync } from "../platform/index.ts";
-import { recordPids, startCluster, stopLeftovers, topologyFromEnv, type RunningCluster } from "./index.ts";
+import {
+  recordPids,
+  startCluster,
+  stopLeftovers,
+  topologyFromEnv,
+  writeComposeAuthorization,
+  type RunningCluster,
+} from "./index.ts";
 
 const usage = `usage: npm run cluster [-- --fresh] [-- --quiet] [-- --version]
 
@@ -101,6 +108,8 @@ const left = await stopLeftovers(baseDir);
 if (left.length > 0) console.log(`stopped ${left.length} process(es) left by an earlier run in ${baseDir}`);
 if (flags.fresh) await rm(baseDir, { recursive: true, force: true });
 await mkdir(baseDir, { recursive: true });
+// The users of compose.yaml's nodes, from the contracts as they are now (not kept in the repository).
+await writeComposeAuthorization();
 
 const pids: number[] = [];
 let cluster: RunningCluster | undefined;

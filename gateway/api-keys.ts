@@ -1,12 +1,13 @@
 // HTTP API keys: a file of `<principal> <sha256 hex of key>` lines (`API_KEYS_FILE`), checked
 // against `Authorization: Bearer <key>`. Only hashes are stored; keys are never logged.
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
 import { ANONYMOUS, type ApiError, UNAUTHORIZED_MESSAGES, Unauthorized } from "../schemas/index.ts";
+import { API_KEY_PRINCIPAL as PRINCIPAL, newApiKey, sha256Hex } from "../platform/index.ts";
 
-/** Principal names: no `:`, so none can pass for a NATS principal (`nats:<user>`). */
-const PRINCIPAL = /^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/;
+export { newApiKey, sha256Hex };
+
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 /** `Authorization: Bearer <key>`: the key. */
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
@@ -39,8 +40,6 @@ export interface ReloadableApiKeys extends ApiKeys {
   /** Called after each reload that removed keys, with their ids. */
   onRevoked(listener: (keyIds: readonly string[]) => void): void;
 }
-
-export const sha256Hex = (text: string) => createHash("sha256").update(text).digest("hex");
 
 /**
  * The id of a key-file line: the same line always has the same id, and a key moved to another
@@ -106,14 +105,6 @@ export async function loadApiKeys(path: string): Promise<ReloadableApiKeys> {
     },
     onRevoked: (listener) => void listeners.push(listener),
   };
-}
-
-/** A new random key for `principal` and the line that grants it (`taskctl apikey create`). */
-export function newApiKey(principal: string): { key: string; line: string } {
-  if (!PRINCIPAL.test(principal))
-    throw new Error("a principal is 1-64 of letters, digits, . _ @ - (starting with a letter or digit)");
-  const key = `tsk_${randomBytes(32).toString("base64url")}`;
-  return { key, line: `${principal} ${sha256Hex(key)}` };
 }
 
 /**

@@ -8,7 +8,7 @@ import type { ApiKeys, ReloadableApiKeys } from "./api-keys.ts";
 import { openStreams } from "./open-streams.ts";
 import { revokeOnReload } from "./revocations.ts";
 import { localReads, type LocalReads } from "./local-reads.ts";
-import { ownerRouting, type RoutingPolicy } from "./owner-routing.ts";
+import { dispatcher, type RoutingPolicy } from "../placement/index.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
@@ -23,7 +23,6 @@ export {
   type ApiKeys,
   type ReloadableApiKeys,
 } from "./api-keys.ts";
-export { ownerRouting, type OwnerLookup, type OwnerRouting, type RoutingPolicy } from "./owner-routing.ts";
 
 /** Every operation the gateways serve. */
 export type GatewayApi = typeof taskApi & typeof jobApi & typeof microvmApi;
@@ -83,7 +82,7 @@ export function createGateways(options: GatewayOptions): {
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
     timeouts: options.timeouts,
     localReads: reads,
-    ownerRouting: options.routing && ownerRouting(options.nats, options.routing, options.prefix ?? ""),
+    dispatch: dispatcher(options.nats, options.prefix ?? "", options.routing),
     apiKeys: options.apiKeys,
     hostNames: options.hostNames,
     openStreams: streams,

@@ -13,6 +13,9 @@ import {
   type InputOf,
   type Operation,
   type StorageReadContext,
+  type Answer,
+  answerValue,
+  StoredAnswer,
   type StorageReads,
   type SuccessOf,
 } from "../schemas/index.ts";
@@ -85,7 +88,7 @@ export interface LocalReads {
   forget(bucket: string): void;
 }
 
-type StorageRead = (input: InputOf<Operation>, context: StorageReadContext) => Promise<SuccessOf<Operation>>;
+type StorageRead = (input: InputOf<Operation>, context: StorageReadContext) => Promise<Answer<SuccessOf<Operation>>>;
 
 /**
  * The longest a `versioned` answer is kept with the feed checked: past it, one read again from a
@@ -154,9 +157,9 @@ export function localReads<Api extends Record<string, Operation>>(options: Local
         const startedAt = performance.now();
         const generation = forgotten;
         for (let attempt = 1; ; attempt++) {
-          const context: StorageReadContext = { answered: {}, principal };
-          const value = await read(input, context);
-          const stored = context.answered?.stored;
+          const answer = await read(input, { principal });
+          const stored = answer instanceof StoredAnswer ? answer.stored : undefined;
+          const value = answerValue(answer);
           const record = stored && `${stored.bucket}.${stored.key}`;
           if (record && stored.revision < (floors.get(record) ?? 0)) {
             // A replica that has not applied a write this gateway saw acknowledged.

@@ -1,5 +1,5 @@
 // HTTP routes derived from operation contracts: decode path, query and body → validate →
-// forward over NATS → send the actor's JSON as it is (no re-encoding).
+// dispatch over NATS (placement's `dispatch`) → send the actor's JSON as it is (no re-encoding).
 import type { IncomingMessage, ServerResponse } from "node:http";
 import polka, { type Request } from "polka";
 import { v4 as uuidv4 } from "uuid";
@@ -15,17 +15,12 @@ import {
   REQUEST_ID_HEADER,
   UnsupportedMediaType,
   inputSchema,
-  isOwned,
-  requestSubject,
   RouteNotFound,
-  requestBody,
   sendsPrincipal,
-  viaGateway,
   type Operation,
 } from "../schemas/index.ts";
 import { log, recordHttp, SpanKind, toApiError, traceAttribute, traced, type NatsHandle } from "../platform/index.ts";
 import type { LocalReads } from "./local-reads.ts";
-import type { OwnerRouting } from "./owner-routing.ts";
 import { apiKeyIdOfRequest, principalOfRequest } from "./api-keys.ts";
 import type { OpenStreams } from "./open-streams.ts";
 import { readJsonBody } from "./body.ts";
@@ -33,7 +28,7 @@ import { parseUrl } from "./query.ts";
 import { requestId } from "./request-id.ts";
 import { sendError, sendJson, sendNoContent, setRetryAfter } from "./respond.ts";
 import { follow } from "./follow.ts";
-import { forward, type ForwardOptions } from "./transport.ts";
+import { dispatcher, type Budget, type Dispatch } from "../placement/index.ts";
 
 export interface RouteOptions {
   nats: NatsHandle;
@@ -46,8 +41,8 @@ export interface RouteOptions {
   attemptTimeoutMs?: number;
   /** Reads the gateway serves itself from KV instead of asking an actor. */
   localReads?: LocalReads;
-  /** Sends owned operations' requests to the owning process directly when it is known. */
-  ownerRouting?: OwnerRouting;
+  /** Sends each request where it runs (default: on its shared subject, `dispatcher(nats, prefix)`). */
+  dispatch?: Dispatch;
   /** Every POST must say `content-type: application/json`, even without a body (else 415). */
   jsonOnly?: boolean;
   /** Aborted when the server stops: followed reads end then. */
@@ -73,15 +68,11 @@ export function buildRouter(operations: readonly Operation[], options: RouteOpti
 function operationRoute(op: Operation, options: RouteOptions) {
   const decode = compileDecoder(inputSchema(op));
   const noContent = answersNoContent(op);
-  const repeatable = op.http.method === "GET" || op.idempotent === true;
   const localRead = options.localReads?.forOperation(op);
-  // An unanswered request to an owner is sent on (hedged): only a repeatable one may be.
-  const ownerRouting = isOwned(op) && repeatable ? options.ownerRouting : undefined;
-  const attemptMs = repeatable ? (options.attemptTimeoutMs ?? 1_500) : undefined;
-  // Who asks (`Microvm-Principal`), where the contract's API takes it: only on the subjects
-  // that only the gateway may publish.
+  const dispatch = options.dispatch ?? dispatcher(options.nats, options.prefix);
+  const attemptMs = options.attemptTimeoutMs ?? 1_500;
+  // Who asks (`Microvm-Principal`), where the contract's API takes it.
   const principal = sendsPrincipal(op);
-  const target = principal ? viaGateway(op) : op;
   const spanName = `${op.http.method} ${op.http.path}`;
   const spanAttributes = { "operation.name": op.name };
   return (req: Request, res: ServerResponse) =>
@@ -113,7 +104,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
     const started = performance.now();
     const id = requestId(req);
     traceAttribute("request.id", id);
-    let held: ForwardOptions["held"];
+    let held: Budget["held"];
     /** Aborted when the request's API key is revoked while it is held (already answered then). */
     let revoked: AbortSignal | undefined;
     try {
@@ -135,11 +126,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
       if (following) {
         const headers = requestHeaders(req, id);
         await follow(op.follow!, res, options.stopping, (next) =>
-          forward(options.nats, requestSubject(target, next, options.prefix), requestBody(op, next), {
-            timeoutMs: options.requestTimeoutMs + (op.waitMsOf?.(next) ?? 0),
-            headers,
-            held,
-          }),
+          dispatch(op, next, headers, { timeoutMs: options.requestTimeoutMs, waitMs: op.waitMsOf?.(next), held }),
         )(input as Record<string, unknown>);
       } else if (localRead) {
         // polka's `originalUrl`: the request's path and query (a `#fragment` dropped).
@@ -149,25 +136,12 @@ function operationRoute(op: Operation, options: RouteOptions) {
         sendJson(res, 200, answer.body, answer.revision);
       } else {
         const headers = requestHeaders(req, id);
-        const body = requestBody(op, input);
-        // Straight to the owner when known; else, or
-        // when it did not serve, through the shared subject, where any actor routes it.
-        const direct =
-          ownerRouting &&
-          (await ownerRouting.tryOwner(op, input, body, headers, op.timeoutMs ?? options.requestTimeoutMs));
-        // A request that waits has that much more time, in one attempt.
-        const timeoutMs = Math.max(
-          1,
-          (op.timeoutMs ?? options.requestTimeoutMs) + (waitMs ?? 0) - (performance.now() - started),
-        );
-        const reply =
-          direct ||
-          (await forward(options.nats, requestSubject(target, input, options.prefix), body, {
-            timeoutMs,
-            attemptMs: waitMs === undefined ? attemptMs : undefined,
-            headers,
-            held,
-          }));
+        const reply = await dispatch(op, input, headers, {
+          timeoutMs: op.timeoutMs ?? options.requestTimeoutMs,
+          waitMs,
+          attemptMs,
+          held,
+        });
         const stored = reply.status === 200 ? reply.stored : undefined;
         // Seen before it is answered: a read here after this answer never finds what it replaced.
         if (stored && op.http.method !== "GET") options.localReads?.written(stored.record, stored.revision);

@@ -14,6 +14,7 @@ export * from "./record-store.ts";
 export * from "./record-index.ts";
 export * from "./lease-store.ts";
 export * from "./key-revocations.ts";
+export * from "./api-key-lines.ts";
 export * from "./batch.ts";
 export * from "./nats-encoding.ts";
 export * from "./metrics.ts";

@@ -12,4 +12,5 @@ export * from "./validate.ts";
 export * from "./counts.ts";
 export * from "./subjects.ts";
 export * from "./replies.ts";
+export * from "./answers.ts";
 export * from "./openapi.ts";

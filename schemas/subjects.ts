@@ -188,16 +188,6 @@ export const PRINCIPAL_HEADER = "Microvm-Principal";
  */
 export const API_KEY_ID_HEADER = "Microvm-Api-Key-Id";
 
-/** Marks a request an actor passed to the owner: the receiver serves it or answers NotOwner (no loops). */
-export const FORWARDED_HEADER = "Task-Object-Forwarded";
-/**
- * Set by a gateway whose request the owner did not answer: the owner id. The receiver does not
- * try that owner again; it waits for the name's takeover within the budget, or says who will take it.
- */
-export const SUSPECT_HEADER = "Task-Object-Suspect";
-/** How long (ms) the sender waits for this request: the receiver may hold it that long, less a reserve. */
-export const BUDGET_HEADER = "Task-Object-Budget-Ms";
-
 /** Root of the NATS micro control subjects; not below the operations' prefix: the protocol fixes it. */
 export const SERVICE_API_PREFIX = "$SRV";
 

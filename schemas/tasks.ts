@@ -252,3 +252,9 @@ export const taskApi = {
   updateTask,
   deleteTask,
 } as const;
+
+/** The task records' operations: the Task API's stateless operations on the `tasks` bucket. */
+export const taskRecordApi = { createTask, listTasks, getTask, updateTask, deleteTask } as const;
+
+/** The directory of task objects: any actor answers from storage, without activating a name. */
+export const taskObjectDirectoryApi = { listTaskObjects, getTaskObject } as const;

@@ -1,6 +1,7 @@
 // The shape of a declared operation: one object from which HTTP routes, NATS subjects,
 // validators, typed clients and docs are derived.
 import type { Static, TObject, TSchema } from "@sinclair/typebox";
+import type { Answer } from "./answers.ts";
 import type { ErrorDef } from "./errors.ts";
 
 export type HttpMethod = "GET" | "POST" | "PUT" | "DELETE" | "PATCH";
@@ -93,18 +94,10 @@ export type OwnedOperations<Api extends Record<string, Operation>> = {
   [K in keyof Api as Api[K] extends { readonly placement: OwnedPlacement } ? K : never]: Api[K];
 };
 
-/** A stored record's place and revision (the stream sequence of its last write). */
-export interface StoredAt {
-  readonly bucket: string;
-  readonly key: string;
-  readonly revision: number;
-}
-
-/** What a storage read is given: where it says which stored record it answered, if one. */
+/** What a storage read is given. */
 export interface StorageReadContext {
-  answered?: { stored?: StoredAt };
-  /** Whose records the read may find (default the anonymous principal's). */
-  principal?: string;
+  /** Whose records the read may find. */
+  readonly principal: string;
 }
 
 /**
@@ -115,7 +108,7 @@ export type StorageReads<Api extends Record<string, Operation>> = {
   readonly [K in keyof ReadOperations<Api>]?: (
     input: InputOf<ReadOperations<Api>[K]>,
     context: StorageReadContext,
-  ) => Promise<SuccessOf<ReadOperations<Api>[K]>>;
+  ) => Promise<Answer<SuccessOf<ReadOperations<Api>[K]>>>;
 };
 
 /** Operations of `Api` that declare `reads`: the only ones a process may answer from storage alone. */

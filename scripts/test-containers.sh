@@ -16,6 +16,8 @@ fi
 DOCKER_COMPOSE="$(bash scripts/get-docker-compose.sh)"
 export DOCKER_COMPOSE
 bash scripts/build-images.sh
+# The NATS nodes' users, from the contracts of this checkout.
+npx tsx cluster/compose-auth.ts
 
 # Whatever a killed run left: testcontainers' NATS containers and the compose test's projects
 # (their containers, networks and volumes, by label).

@@ -4,7 +4,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { bootSlots } from "../vm-runtime/host/boot-slots.ts";
-import { checkSandbox, createSandboxProvider, type IsolatedProvider } from "../vm-runtime/index.ts";
+import { checkSandbox, createSandboxProvider, type IsolatedProvider } from "../vm-runtime/service/index.ts";
 import { testImages } from "./images/paths.ts";
 
 const late = (waitedMs: number) => new Error(`late after ${waitedMs} ms`);

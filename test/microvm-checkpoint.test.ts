@@ -11,7 +11,7 @@ import {
   MicrovmProviderError,
   type IsolatedProvider,
   type MicrovmHandle,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
 import { rpc } from "./helpers/instance-rpc.ts";
 import { assertNoInstanceLeft, instanceChildren, isGone } from "./helpers/microvm.ts";
 import { testImages } from "./images/paths.ts";

@@ -5,20 +5,22 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import {
   builtinImages,
-  childProcessesWith,
-  connectMicrovm,
   createAuthToken,
   createInstanceProxy,
   createProcessProvider,
-  INSTANCE_MARKER,
-  isRpcError,
-  microvmConnection,
-  MicrovmRpcError,
   upstreamOf,
   type InstanceProxy,
   type MicrovmHandle,
+} from "../vm-runtime/service/index.ts";
+import { childProcessesWith } from "../vm-runtime/host/proc.ts";
+import {
+  connectMicrovm,
+  isRpcError,
+  microvmConnection,
+  MicrovmRpcError,
   type SandboxShape,
 } from "../vm-runtime/index.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
 
 const key = randomBytes(32);
 const provider = createProcessProvider();

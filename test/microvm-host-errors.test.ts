@@ -26,7 +26,7 @@ import {
   MicrovmHostError,
   MicrovmStartFailed,
   type MicrovmProvider,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { cgroupsLeftOfHostKey } from "./helpers/microvm.ts";
 import { loggedWithin } from "./helpers/process.ts";

@@ -18,7 +18,8 @@ import {
   type InstanceOp,
   type MicrovmRecord,
 } from "../vm-runtime/service/index.ts";
-import { connectMicrovm, readProcStat, type SandboxShape } from "../vm-runtime/index.ts";
+import { connectMicrovm, type SandboxShape } from "../vm-runtime/index.ts";
+import { readProcStat } from "../vm-runtime/host/proc.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,

@@ -14,7 +14,10 @@ import { join } from "node:path";
 import { IMAGE_CHECK_TIMEOUT_MS } from "../vm-runtime/registry/check.ts";
 import { ISOLATED_START_TIMEOUT_MS } from "../vm-runtime/host/isolated-provider.ts";
 import { CGROUP_KILL_TIMEOUT_MS } from "../vm-runtime/host/cgroups.ts";
-import { childProcessesWith, SANDBOX_MARKER, GVISOR_MARKER, INSTANCE_MARKER } from "../vm-runtime/index.ts";
+import { childProcessesWith } from "../vm-runtime/host/proc.ts";
+import { SANDBOX_MARKER } from "../vm-runtime/host/sandbox-command.ts";
+import { GVISOR_MARKER } from "../vm-runtime/host/gvisor-provider.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
 import { lifo } from "./helpers/defer.ts";
 import { alive, startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 

@@ -12,7 +12,8 @@ import { httpClient, type ClientError } from "../client/index.ts";
 import { MicrovmStore } from "../vm-runtime/service/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
 import { MAX_IMAGE_MODULE_BYTES, microvmApi } from "../schemas/index.ts";
-import { bundleImageModule, connectMicrovm } from "../vm-runtime/index.ts";
+import { bundleImageModule } from "../vm-runtime/service/index.ts";
+import { connectMicrovm } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,

@@ -6,18 +6,15 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import {
   builtinImages,
-  childProcessesWith,
-  connectMicrovm,
   createAuthToken,
   createProcessProvider,
-  INSTANCE_MARKER,
-  isRpcError,
   launchMicrovmInstance,
-  readProcStat,
-  type IdlePolicy,
   type MicrovmInstance,
-  type SandboxShape,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import { childProcessesWith, readProcStat } from "../vm-runtime/host/proc.ts";
+import { connectMicrovm, isRpcError, type SandboxShape } from "../vm-runtime/index.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
+import type { IdlePolicy } from "../schemas/index.ts";
 
 const key = randomBytes(32);
 const provider = createProcessProvider();

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { LOADED_LINE } from "../vm-runtime/runtime/boot.ts";
 import type { RestoreSource, Tracked } from "../vm-runtime/host/isolated-walls.ts";
 import { launchSnapshots, type LaunchSnapshotOptions } from "../vm-runtime/host/launch-snapshots.ts";
-import type { MicrovmHandle } from "../vm-runtime/index.ts";
+import type { MicrovmHandle } from "../vm-runtime/service/index.ts";
 
 const MODULE = Buffer.from("export default 1");
 

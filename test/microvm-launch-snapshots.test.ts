@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, readdir, rm, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createGvisorProvider, type IsolatedProvider, type MicrovmHandle } from "../vm-runtime/index.ts";
+import { createGvisorProvider, type IsolatedProvider, type MicrovmHandle } from "../vm-runtime/service/index.ts";
 import { callInstance, rpc } from "./helpers/instance-rpc.ts";
 import { assertNoInstanceLeft } from "./helpers/microvm.ts";
 import { testImages } from "./images/paths.ts";

@@ -13,9 +13,10 @@ import {
   type LifecycleActor,
   type LifecycleTimeouts,
   type MicrovmHandle,
-  type MicrovmState,
   type SavedSnapshot,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import type { MicrovmState } from "../schemas/index.ts";
+import { StateReason } from "../vm-runtime/index.ts";
 
 const handle: MicrovmHandle = {
   microvmId: "vm-1",
@@ -301,11 +302,11 @@ test("lifecycle - TERMINATE while PENDING aborts the start and terminates", asyn
       },
     },
   });
-  h.actor.send({ type: "TERMINATE", reason: "Cancelled" });
+  h.actor.send({ type: "TERMINATE", reason: StateReason.HostShutdown });
   await h.expect("TERMINATED");
   assert.equal(aborted, true);
   assert.deepEqual(h.calls, ["start", "terminate:none:7"]);
-  assert.equal(h.actor.getSnapshot().context.stateReason, "Cancelled");
+  assert.equal(h.actor.getSnapshot().context.stateReason, "HostShutdown");
 });
 
 test("lifecycle - invalid transitions are detectable (an operation answers 409)", async (t) => {

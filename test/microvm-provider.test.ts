@@ -11,14 +11,12 @@ import { testImages } from "./images/paths.ts";
 import { join } from "node:path";
 import {
   builtinImages,
-  childProcessesWith,
   createProcessProvider,
-  INSTANCE_MARKER,
   MicrovmProviderError,
-  readProcStat,
-  residentBytes,
   type MicrovmHandle,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import { childProcessesWith, readProcStat, residentBytes } from "../vm-runtime/host/proc.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
 
 const provider = createProcessProvider();
 

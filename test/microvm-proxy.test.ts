@@ -7,18 +7,17 @@ import { createServer } from "node:http";
 import { connect, type AddressInfo } from "node:net";
 import {
   builtinImages,
-  childProcessesWith,
   createAuthToken,
   createInstanceProxy,
   createProcessProvider,
-  INSTANCE_MARKER,
   upstreamOf,
   tokenKeyId,
-  type AllowedPort,
   type InstanceProxyOptions,
   type MicrovmHandle,
-  type MicrovmState,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import { childProcessesWith } from "../vm-runtime/host/proc.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
+import type { AllowedPort, MicrovmState } from "../schemas/index.ts";
 
 const key = randomBytes(32);
 const provider = createProcessProvider();

@@ -9,7 +9,7 @@ import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { natsClient } from "../client/index.ts";
-import { instanceProcessesUnder } from "../vm-runtime/index.ts";
+import { instanceProcessesUnder } from "../vm-runtime/host/process-reclaim.ts";
 import { SWEEP_KILL_TIMEOUT_MS } from "../vm-runtime/host/host-sweep.ts";
 import { provisionMicrovmStores, startMicrovmHost } from "../vm-runtime/service/index.ts";
 import {

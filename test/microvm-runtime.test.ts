@@ -3,13 +3,9 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "node:net";
-import {
-  builtinImages,
-  childProcessesWith,
-  createProcessProvider,
-  INSTANCE_MARKER,
-  type MicrovmHandle,
-} from "../vm-runtime/index.ts";
+import { builtinImages, createProcessProvider, type MicrovmHandle } from "../vm-runtime/service/index.ts";
+import { childProcessesWith } from "../vm-runtime/host/proc.ts";
+import { INSTANCE_MARKER } from "../vm-runtime/host/process-provider.ts";
 
 const provider = createProcessProvider();
 let base = "";

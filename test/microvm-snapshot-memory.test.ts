@@ -13,12 +13,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { httpClient } from "../client/index.ts";
 import { microvmApi } from "../schemas/index.ts";
-import { checkGvisor, connectMicrovm } from "../vm-runtime/index.ts";
-import { hostWorkDir } from "../vm-runtime/service/index.ts";
+import { checkGvisor, hostWorkDir } from "../vm-runtime/service/index.ts";
+import { connectMicrovm } from "../vm-runtime/index.ts";
 import { LOCAL_SNAPSHOTS_DIR } from "../vm-runtime/snapshots/keeper.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, policy, waitForState, type MicrovmClient } from "./helpers/microvm.ts";
-import type { MicrovmState } from "../vm-runtime/index.ts";
+import type { MicrovmState } from "../schemas/index.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 import { fillerModule } from "./images/filler-module.ts";
 

@@ -19,7 +19,7 @@ import {
   type SnapshotStoreOptions,
 } from "../vm-runtime/snapshots/store.ts";
 import { packSnapshot, SnapshotArchiveError, unpackSnapshot } from "../vm-runtime/snapshots/archive.ts";
-import { createGvisorProvider } from "../vm-runtime/index.ts";
+import { createGvisorProvider } from "../vm-runtime/service/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { testNats, type TestNats } from "./helpers/nats.ts";
 import { rpc } from "./helpers/instance-rpc.ts";

@@ -9,8 +9,8 @@ import {
   MAX_TOKEN_LIFETIME_MS,
   tokenKeyId,
   verifyAuthToken,
-  type AllowedPort,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/wire/token.ts";
+import type { AllowedPort } from "../schemas/index.ts";
 import { createTokenVerifier } from "../vm-runtime/host/token-cache.ts";
 
 const key = "k".repeat(32);

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
-import { boundedLines } from "../vm-runtime/index.ts";
+import { boundedLines } from "../vm-runtime/host/output-lines.ts";
 
 test("output lines - lines are split, and a line past the limit is cut with a mark", async () => {
   const stream = new PassThrough();

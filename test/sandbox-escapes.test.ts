@@ -22,12 +22,11 @@ import { loadTokenKey, MicrovmStore, REASON_PROCESS_GONE, type MicrovmRecord } f
 import { provisionBuckets, freePort } from "../platform/index.ts";
 import {
   createProcessProvider,
-  readProcStat,
-  residentBytes,
   type IsolatedProvider,
   type MicrovmHandle,
   type MicrovmProvider,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import { readProcStat, residentBytes } from "../vm-runtime/host/proc.ts";
 import { lifo } from "./helpers/defer.ts";
 import { rpc, callInstance } from "./helpers/instance-rpc.ts";
 import { pollUntil } from "../vm-runtime/host/provider-util.ts";

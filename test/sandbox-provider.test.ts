@@ -18,13 +18,14 @@ import {
   createAuthToken,
   createInstanceProxy,
   launchMicrovmInstance,
-  type AllowedPort,
   type IsolatedProvider,
   type MicrovmHandle,
-} from "../vm-runtime/index.ts";
+} from "../vm-runtime/service/index.ts";
+import type { AllowedPort } from "../schemas/index.ts";
 import { callInstance, rpc } from "./helpers/instance-rpc.ts";
 import { hostMemoryLimitHits, isSuspended } from "./helpers/microvm.ts";
 import { isolatedProviders, type ProviderKind } from "./helpers/providers.ts";
+import { fillerModule } from "./images/filler-module.ts";
 import { testImages } from "./images/paths.ts";
 
 const run = promisify(execFile);
@@ -158,6 +159,22 @@ function describeProvider(kind: ProviderKind): void {
         assert.equal(v2("memory.max", ""), String(totalMemoryMiB * MiB));
       }
       assert.ok(group.pids().length > 0, "the instance runs outside its cgroup");
+    });
+
+    test(`${kind.name} provider - the instance sees its own memory cap and CPU quota`, async (t) => {
+      const dir = await mkdtemp(join(tmpdir(), "limits-image-"));
+      t.after(() => rm(dir, { recursive: true, force: true }));
+      await writeFile(join(dir, "filler.mjs"), fillerModule);
+      const vm = await start(t, "sp-sees-limits", join(dir, "filler.mjs"));
+      const seen = await rpc<{ totalmem: number; parallelism: number; cpus: number }>(vm, "limits");
+      // Its cgroup's cap (heap 96, scratch 8, node's headroom, the wall's own), and its quota of
+      // 0.25 cores rounded up: the host's are 1.5 GiB and more CPUs.
+      assert.equal(seen.totalmem, (96 + 8 + 128 + kind.overheadMiB) * MiB);
+      assert.equal(seen.parallelism, 1);
+      // gVisor's /proc/cpuinfo is the Sentry's; bubblewrap's /proc is the host's.
+      if (kind.name === "gvisor") assert.equal(seen.cpus, 1);
+      assert.deepEqual(provider.cgroupOf(vm)!.limits(), { memoryBytes: seen.totalmem, cpus: 1 });
+      t.diagnostic(`${kind.name}: ${JSON.stringify(seen)}`);
     });
 
     test(`${kind.name} provider - no variable of the host reaches the instance`, async (t) => {

@@ -1,7 +1,7 @@
 // Calls an instance's RPC methods straight at its upstream (TCP port or unix socket), with the
 // headers the proxy would add: for provider tests that run no proxy.
 import { request } from "node:http";
-import { upstreamOf, type MicrovmHandle } from "../../vm-runtime/index.ts";
+import { upstreamOf, type MicrovmHandle } from "../../vm-runtime/service/index.ts";
 
 export interface RpcAnswer {
   readonly status: number;

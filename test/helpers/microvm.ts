@@ -18,16 +18,13 @@ import { httpClient, natsClient, type Client } from "../../client/index.ts";
 import { createGateways, type GatewayOptions } from "../../gateway/index.ts";
 import { connectNats, openBuckets, provisionBuckets, type NatsHandle } from "../../platform/index.ts";
 import { microvmApi } from "../../schemas/index.ts";
-import {
-  childProcessesWith,
-  INSTANCE_MARKER,
-  readProcStat,
-  SANDBOX_MARKER,
-  GVISOR_MARKER,
-  V1_CONTROLLERS,
-  WARM_PREFIX,
-  type MicrovmState,
-} from "../../vm-runtime/index.ts";
+import { childProcessesWith, readProcStat } from "../../vm-runtime/host/proc.ts";
+import { INSTANCE_MARKER } from "../../vm-runtime/host/process-provider.ts";
+import { SANDBOX_MARKER } from "../../vm-runtime/host/sandbox-command.ts";
+import { GVISOR_MARKER } from "../../vm-runtime/host/gvisor-provider.ts";
+import { v1Hierarchies } from "../../vm-runtime/host/cgroups.ts";
+import { WARM_PREFIX } from "../../vm-runtime/host/isolated-boot.ts";
+import type { MicrovmState } from "../../schemas/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
 import { rmdirOnceEmpty } from "./cgroup-dirs.ts";
 import type { Defer } from "./defer.ts";
@@ -263,7 +260,7 @@ export function hostMemoryLimitHits(hostKey: string): number {
 
 /** The host group of a provider created with this `hostKey` in each hierarchy where it exists. */
 function hostGroupDirs(hostKey: string): { hierarchy: string; dir: string; groups: string[] }[] {
-  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : V1_CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}`);
+  const roots = cgroupV2() ? ["/sys/fs/cgroup"] : v1Hierarchies().map((c) => `/sys/fs/cgroup/${c}`);
   return roots.flatMap((root) => {
     const dir = hostCgroupDir(root, hostKey);
     if (!existsSync(dir)) return [];

@@ -8,7 +8,7 @@ import {
   createSandboxProvider,
   type IsolatedProvider,
   type IsolatedProviderOptions,
-} from "../../vm-runtime/index.ts";
+} from "../../vm-runtime/service/index.ts";
 
 export type IsolatedProviderName = "sandbox" | "gvisor";
 

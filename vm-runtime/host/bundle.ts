@@ -1,7 +1,8 @@
 // esbuild runs: the runtime boot as one self-contained .mjs (built once per provider) that
 // imports the image module named by MICROVM_IMAGE_MODULE, so an instance runs on plain `node`
 // under the permission model (tsx needs workers, fs writes and a child process, all of which
-// the sandbox forbids); an image file as one self-contained module; both in one for benches.
+// the sandbox forbids); an image file as one self-contained module (client/image-module.ts)
+// written to disk; both in one for benches.
 import { build } from "esbuild";
 import { createHash } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
@@ -9,15 +10,11 @@ import { join, resolve } from "node:path";
 import { BOOTED_LINE, LOADED_LINE } from "../runtime/boot.ts";
 import { LAUNCH_TEMPLATE_LINE } from "../runtime/startup-input.ts";
 import { vmRuntimeFile } from "./source-dir.ts";
+import { bundleImageModule, REQUIRE_SHIM } from "../client/image-module.ts";
 
 const BOOT_MODULE = vmRuntimeFile("runtime/boot.ts");
 const IMPORT_CHECK_MODULE = vmRuntimeFile("runtime/module-imports.ts");
 const STARTUP_INPUT_MODULE = vmRuntimeFile("runtime/startup-input.ts");
-
-/** A CommonJS dependency bundled into ESM may `require` node builtins: give it a real require. */
-const REQUIRE_SHIM =
-  'import { createRequire as __createRequire } from "node:module";\n' +
-  "const require = __createRequire(import.meta.url);";
 
 /** Environment variable naming the image module the runtime bundle imports. */
 export const IMAGE_MODULE_ENV = "MICROVM_IMAGE_MODULE";
@@ -61,28 +58,6 @@ async function bundleEntry(contents: string, outfile: string, outDir: string): P
     legalComments: "none",
   });
   return outfile;
-}
-
-/**
- * One self-contained ES module of an image file and everything it imports (npm packages
- * included; node builtins stay imports): what `createImage` takes as `module`.
- */
-export async function bundleImageModule(imageModule: string): Promise<string> {
-  const result = await build({
-    entryPoints: [resolve(imageModule)],
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node20",
-    write: false,
-    // Its own names: the host bundles this module again, under the runtime's banner.
-    banner: { js: REQUIRE_SHIM.replaceAll("__createRequire", "__imageCreateRequire") },
-    logLevel: "silent",
-    legalComments: "none",
-    // No path comments: the same source bundles to the same bytes (the same digest) anywhere.
-    minifyWhitespace: true,
-  });
-  return result.outputFiles[0]!.text;
 }
 
 /**

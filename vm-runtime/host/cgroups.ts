@@ -1,17 +1,17 @@
 // Per-instance cgroups for the sandbox provider, v1 (one hierarchy per controller) and v2
-// (unified): memory, CPU quota and process-count limits, the freezer for suspend, and a kill
-// of every process in the group. A host's instances sit under one host group of their own, so
+// (unified): memory, CPU quota and process-count limits, the CPUs offered (as many as the quota
+// rounded up), the freezer for suspend, and a kill of every process in the group. A host's instances sit under one host group of their own, so
 // reconcile finds what an earlier run left from the kernel's own lists, never from storage.
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, realpathSync } from "node:fs";
 import { mkdir, rename, rmdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { pollUntil } from "./provider-util.ts";
 
 /** Limits applied when an instance's group is made. */
 export interface CgroupLimits {
   /** Memory cap (RSS plus page cache, including its tmpfs scratch) in bytes. */
   readonly memoryBytes: number;
-  /** CPU quota in cores (0.5 = half of one core). */
+  /** CPU quota in cores (0.5 = half of one core); the group is offered as many CPUs rounded up. */
   readonly cpus: number;
   /** Largest number of processes and threads. */
   readonly pids: number;
@@ -20,6 +20,11 @@ export interface CgroupLimits {
 /** One instance's group. */
 export interface InstanceCgroup {
   readonly name: string;
+  /**
+   * Its path from each hierarchy's root, as an OCI `linux.cgroupsPath` (for runsc, which reads
+   * its memory limit and CPUs from it); undefined where the group offers no CPU set to read.
+   */
+  readonly path?: string;
   /** The `cgroup.procs` files a new process writes its pid to (one per v1 hierarchy). */
   readonly procsFiles: readonly string[];
   /** Pids of the processes in the group (host pid namespace). */
@@ -35,6 +40,8 @@ export interface InstanceCgroup {
   oomKills(): number;
   /** Memory charged to the group now (its tmpfs pages included), in bytes. */
   memoryBytes(): number;
+  /** Its memory cap in bytes, and how many CPUs it is offered. */
+  limits(): { readonly memoryBytes: number; readonly cpus: number };
   /** Removes the group (it must be empty). */
   remove(): Promise<void>;
 }
@@ -61,6 +68,23 @@ const ROOT = "/sys/fs/cgroup";
 export const DEFAULT_CGROUP_PARENT = "typed-service-microvms";
 /** The v1 hierarchies an instance group has a directory in. */
 export const V1_CONTROLLERS = ["memory", "cpu", "pids", "freezer"] as const;
+/**
+ * Further v1 hierarchies it has a directory in where they are mounted: cpuset (the CPUs it is
+ * offered) and the rest of runsc's own list, so that runsc, given the group, finds every
+ * directory made and makes none of its own (which a host killed would leave behind).
+ */
+const V1_OPTIONAL = [
+  "cpuset",
+  "cpuacct",
+  "blkio",
+  "devices",
+  "hugetlb",
+  "net_cls",
+  "net_prio",
+  "perf_event",
+  "rdma",
+  "systemd",
+] as const;
 const CPU_PERIOD_US = 100_000;
 /** How long a group's kill waits, by default, for its processes to end. */
 export const CGROUP_KILL_TIMEOUT_MS = 5_000;
@@ -70,6 +94,22 @@ export function cgroupVersion(root = ROOT): 1 | 2 | undefined {
   if (existsSync(join(root, "cgroup.controllers"))) return 2;
   if (V1_CONTROLLERS.every((controller) => existsSync(join(root, controller, "cgroup.procs")))) return 1;
   return undefined;
+}
+
+/**
+ * The v1 hierarchies mounted here that groups have a directory in: `V1_CONTROLLERS` first,
+ * then the mounted ones of `V1_OPTIONAL`, each hierarchy once (`cpuacct` is often `cpu`'s).
+ */
+export function v1Hierarchies(root = ROOT): string[] {
+  const seen = new Set<string>();
+  return [...V1_CONTROLLERS, ...V1_OPTIONAL].filter((name) => {
+    const dir = join(root, name);
+    if (!existsSync(join(dir, "cgroup.procs"))) return false;
+    const real = realpathSync(dir);
+    if (seen.has(real)) return false;
+    seen.add(real);
+    return true;
+  });
 }
 
 /** What all of one host's instances may use together. */
@@ -89,9 +129,7 @@ export async function openHostCgroups(hostKey: string, limits: HostLimits, root 
   if (version === undefined) throw new Error(`no usable cgroup hierarchy under ${root}`);
   const parent = limits.parent ?? DEFAULT_CGROUP_PARENT;
   checkNames(hostKey, parent);
-  return version === 2
-    ? openV2(join(root, parent, hostKey), join(root, parent), limits)
-    : openV1(root, join(parent, hostKey), limits);
+  return version === 2 ? openV2(root, join(parent, hostKey), limits) : openV1(root, join(parent, hostKey), limits);
 }
 
 /**
@@ -108,10 +146,10 @@ export async function existingHostCgroups(
   checkNames(hostKey, parent);
   if (version === 2) {
     const hostDir = join(root, parent, hostKey);
-    return existsSync(hostDir) ? openV2(hostDir, join(root, parent)) : undefined;
+    return existsSync(hostDir) ? openV2(root, join(parent, hostKey)) : undefined;
   }
   const hostPath = join(parent, hostKey);
-  const exists = V1_CONTROLLERS.some((controller) => existsSync(join(root, controller, hostPath)));
+  const exists = v1Hierarchies(root).some((hierarchy) => existsSync(join(root, hierarchy, hostPath)));
   return exists ? openV1(root, hostPath) : undefined;
 }
 
@@ -125,11 +163,44 @@ function checkNames(hostKey: string, parent: string): void {
 
 const quotaUs = (cpus: number) => Math.max(1_000, Math.round(cpus * CPU_PERIOD_US));
 
+/** The CPUs of a cpuset list (`0-2,7`). */
+export function parseCpuList(text: string): number[] {
+  return text
+    .trim()
+    .split(",")
+    .filter(Boolean)
+    .flatMap((part) => {
+      const [first, last = first] = part.split("-").map(Number) as [number, number?];
+      return Array.from({ length: last! - first + 1 }, (_, i) => first + i);
+    });
+}
+
+/**
+ * Hands out CPU sets of the host's CPUs in turn: a group with quota `cpus` is offered
+ * ceil(cpus) of them (all of them when that is as many), so what it counts as its CPUs
+ * (sched_getaffinity, runsc's CPU count) is its quota rounded up.
+ */
+function cpuSets(hostCpus: () => number[]): (cpus: number) => string | undefined {
+  let next = 0;
+  return (cpus) => {
+    const all = hostCpus();
+    const count = Math.max(1, Math.ceil(cpus));
+    if (all.length === 0 || count >= all.length) return all.length === 0 ? undefined : all.join(",");
+    const picked = Array.from({ length: count }, (_, i) => all[(next + i) % all.length]!);
+    next = (next + count) % all.length;
+    return picked.join(",");
+  };
+}
+
 /** The host group of `hostPath` in every hierarchy, made and limited first unless `limits` is undefined. */
 async function openV1(root: string, hostPath: string, limits?: HostLimits): Promise<HostCgroups> {
-  const dirs = (name: string) => V1_CONTROLLERS.map((controller) => join(root, controller, hostPath, name));
+  const hierarchies = v1Hierarchies(root);
+  const dirs = (name: string) => hierarchies.map((hierarchy) => join(root, hierarchy, hostPath, name));
+  const cpuset = hierarchies.includes("cpuset") ? join(root, "cpuset", hostPath) : undefined;
   if (limits) {
-    await Promise.all(V1_CONTROLLERS.map((controller) => mkdir(join(root, controller, hostPath), { recursive: true })));
+    await Promise.all(hierarchies.map((hierarchy) => mkdir(join(root, hierarchy, hostPath), { recursive: true })));
+    // A v1 cpuset group starts with no CPUs and no memory nodes: each level takes its parent's.
+    if (cpuset) await inheritCpuset(join(root, "cpuset"), hostPath);
     await writeFile(join(root, "cpu", hostPath, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
     await writeFile(join(root, "cpu", hostPath, "cpu.cfs_quota_us"), String(quotaUs(limits.cpus)));
     // A v1 parent's limit covers its children only with use_hierarchy (always on since Linux 5.x; set where it is not).
@@ -137,10 +208,11 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
     await writeFile(join(root, "memory", hostPath, "memory.limit_in_bytes"), String(limits.memoryBytes));
   }
   const group = (name: string): InstanceCgroup => {
-    const [memory, cpu, pids, freezer] = dirs(name) as [string, string, string, string];
-    const all = [memory, cpu, pids, freezer];
+    const all = dirs(name);
+    const [memory, , , freezer] = all as [string, string, string, string];
     return {
       name,
+      ...(cpuset ? { path: `/${join(hostPath, name)}` } : {}),
       procsFiles: all.map((dir) => join(dir, "cgroup.procs")),
       pids: () => unionPids(all),
       holds: (pid) => all.every((dir) => unionPids([dir]).includes(pid)),
@@ -155,6 +227,10 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
       },
       oomKills: () => counter(readText(join(memory, "memory.oom_control")), "oom_kill"),
       memoryBytes: () => Number(readText(join(memory, "memory.usage_in_bytes")) ?? 0),
+      limits: () => ({
+        memoryBytes: Number(readText(join(memory, "memory.limit_in_bytes"))),
+        cpus: cpuset ? parseCpuList(readText(join(cpuset, name, "cpuset.cpus")) ?? "").length : 0,
+      }),
       async remove() {
         // Every hierarchy's, even when one of them refuses.
         const failed = (await Promise.allSettled(all.map((dir) => rmdir(dir).catch(ignoreMissing)))).find(
@@ -164,11 +240,17 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
       },
     };
   };
+  const offered = cpuSets(() => (cpuset ? parseCpuList(readText(join(cpuset, "cpuset.cpus")) ?? "") : []));
   return {
     version: 1,
     async create(name, limits) {
       await Promise.all(dirs(name).map((dir) => mkdir(dir, { recursive: true })));
       const [memory, cpu, pids] = dirs(name) as [string, string, string];
+      const cpus = offered(limits.cpus);
+      if (cpuset && cpus !== undefined) {
+        await writeFile(join(cpuset, name, "cpuset.cpus"), cpus);
+        await writeFile(join(cpuset, name, "cpuset.mems"), readText(join(cpuset, "cpuset.mems")) ?? "0");
+      }
       await writeFile(join(memory, "memory.limit_in_bytes"), String(limits.memoryBytes));
       // Swap would let an instance exceed its cap on disk; absent when swap accounting is off.
       await writeFile(join(memory, "memory.memsw.limit_in_bytes"), String(limits.memoryBytes)).catch(() => undefined);
@@ -179,7 +261,7 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
     },
     // Every hierarchy's: a group whose making stopped half way is in some of them only.
     existing: () =>
-      [...new Set(V1_CONTROLLERS.flatMap((controller) => subdirectories(join(root, controller, hostPath))))].map(group),
+      [...new Set(hierarchies.flatMap((hierarchy) => subdirectories(join(root, hierarchy, hostPath))))].map(group),
     async rename(from, name) {
       const [sources, targets] = [dirs(from.name), dirs(name)];
       let renamed = 0;
@@ -193,24 +275,32 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
       return group(name);
     },
     async remove() {
-      for (const controller of V1_CONTROLLERS) await rmdir(join(root, controller, hostPath)).catch(() => undefined);
+      for (const hierarchy of hierarchies) await rmdir(join(root, hierarchy, hostPath)).catch(() => undefined);
     },
   };
 }
 
-/** The host group `hostDir`, made and limited first unless `limits` is undefined. */
-async function openV2(hostDir: string, parentDir: string, limits?: HostLimits): Promise<HostCgroups> {
+/** The host group of `hostPath`, made and limited first unless `limits` is undefined. */
+async function openV2(root: string, hostPath: string, limits?: HostLimits): Promise<HostCgroups> {
+  const hostDir = join(root, hostPath);
+  const parentDir = dirname(hostDir);
   if (limits) {
     await mkdir(hostDir, { recursive: true });
     // Children get the controllers only when every ancestor delegates them.
-    for (const dir of [parentDir, hostDir]) await writeFile(join(dir, "cgroup.subtree_control"), "+memory +cpu +pids");
+    for (const dir of [parentDir, hostDir]) {
+      await writeFile(join(dir, "cgroup.subtree_control"), "+memory +cpu +pids");
+      // The CPUs offered, where the machine delegates cpuset.
+      await writeFile(join(dir, "cgroup.subtree_control"), "+cpuset").catch(() => undefined);
+    }
     await writeFile(join(hostDir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
     await writeFile(join(hostDir, "memory.max"), String(limits.memoryBytes));
   }
   const group = (name: string): InstanceCgroup => {
     const dir = join(hostDir, name);
+    const cpuset = existsSync(join(dir, "cpuset.cpus.effective"));
     return {
       name,
+      ...(cpuset ? { path: `/${join(hostPath, name)}` } : {}),
       procsFiles: [join(dir, "cgroup.procs")],
       pids: () => unionPids([dir]),
       holds: (pid) => unionPids([dir]).includes(pid),
@@ -231,14 +321,21 @@ async function openV2(hostDir: string, parentDir: string, limits?: HostLimits): 
       },
       oomKills: () => counter(readText(join(dir, "memory.events")), "oom_kill"),
       memoryBytes: () => Number(readText(join(dir, "memory.current")) ?? 0),
+      limits: () => ({
+        memoryBytes: Number(readText(join(dir, "memory.max"))),
+        cpus: parseCpuList(readText(join(dir, "cpuset.cpus.effective")) ?? "").length,
+      }),
       remove: () => rmdir(dir).catch(ignoreMissing),
     };
   };
+  const offered = cpuSets(() => parseCpuList(readText(join(hostDir, "cpuset.cpus.effective")) ?? ""));
   return {
     version: 2,
     async create(name, limits) {
       const dir = join(hostDir, name);
       await mkdir(dir, { recursive: true });
+      const cpus = offered(limits.cpus);
+      if (cpus !== undefined && existsSync(join(dir, "cpuset.cpus"))) await writeFile(join(dir, "cpuset.cpus"), cpus);
       await writeFile(join(dir, "memory.max"), String(limits.memoryBytes));
       await writeFile(join(dir, "memory.swap.max"), "0").catch(() => undefined);
       await writeFile(join(dir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
@@ -252,6 +349,18 @@ async function openV2(hostDir: string, parentDir: string, limits?: HostLimits): 
     },
     remove: () => rmdir(hostDir).catch(() => undefined),
   };
+}
+
+/** Gives each level of `path` under a v1 cpuset root its parent's CPUs and memory nodes where it has none. */
+async function inheritCpuset(cpusetRoot: string, path: string): Promise<void> {
+  let parent = cpusetRoot;
+  for (const part of path.split("/")) {
+    const dir = join(parent, part);
+    for (const file of ["cpuset.cpus", "cpuset.mems"]) {
+      if (!readText(join(dir, file))) await writeFile(join(dir, file), readText(join(parent, file)) ?? "");
+    }
+    parent = dir;
+  }
 }
 
 /** Freeze, SIGKILL every member (the kernel's list, never a stored pid), thaw, wait until empty. */

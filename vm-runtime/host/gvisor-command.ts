@@ -37,15 +37,25 @@ export interface GvisorLaunch {
   readonly args?: readonly string[];
   /** A checkpoint image directory: `runsc restore` from it instead of `runsc run`. */
   readonly restoreFrom?: string;
+  /**
+   * The instance's cgroup (`InstanceCgroup.path`), made and limited by the host: runsc reads
+   * its memory cap and CPUs from it and tells the Sentry, so the instance's /proc/meminfo,
+   * CPU count and affinity show its limits. Without it runsc leaves cgroups alone.
+   */
+  readonly cgroupsPath?: string;
 }
 
-/** runsc's global flags: no network, host sockets created in bound directories only, no cgroups of its own. */
-export function runscFlags(stateDir: string): string[] {
+/**
+ * runsc's global flags: no network, host sockets created in bound directories only. Cgroups
+ * are the host's: runsc reads an instance's (`GvisorLaunch.cgroupsPath`) and makes none, or
+ * with `ignoreCgroups` (commands other than run and restore, the trial) is told to leave them be.
+ */
+export function runscFlags(stateDir: string, ignoreCgroups = true): string[] {
   return [
     `--root=${stateDir}`,
     "--network=none",
     "--host-uds=create",
-    "--ignore-cgroups",
+    ...(ignoreCgroups ? ["--ignore-cgroups"] : []),
     "--overlay2=none",
     "--platform=systrap",
   ];
@@ -122,9 +132,16 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
     ],
     linux: {
       namespaces: [{ type: "pid" }, { type: "network" }, { type: "ipc" }, { type: "uts" }, { type: "mount" }],
+      // Every hierarchy's directory exists (cgroups.ts): runsc joins them, writes no limit, removes none.
+      ...(launch.cgroupsPath === undefined ? {} : { cgroupsPath: launch.cgroupsPath }),
     },
   };
   writeFileSync(join(launch.bundleDir, "config.json"), JSON.stringify(config));
   const command = launch.restoreFrom === undefined ? ["run"] : ["restore", `--image-path=${launch.restoreFrom}`];
-  return [...runscFlags(launch.stateDir), ...command, `--bundle=${launch.bundleDir}`, launch.containerId];
+  return [
+    ...runscFlags(launch.stateDir, launch.cgroupsPath === undefined),
+    ...command,
+    `--bundle=${launch.bundleDir}`,
+    launch.containerId,
+  ];
 }

@@ -3,7 +3,7 @@
 // uid, inside its cgroup (isolated-provider.ts has what it shares with the bubblewrap sandbox).
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join } from "node:path";
@@ -11,14 +11,15 @@ import { promisify } from "node:util";
 import { prepareGvisorBundle, runscFlags } from "./gvisor-command.ts";
 import {
   createIsolatedProvider,
-  spawnInCgroup,
   type IsolatedProvider,
   type IsolatedProviderOptions,
   type InstanceLaunch,
   type Launched,
   type Launcher,
 } from "./isolated-provider.ts";
+import { spawnInCgroup } from "./isolated-spawn.ts";
 import { CHECKPOINT_SIGNAL } from "../wire/rpc.ts";
+import type { InstanceCgroup } from "./cgroups.ts";
 import { hostNode, trialNodeFlags, type InstanceNode } from "./node-args.ts";
 import { sharedLibraries } from "./sandbox-command.ts";
 import { VM_RUNTIME_DIR } from "./source-dir.ts";
@@ -105,6 +106,7 @@ async function launchWall(
     pids: instance.pids,
     permissions: instance.permissions,
     launchTemplate: instance.launchTemplate,
+    ...(instance.cgroup.path === undefined ? {} : { cgroupsPath: instance.cgroup.path }),
     ...(restoreFrom === undefined ? {} : { restoreFrom }),
   });
   // runsc run dies with this host (bubblewrap's --die-with-parent), and the sandbox with it (--attached).
@@ -114,8 +116,10 @@ async function launchWall(
   const ended = () => child.exitCode !== null || child.signalCode !== null;
   return {
     child,
-    // The wall is up once the runtime's socket answers: nothing to wait for before.
-    ready: async () => undefined,
+    // Up once runsc has made its sandbox: until then it reads the instance's cgroup by its name
+    // (its memory cap and CPUs), which a wall assigned to its instance is renamed from.
+    ready: (deadline, signal) =>
+      sandboxMade(instance.cgroup, ended, deadline, signal ?? AbortSignal.timeout(deadline - Date.now())),
     pid: () => child.pid,
     // runsc delivers the signal to the container's init: the runtime.
     stop: () => runscCommand(5_000, "kill", containerId, "SIGTERM").then(() => undefined),
@@ -150,6 +154,33 @@ async function launchWall(
       }
     },
   };
+}
+
+const SANDBOX_POLL_MS = 5;
+
+/** Resolves once `runsc run` (or restore) has started its sandbox process in `cgroup`. */
+async function sandboxMade(
+  cgroup: InstanceCgroup,
+  ended: () => boolean,
+  deadline: number,
+  signal: AbortSignal,
+): Promise<void> {
+  for (;;) {
+    signal.throwIfAborted();
+    if (cgroup.pids().some(isSandboxProcess)) return;
+    // Ended before its sandbox: the start's failure is told by its exit and stderr.
+    if (ended()) return;
+    if (Date.now() > deadline) throw new Error("runsc did not start its sandbox in time");
+    await new Promise((resolve) => setTimeout(resolve, SANDBOX_POLL_MS));
+  }
+}
+
+function isSandboxProcess(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "latin1").startsWith("runsc-sandbox\0");
+  } catch {
+    return false;
+  }
 }
 
 const CHECK_CACHE_DIR = "/run/typed-service-microvms";

@@ -8,6 +8,7 @@ import type { SavedInstance } from "./checkpoint-image.ts";
 import type { OutputWatch } from "./process-io.ts";
 import type { MicrovmHandle } from "./provider.ts";
 import type { RuntimeSocket } from "./runtime-socket.ts";
+import type { StateReasonText } from "../wire/state-reasons.ts";
 
 /** One wall as a launcher starts it, before it knows its image (sent on stdin). */
 export interface InstanceLaunch {
@@ -93,7 +94,7 @@ export interface Tracked {
   /** Set when terminate or close ends it: its exit is then no news. */
   stopping: boolean;
   /** Why it ended, read from its cgroup before the group is removed. */
-  exitReason?: string;
+  exitReason?: StateReasonText;
   /**
    * Its processes as last seen in its cgroup, pid to start time (`noteMembers`): it has ended
    * once each has, which its cgroup alone does not say (below).

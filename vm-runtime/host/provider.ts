@@ -3,6 +3,7 @@
 // (process-provider.ts) for development. A VM provider would implement the same interface.
 import { INSTANCE_PORT_HEADER } from "../wire/rpc.ts";
 import type { Upstream } from "../wire/forward.ts";
+import type { StateReasonText } from "../wire/state-reasons.ts";
 
 export type { Upstream };
 
@@ -71,7 +72,7 @@ export interface MicrovmProvider {
    * Resolves with a reason (`InstanceExited: …`) if the instance ends by itself, never when
    * `terminate` ended it; never resolves for a provider that cannot tell.
    */
-  exited?(handle: MicrovmHandle): Promise<string>;
+  exited?(handle: MicrovmHandle): Promise<StateReasonText>;
   /** Where a request for `virtualPort` goes now; undefined when the instance cannot take it. */
   upstream?(handle: MicrovmHandle, virtualPort: number): Upstream | undefined;
   /**

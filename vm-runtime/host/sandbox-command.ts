@@ -41,6 +41,8 @@ export interface SandboxLaunch {
   readonly infoFd: number;
   /** File descriptor of the host directory bound at /run/microvm (the runtime's socket goes there). */
   readonly socketDirFd: number;
+  /** File descriptor of the instance's /proc/meminfo (`instanceMeminfo`), bound over procfs'. */
+  readonly meminfoFd?: number;
 }
 
 /** argv (after the executable) of `bwrap … node … bundle`. */
@@ -78,6 +80,7 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     ...binds,
     "--proc",
     "/proc",
+    ...(launch.meminfoFd === undefined ? [] : ["--ro-bind-data", String(launch.meminfoFd), "/proc/meminfo"]),
     "--dev",
     "/dev",
     "--size",
@@ -128,6 +131,19 @@ export function instanceNodeArgs(heapMiB: number, permissions: boolean, nodeVers
     writable: [SANDBOX_PATHS.scratch],
     entry: SANDBOX_PATHS.bundle,
   });
+}
+
+/**
+ * The host's /proc/meminfo as an instance with a memory cap of `memoryBytes` sees it: its
+ * total, free and available memory are the cap (node's os.totalmem() and os.freemem() read
+ * them), the rest the host's as it was at the start.
+ */
+export function instanceMeminfo(memoryBytes: number, hostMeminfo: string): string {
+  const kB = Math.floor(memoryBytes / 1024);
+  return hostMeminfo.replace(
+    /^(MemTotal|MemFree|MemAvailable):\s*\d+ kB$/gm,
+    (_line, name: string) => `${`${name}:`.padEnd(16)}${String(kB).padStart(8)} kB`,
+  );
 }
 
 function roBind(host: string, inside: string): string[] {

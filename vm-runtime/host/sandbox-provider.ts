@@ -3,20 +3,19 @@
 // of its own, inside its cgroup (isolated-provider.ts has what it shares with gVisor).
 import type { ChildProcess } from "node:child_process";
 import { constants } from "node:fs";
-import { open } from "node:fs/promises";
+import { open, readFile } from "node:fs/promises";
 import { isAbsolute } from "node:path";
-import type { Readable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import {
   createIsolatedProvider,
-  sendSignal,
-  spawnInCgroup,
   type IsolatedProvider,
   type IsolatedProviderOptions,
   type Launcher,
 } from "./isolated-provider.ts";
+import { sendSignal, spawnInCgroup } from "./isolated-spawn.ts";
 import { hostNode, type InstanceNode } from "./node-args.ts";
 import { readProcStat } from "./proc.ts";
-import { sandboxArgs, sharedLibraries } from "./sandbox-command.ts";
+import { instanceMeminfo, sandboxArgs, sharedLibraries } from "./sandbox-command.ts";
 
 export interface SandboxProviderOptions extends IsolatedProviderOptions {
   /** The bubblewrap binary (default `bwrap` on PATH). */
@@ -28,6 +27,7 @@ export type SandboxProvider = IsolatedProvider;
 const INFO_FD = 3;
 const BUNDLE_FD = 4;
 const SOCKET_DIR_FD = 5;
+const MEMINFO_FD = 6;
 
 export async function createSandboxProvider(options: SandboxProviderOptions): Promise<SandboxProvider> {
   return createIsolatedProvider(options, bwrapLauncher(options.bwrap ?? "bwrap", options.node ?? hostNode()));
@@ -52,6 +52,7 @@ function bwrapLauncher(bwrap: string, node: InstanceNode): Launcher {
         await Promise.all(fds.map((handle) => handle.close()));
         throw failed.reason;
       }
+      const meminfo = instanceMeminfo(instance.cgroup.limits().memoryBytes, await readFile("/proc/meminfo", "utf8"));
       const drop =
         instance.uid === undefined
           ? []
@@ -73,10 +74,13 @@ function bwrapLauncher(bwrap: string, node: InstanceNode): Launcher {
               heapMiB: instance.heapMiB,
               permissions: instance.permissions,
               infoFd: INFO_FD,
+              meminfoFd: MEMINFO_FD,
             }),
           ],
-          ["pipe", ...fds.map((handle) => handle.fd)],
+          ["pipe", ...fds.map((handle) => handle.fd), "pipe"],
         );
+        // bwrap reads it whole before the sandbox starts.
+        (child.stdio as unknown as (Writable | null)[])[MEMINFO_FD]?.on("error", () => undefined).end(meminfo);
       } finally {
         await Promise.all(fds.map((handle) => handle.close()));
       }

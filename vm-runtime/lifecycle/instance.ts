@@ -10,6 +10,7 @@ import type { RevokedCheck } from "../host/token-cache.ts";
 import { upstreamOf, type MicrovmHandle, type MicrovmProvider } from "../host/provider.ts";
 import type { IdlePolicy, MicrovmState } from "../../schemas/index.ts";
 import type { TokenKey } from "../wire/token.ts";
+import { StateReason } from "../wire/state-reasons.ts";
 
 export interface MicrovmInstanceOptions {
   readonly microvmId: string;
@@ -211,17 +212,18 @@ async function resumeForRequest(
  * one gets its suspendedDurationSeconds again, counted from when it was suspended.
  */
 function rearmSuspendedTimer(actor: LifecycleActor): NodeJS.Timeout | undefined {
-  const { context, value } = actor.getSnapshot();
+  const snapshot = actor.getSnapshot();
+  const { context } = snapshot;
   const seconds = context.idlePolicy.suspendedDurationSeconds;
-  if (JSON.stringify(value) !== JSON.stringify({ SUSPENDED: "asleep" }) || !(seconds > 0)) return undefined;
+  if (!snapshot.matches({ SUSPENDED: "asleep" }) || !(seconds > 0)) return undefined;
   const anchor = context.timerAnchor;
   const timer = setTimeout(
     () => {
       const now = actor.getSnapshot();
       if (now.status !== "active" || now.context.timerAnchor !== anchor || !canAccept(now, { type: "TERMINATE" }))
         return;
-      if (JSON.stringify(now.value) === JSON.stringify({ SUSPENDED: "asleep" }))
-        actor.send({ type: "TERMINATE", reason: "SuspendedDurationElapsed" });
+      if (now.matches({ SUSPENDED: "asleep" }))
+        actor.send({ type: "TERMINATE", reason: StateReason.SuspendedDurationElapsed });
     },
     remainingMs(seconds * 1000, anchor),
   );

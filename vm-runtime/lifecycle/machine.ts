@@ -6,6 +6,7 @@
 import { and, assign, fromPromise, setup } from "xstate";
 import type { MicrovmHandle } from "../host/provider.ts";
 import type { IdlePolicy } from "../../schemas/index.ts";
+import { StateReason, type StateReasonText } from "../wire/state-reasons.ts";
 import {
   DEFAULT_TIMEOUTS,
   failureReason,
@@ -50,12 +51,13 @@ export const lifecycleMachine = setup({
       inFlight: ({ context, event }) =>
         event.type === "REQUEST_START" || event.type === "REQUEST_END" ? Math.max(0, event.inFlight) : context.inFlight,
     }),
-    setReason: assign((_, params: { reason: string }) => ({ stateReason: params.reason })),
-    setFailure: assign((_, params: { reason: string; error: unknown }) => ({
+    setReason: assign((_, params: { reason: StateReasonText }) => ({ stateReason: params.reason })),
+    setFailure: assign((_, params: { reason: StateReason; error: unknown }) => ({
       stateReason: failureReason(params.reason, params.error),
     })),
     setTerminateReason: assign({
-      stateReason: ({ event }) => (event.type === "TERMINATE" && event.reason ? event.reason : "TerminateRequested"),
+      stateReason: ({ event }) =>
+        event.type === "TERMINATE" && event.reason ? event.reason : StateReason.TerminateRequested,
     }),
     clearReason: assign({ stateReason: undefined }),
     storeHandle: assign((_, params: { handle: MicrovmHandle }) => ({ handle: params.handle })),
@@ -128,12 +130,18 @@ export const lifecycleMachine = setup({
         },
         onError: {
           target: "FAILED",
-          actions: { type: "setFailure", params: ({ event }) => ({ reason: "StartFailed", error: event.error }) },
+          actions: {
+            type: "setFailure",
+            params: ({ event }) => ({ reason: StateReason.StartFailed, error: event.error }),
+          },
         },
       },
       entry: "anchorTimer",
       after: {
-        startDeadline: { target: "FAILED", actions: { type: "setReason", params: { reason: "StartTimedOut" } } },
+        startDeadline: {
+          target: "FAILED",
+          actions: { type: "setReason", params: { reason: StateReason.StartTimedOut } },
+        },
       },
       on: { TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" } },
     },
@@ -144,9 +152,9 @@ export const lifecycleMachine = setup({
           {
             guard: "checkpoints",
             target: "SUSPENDING.checkpointing",
-            actions: { type: "setReason", params: { reason: "SuspendRequested" } },
+            actions: { type: "setReason", params: { reason: StateReason.SuspendRequested } },
           },
-          { target: "SUSPENDING", actions: { type: "setReason", params: { reason: "SuspendRequested" } } },
+          { target: "SUSPENDING", actions: { type: "setReason", params: { reason: StateReason.SuspendRequested } } },
         ],
         TERMINATE: { target: "TERMINATING", actions: "setTerminateReason" },
         EXITED: { target: "FAILED", actions: { type: "setReason", params: ({ event }) => ({ reason: event.reason }) } },
@@ -162,12 +170,12 @@ export const lifecycleMachine = setup({
               {
                 guard: and(["idleSuspendEnabled", "checkpoints"]),
                 target: "#microvm.SUSPENDING.checkpointing",
-                actions: { type: "setReason", params: { reason: "IdleTimeout" } },
+                actions: { type: "setReason", params: { reason: StateReason.IdleTimeout } },
               },
               {
                 guard: "idleSuspendEnabled",
                 target: "#microvm.SUSPENDING",
-                actions: { type: "setReason", params: { reason: "IdleTimeout" } },
+                actions: { type: "setReason", params: { reason: StateReason.IdleTimeout } },
               },
             ],
           },
@@ -195,13 +203,16 @@ export const lifecycleMachine = setup({
             onDone: { target: "#microvm.SUSPENDED" },
             onError: {
               target: "#microvm.FAILED",
-              actions: { type: "setFailure", params: ({ event }) => ({ reason: "SuspendFailed", error: event.error }) },
+              actions: {
+                type: "setFailure",
+                params: ({ event }) => ({ reason: StateReason.SuspendFailed, error: event.error }),
+              },
             },
           },
           after: {
             suspendDeadline: {
               target: "#microvm.FAILED",
-              actions: { type: "setReason", params: { reason: "SuspendTimedOut" } },
+              actions: { type: "setReason", params: { reason: StateReason.SuspendTimedOut } },
             },
           },
         },
@@ -227,7 +238,7 @@ export const lifecycleMachine = setup({
                 target: "#microvm.FAILED",
                 actions: {
                   type: "setFailure",
-                  params: ({ event }) => ({ reason: "CheckpointFailed", error: event.error }),
+                  params: ({ event }) => ({ reason: StateReason.CheckpointFailed, error: event.error }),
                 },
               },
             ],
@@ -242,7 +253,7 @@ export const lifecycleMachine = setup({
               after: {
                 checkpointDeadline: {
                   target: "#microvm.FAILED",
-                  actions: { type: "setReason", params: { reason: "CheckpointTimedOut" } },
+                  actions: { type: "setReason", params: { reason: StateReason.CheckpointTimedOut } },
                 },
               },
             },
@@ -263,7 +274,7 @@ export const lifecycleMachine = setup({
             suspendedTimeout: {
               guard: "suspendedTerminateEnabled",
               target: "#microvm.TERMINATING",
-              actions: { type: "setReason", params: { reason: "SuspendedDurationElapsed" } },
+              actions: { type: "setReason", params: { reason: StateReason.SuspendedDurationElapsed } },
             },
           },
           on: {
@@ -271,9 +282,9 @@ export const lifecycleMachine = setup({
               {
                 guard: "hasSnapshot",
                 target: "restoring",
-                actions: { type: "setReason", params: { reason: "Resuming" } },
+                actions: { type: "setReason", params: { reason: StateReason.Resuming } },
               },
-              { target: "resuming", actions: { type: "setReason", params: { reason: "Resuming" } } },
+              { target: "resuming", actions: { type: "setReason", params: { reason: StateReason.Resuming } } },
             ],
           },
         },
@@ -288,7 +299,10 @@ export const lifecycleMachine = setup({
             },
             onError: {
               target: "#microvm.FAILED",
-              actions: { type: "setFailure", params: ({ event }) => ({ reason: "RestoreFailed", error: event.error }) },
+              actions: {
+                type: "setFailure",
+                params: ({ event }) => ({ reason: StateReason.RestoreFailed, error: event.error }),
+              },
             },
           },
           entry: "anchorTimer",
@@ -301,7 +315,7 @@ export const lifecycleMachine = setup({
               after: {
                 restoreDeadline: {
                   target: "#microvm.FAILED",
-                  actions: { type: "setReason", params: { reason: "RestoreTimedOut" } },
+                  actions: { type: "setReason", params: { reason: StateReason.RestoreTimedOut } },
                 },
               },
             },
@@ -315,14 +329,17 @@ export const lifecycleMachine = setup({
             onDone: { target: "#microvm.RUNNING" },
             onError: {
               target: "#microvm.FAILED",
-              actions: { type: "setFailure", params: ({ event }) => ({ reason: "ResumeFailed", error: event.error }) },
+              actions: {
+                type: "setFailure",
+                params: ({ event }) => ({ reason: StateReason.ResumeFailed, error: event.error }),
+              },
             },
           },
           entry: "anchorTimer",
           after: {
             resumeDeadline: {
               target: "#microvm.FAILED",
-              actions: { type: "setReason", params: { reason: "ResumeTimedOut" } },
+              actions: { type: "setReason", params: { reason: StateReason.ResumeTimedOut } },
             },
           },
           on: { RESUME: { actions: "acknowledge" } },
@@ -336,14 +353,17 @@ export const lifecycleMachine = setup({
         onDone: { target: "TERMINATED" },
         onError: {
           target: "FAILED",
-          actions: { type: "setFailure", params: ({ event }) => ({ reason: "TerminateFailed", error: event.error }) },
+          actions: {
+            type: "setFailure",
+            params: ({ event }) => ({ reason: StateReason.TerminateFailed, error: event.error }),
+          },
         },
       },
       entry: "anchorTimer",
       after: {
         terminateDeadline: {
           target: "FAILED",
-          actions: { type: "setReason", params: { reason: "TerminateTimedOut" } },
+          actions: { type: "setReason", params: { reason: StateReason.TerminateTimedOut } },
         },
       },
       on: { TERMINATE: { actions: "acknowledge" } },

@@ -2,6 +2,7 @@
 // its I/O actors, default deadlines, and the arithmetic of a timer's remaining time.
 import type { MicrovmHandle } from "../host/provider.ts";
 import { SNAPSHOT_STEP_SECONDS, type IdlePolicy } from "../../schemas/index.ts";
+import { stateReason, type StateReason, type StateReasonText } from "../wire/state-reasons.ts";
 
 /** Deadlines of the transient states, in milliseconds; past one the machine goes FAILED. */
 export interface LifecycleTimeouts {
@@ -78,7 +79,7 @@ export interface LifecycleContext {
   /** Requests in flight as last reported by the proxy. */
   readonly inFlight: number;
   /** Why the instance is in its state (FAILED always has one). */
-  readonly stateReason?: string;
+  readonly stateReason?: StateReasonText;
   /** Epoch ms the current timed state began (its timer counts from here). */
   readonly timerAnchor: number;
   /** Whether suspend checkpoints (SUSPENDING.checkpointing) rather than freezes. */
@@ -94,10 +95,10 @@ export interface LifecycleContext {
  * the provider's word that the instance ended on its own (EXITED: out of memory, crashed).
  */
 export type LifecycleEvent =
-  | { readonly type: "EXITED"; readonly reason: string }
+  | { readonly type: "EXITED"; readonly reason: StateReasonText }
   | { readonly type: "SUSPEND" }
   | { readonly type: "RESUME" }
-  | { readonly type: "TERMINATE"; readonly reason?: string }
+  | { readonly type: "TERMINATE"; readonly reason?: StateReasonText }
   | { readonly type: "REQUEST_START"; readonly inFlight: number }
   | { readonly type: "REQUEST_END"; readonly inFlight: number }
   /** A snapshot being saved or restored moved on: its step's deadline counts from now. */
@@ -133,7 +134,6 @@ export function remainingMs(durationMs: number, anchor: number, now = Date.now()
 }
 
 /** `"<Reason>: <message>"` for a failed I/O actor, without stacks. */
-export function failureReason(reason: string, error: unknown): string {
-  const message = error instanceof Error ? error.message : typeof error === "string" ? error : "";
-  return message ? `${reason}: ${message}` : reason;
+export function failureReason(reason: StateReason, error: unknown): StateReasonText {
+  return stateReason(reason, error instanceof Error ? error.message : typeof error === "string" ? error : "");
 }

@@ -6,18 +6,17 @@
 import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import { InternalServerError, InvalidImage, MAX_IMAGE_MODULE_BYTES, ServiceUnavailable } from "../../schemas/index.ts";
+import { errorLineOf, withoutPaths } from "../host/start-failure.ts";
 import {
-  errorLineOf,
   hostFailureOf,
   imageTimedOut,
-  RPC_HEALTH_PATH,
   upstreamOf,
   RUNTIME_PORT,
-  type MethodDescription,
   type MicrovmHandle,
   type MicrovmProvider,
-  withoutPaths,
-} from "../index.ts";
+} from "../host/provider.ts";
+import { RPC_HEALTH_PATH } from "../wire/rpc.ts";
+import type { MethodDescription } from "../runtime/server.ts";
 
 /** Fails with a 400 `InvalidImage` when the module is larger than the limit. */
 export function checkModuleSize(module: Uint8Array): void {

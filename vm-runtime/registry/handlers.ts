@@ -3,7 +3,10 @@
 // buckets. Every image belongs to its creator; the built-in ones are seen by everyone.
 import { pathToFileURL } from "node:url";
 import { ImageInUse, ImageNotFound, type imageApi } from "../../schemas/index.ts";
-import { describeMethods, isImage, bundleImageModule, type MicrovmProvider } from "../index.ts";
+import { describeMethods } from "../runtime/server.ts";
+import { isImage } from "../image.ts";
+import { bundleImageModule } from "../client/image-module.ts";
+import type { MicrovmProvider } from "../host/provider.ts";
 import { log } from "../../platform/index.ts";
 import type { Handler } from "../../actors/serve.ts";
 import { checkImageModule, checkModuleSize } from "./check.ts";
@@ -31,7 +34,7 @@ export interface ImageDeps {
 export function imageHandlers(deps: ImageDeps): ImageHandlers {
   return {
     async createImage({ name, module }, context) {
-      const principal = context.principal!;
+      const principal = context.principal;
       const bytes = Buffer.from(module, "utf8");
       checkModuleSize(bytes);
       const staged = await checkStaged(deps, principal, bytes);
@@ -49,15 +52,15 @@ export function imageHandlers(deps: ImageDeps): ImageHandlers {
       }
     },
     async getImage({ name }, context) {
-      const record = await deps.images.latest(context.principal!, name);
+      const record = await deps.images.latest(context.principal, name);
       if (!record) throw ImageNotFound.make({ imageIdentifier: name });
       return imageView(record);
     },
     async listImages(_input, context) {
-      return { items: (await deps.images.list(context.principal!)).map(imageView) };
+      return { items: (await deps.images.list(context.principal)).map(imageView) };
     },
     async deleteImage({ name }, context) {
-      const principal = context.principal!;
+      const principal = context.principal;
       const record = await deps.images.latest(principal, name);
       if (!record) throw ImageNotFound.make({ imageIdentifier: name });
       if (record.owner === BUILTIN_OWNER)

@@ -18,7 +18,7 @@ import {
   provisionedStream,
 } from "../../platform/index.ts";
 import { MAX_IMAGE_MODULE_BYTES, nameToken } from "../../schemas/index.ts";
-import type { MethodDescription } from "../index.ts";
+import type { MethodDescription } from "../runtime/server.ts";
 import { afterDelete, withNameLock } from "./lock.ts";
 import { listObjects, readObject } from "./objects.ts";
 import { DEFAULT_IMAGE_CACHE_MIB, ModuleCache } from "./module-cache.ts";

@@ -5,7 +5,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { chmod, mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
-import type { TokenKey } from "../index.ts";
+import type { TokenKey } from "../wire/token.ts";
 import { acquireInstanceLock, AlreadyRunning, log } from "../../platform/index.ts";
 
 const KEY_FILE = "microvm-token.key";

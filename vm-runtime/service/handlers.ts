@@ -24,6 +24,7 @@ import type { InstanceLogs } from "./logs.ts";
 import { launchHosted } from "./hosted.ts";
 import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
 import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
+import { StateReason, stateReason } from "../wire/state-reasons.ts";
 
 /** What the owner of an instance holds while it runs a request (`hostOwners`). */
 export interface HostedState {
@@ -64,11 +65,11 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
     async runMicrovm(input, context) {
       const idlePolicy = { ...DEFAULT_IDLE_POLICY, ...input.idlePolicy };
       const imageIdentifier = input.imageIdentifier ?? "sandbox";
-      const answer = await run(host, imageIdentifier, idlePolicy, context.principal!, context.idempotencyKey);
+      const answer = await run(host, imageIdentifier, idlePolicy, context.principal, context.idempotencyKey);
       return input.wait === "running" ? untilRunning(host, answer, runWaitSeconds(input) * 1000) : answer;
     },
     async getMicrovm({ microvmIdentifier }, context) {
-      return viewOf((await readOwned(host.store, microvmIdentifier, context.principal!)).record);
+      return viewOf((await readOwned(host.store, microvmIdentifier, context.principal)).record);
     },
     async listMicrovms(_input, context) {
       const owned = (await host.store.list()).filter(({ record }) => ownerOf(record) === context.principal);
@@ -78,7 +79,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       };
     },
     async getMicrovmLogs(input, context) {
-      const principal = context.principal!;
+      const principal = context.principal;
       const { microvmIdentifier } = input;
       const since = input.since === undefined ? undefined : Number(input.since);
       const read = {
@@ -121,7 +122,7 @@ function instanceHandlers(host: HostState): InstanceHandlers {
   const transitionHandlers = Object.fromEntries(
     transitionOps.map((op) => [
       op,
-      async (_input: unknown, { owner }: { owner: HostedState }) =>
+      async (_input: unknown, { owner }: { readonly owner: HostedState; readonly principal: string }) =>
         ownerTransition(host, op, owner.record, owner.hosted),
     ]),
   ) as Omit<InstanceHandlers, "createAuthToken">;
@@ -181,7 +182,7 @@ async function run(
     if (!(await host.images.launchable(image.record))) {
       hosted.instance.send({
         type: "TERMINATE",
-        reason: "ImageDeleted: the image was deleted while the instance launched",
+        reason: stateReason(StateReason.ImageDeleted, "the image was deleted while the instance launched"),
       });
       throw ImageNotFound.make({ imageIdentifier });
     }

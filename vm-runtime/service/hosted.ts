@@ -1,16 +1,12 @@
 // One instance run by this host: the managed instance (lifecycle machine + provider + proxy)
 // tied to its KV record. Every state change is written through the instance's RecordWriter;
 // on TERMINATED or FAILED the proxy closes, the process is gone and the host forgets it.
-import {
-  launchMicrovmInstance,
-  microvmState,
-  type LifecycleTimeouts,
-  type MicrovmHandle,
-  type MicrovmInstance,
-  type MicrovmProvider,
-  type RevokedCheck,
-  type TokenKey,
-} from "../index.ts";
+import { launchMicrovmInstance, type MicrovmInstance } from "../lifecycle/instance.ts";
+import { microvmState } from "../lifecycle/snapshot.ts";
+import type { LifecycleTimeouts } from "../lifecycle/types.ts";
+import type { MicrovmHandle, MicrovmProvider } from "../host/provider.ts";
+import type { RevokedCheck } from "../host/token-cache.ts";
+import type { TokenKey } from "../wire/token.ts";
 import { log } from "../../platform/index.ts";
 import {
   isTerminal,
@@ -24,6 +20,7 @@ import {
 import { snapshotKeeper } from "../snapshots/keeper.ts";
 import type { SnapshotStore } from "../snapshots/store.ts";
 import { RecordWriter, recordSignature } from "./writer.ts";
+import { StateReason, storedReason } from "../wire/state-reasons.ts";
 
 export interface HostedOptions {
   readonly microvmId: string;
@@ -149,7 +146,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
         { microvmId: options.microvmId, state: stored.state, stateReason: stored.stateReason },
         "microvm record ended elsewhere; terminating",
       );
-      instance.send({ type: "TERMINATE", reason: stored.stateReason ?? "TerminatedElsewhere" });
+      instance.send({ type: "TERMINATE", reason: storedReason(stored.stateReason) });
     },
   });
 
@@ -195,8 +192,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     disown: () => void (disowned = true),
     async leave() {
       const snapshot = instance.actor.getSnapshot();
-      const asleep = JSON.stringify(snapshot.value) === JSON.stringify({ SUSPENDED: "asleep" });
-      if (cleaning || !asleep || snapshot.context.saved === undefined) return false;
+      if (cleaning || !snapshot.matches({ SUSPENDED: "asleep" }) || snapshot.context.saved === undefined) return false;
       cleaning = true;
       await writer.flush();
       writer.close();
@@ -225,7 +221,7 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     throw err;
   });
   if (!created) {
-    instance.send({ type: "TERMINATE", reason: "DuplicateRun" });
+    instance.send({ type: "TERMINATE", reason: StateReason.DuplicateRun });
     return undefined;
   }
   changed();

@@ -7,7 +7,9 @@ import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
 import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
-import { builtinImages, type LifecycleTimeouts, type TokenKey } from "../index.ts";
+import { builtinImages } from "../images/paths.ts";
+import type { LifecycleTimeouts } from "../lifecycle/types.ts";
+import type { TokenKey } from "../wire/token.ts";
 import {
   HeldRequests,
   log,
@@ -23,27 +25,75 @@ import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config
 import { queueHandlers, type HostState } from "./handlers.ts";
 import { HostInstances } from "./host-instances.ts";
 import { InstanceLogs, type InstanceLogOptions } from "./logs.ts";
-import { hostOwners } from "./owners.ts";
+import { hostOwners, hostSubject } from "./owners.ts";
 import { hostRevocations } from "./revocations.ts";
 import { launchHosted } from "./hosted.ts";
 import { createHostProvider, type InstanceLimits, type ProviderName } from "./provider.ts";
 import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.ts";
 import { registerBuiltinImages } from "../registry/handlers.ts";
 import { ImageStore, type ImageQuota, type ImageStoreOptions } from "../registry/store.ts";
-import { hostSubject } from "./routing.ts";
 import { SnapshotStore } from "../snapshots/store.ts";
 import { LOCAL_SNAPSHOTS_DIR } from "../snapshots/keeper.ts";
 import { isTerminal, MicrovmStore, ownerOf, type StoredRecord } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
+import { StateReason } from "../wire/state-reasons.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
 export { hostCgroupKey, ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
 export { REASON_PROCESS_GONE, REASON_PROCESS_KILLED, type ReconcileReport } from "./reconcile.ts";
 export { keyedMicrovmId } from "./handlers.ts";
-export { hostSubject, hostGoneReason } from "./routing.ts";
+export { hostSubject, hostGoneReason } from "./owners.ts";
 export type { InstanceOp } from "./operations.ts";
 export { MicrovmStore, type MicrovmRecord, type StoredHandle } from "./store.ts";
 export type { SweepReport } from "./sweeper.ts";
+
+// The host's pieces, for those who run instances without the service (benches, tests, tools).
+export { builtinImages } from "../images/paths.ts";
+export { bundleImage } from "../host/bundle.ts";
+export { bundleImageModule } from "../client/image-module.ts";
+export { createProcessProvider } from "../host/process-provider.ts";
+export type { ProcessProvider, ProcessProviderOptions } from "../host/process-provider.ts";
+export { createSandboxProvider } from "../host/sandbox-provider.ts";
+export type { SandboxProvider, SandboxProviderOptions } from "../host/sandbox-provider.ts";
+export { checkSandbox } from "../host/sandbox-check.ts";
+export { checkGvisor, createGvisorProvider, findRunsc } from "../host/gvisor-provider.ts";
+export type { GvisorProvider, GvisorProviderOptions } from "../host/gvisor-provider.ts";
+export type { IsolatedProvider, IsolatedProviderOptions } from "../host/isolated-provider.ts";
+export {
+  hostFailureOf,
+  MicrovmHostError,
+  MicrovmImageTimeout,
+  MicrovmProviderError,
+  MicrovmStartFailed,
+  RUNTIME_PORT,
+  upstreamOf,
+} from "../host/provider.ts";
+export type {
+  MicrovmHandle,
+  MicrovmProvider,
+  MicrovmSpec,
+  ReclaimedInstance,
+  RestoreSpec,
+  Upstream,
+} from "../host/provider.ts";
+export { launchMicrovmInstance } from "../lifecycle/instance.ts";
+export type { InstanceSnapshots, MicrovmInstance, MicrovmInstanceOptions } from "../lifecycle/instance.ts";
+export { lifecycleMachine } from "../lifecycle/machine.ts";
+export { canAccept, microvmState } from "../lifecycle/snapshot.ts";
+export type { LifecycleActor, LifecycleMachine, LifecycleSnapshot } from "../lifecycle/snapshot.ts";
+export { DEFAULT_TIMEOUTS, SuspendRefused } from "../lifecycle/types.ts";
+export type { LifecycleEvent, LifecycleTimeouts, SavedSnapshot } from "../lifecycle/types.ts";
+export { createInstanceProxy } from "../host/proxy.ts";
+export type { InstanceProxy, InstanceProxyOptions } from "../host/proxy.ts";
+export {
+  createAuthToken,
+  InvalidTokenRequest,
+  MAX_TOKEN_CLOCK_SKEW_MS,
+  MAX_TOKEN_LIFETIME_MS,
+  tokenKeyId,
+  verifyAuthToken,
+} from "../wire/token.ts";
+export type { TokenKey, TokenKeyring } from "../wire/token.ts";
 
 export interface MicrovmHostOptions {
   /** The `microvms` bucket (from `openBuckets`; every store is made first by `provisionMicrovmStores`). */
@@ -340,7 +390,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       host.instances.values().map(async (hosted) => {
         // SUSPENDED into a snapshot, it outlives this host: the next (or another) adopts it.
         if (await hosted.leave()) return;
-        hosted.instance.send({ type: "TERMINATE", reason: "HostShutdown" });
+        hosted.instance.send({ type: "TERMINATE", reason: StateReason.HostShutdown });
         await hosted.gone;
       }),
     );

@@ -4,7 +4,8 @@
 // instance (gone, FAILED), the record alone decides. Each operation is spelled one way, by its
 // contract's name; a transition's entry in `transitions` says what the machine does with it.
 import type { Static } from "@sinclair/typebox";
-import { createAuthToken as signToken, InvalidTokenRequest, type LifecycleEvent, type TokenKey } from "../index.ts";
+import { createAuthToken as signToken, InvalidTokenRequest, type TokenKey } from "../wire/token.ts";
+import type { LifecycleEvent } from "../lifecycle/types.ts";
 import {
   decodeFailure,
   InvalidStateTransition,
@@ -15,6 +16,7 @@ import {
 } from "../../schemas/index.ts";
 import type { HostedInstance } from "./hosted.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type State } from "./store.ts";
+import { StateReason } from "../wire/state-reasons.ts";
 
 /** The operations that run on the instance's host: those of the microVM API placed `byHost`. */
 export const instanceApi = ownedOperations(microvmApi);
@@ -173,7 +175,7 @@ async function recordOnly(deps: OwnerDeps, op: TransitionOp, record: MicrovmReco
   if (record.state === "TERMINATED" || record.state === "TERMINATING")
     return { microvmId: record.microvmId, state: record.state };
   const stored = await deps.store.update(record.microvmId, (current) =>
-    current.state === "TERMINATED" ? undefined : terminated(current, "TERMINATED", "TerminateRequested"),
+    current.state === "TERMINATED" ? undefined : terminated(current, "TERMINATED", StateReason.TerminateRequested),
   );
   return { microvmId: record.microvmId, state: stored?.record.state ?? "TERMINATED" };
 }

@@ -4,21 +4,14 @@
 // instance that does not start is logged here with its cause.
 import { createHash } from "node:crypto";
 import { resolve } from "node:path";
-import {
-  checkGvisor,
-  checkSandbox,
-  createGvisorProvider,
-  createProcessProvider,
-  createSandboxProvider,
-  exitText,
-  hostFailureOf,
-  startFailureOf,
-  type IsolatedProvider,
-  type MicrovmProvider,
-  type IsolatedProviderOptions,
-  type OutputSink,
-  type ProcessProvider,
-} from "../index.ts";
+import { checkGvisor, createGvisorProvider } from "../host/gvisor-provider.ts";
+import { checkSandbox } from "../host/sandbox-check.ts";
+import { createProcessProvider, type ProcessProvider } from "../host/process-provider.ts";
+import { createSandboxProvider } from "../host/sandbox-provider.ts";
+import { exitText } from "../host/start-failure.ts";
+import { hostFailureOf, startFailureOf, type MicrovmProvider } from "../host/provider.ts";
+import type { IsolatedProvider, IsolatedProviderOptions } from "../host/isolated-provider.ts";
+import type { OutputSink } from "../host/process-io.ts";
 import { log } from "../../platform/index.ts";
 
 /** `auto` (the default): gvisor where it runs, else sandbox. */

@@ -6,9 +6,11 @@
 // survive their host): those the host adopts again.
 import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { INSTANCE_MARKER, type MicrovmProvider } from "../index.ts";
+import { INSTANCE_MARKER } from "../host/process-provider.ts";
+import type { MicrovmProvider } from "../host/provider.ts";
 import { log } from "../../platform/index.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore } from "./store.ts";
+import { StateReason, stateReason } from "../wire/state-reasons.ts";
 
 export interface ReconcileReport {
   /** Records of this host moved to TERMINATED. */
@@ -24,9 +26,9 @@ export const survivesHost = (record: MicrovmRecord): boolean =>
   record.state === "SUSPENDED" && record.checkpoint !== undefined;
 
 /** Stated on records whose process was already gone when the host came back. */
-export const REASON_PROCESS_GONE = "HostRestarted: instance process gone";
+export const REASON_PROCESS_GONE = stateReason(StateReason.HostRestarted, "instance process gone");
 /** Stated on records whose (suspended) process outlived the host and was killed. */
-export const REASON_PROCESS_KILLED = "HostRestarted: instance process killed";
+export const REASON_PROCESS_KILLED = stateReason(StateReason.HostRestarted, "instance process killed");
 
 export async function reconcileHost(
   store: MicrovmStore,

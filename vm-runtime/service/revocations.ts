@@ -3,7 +3,7 @@
 // whose token it revokes, and the proxies refuse those tokens from then on.
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Requester, watchRevocations } from "../../platform/index.ts";
-import type { RevokedCheck } from "../index.ts";
+import type { RevokedCheck } from "../host/token-cache.ts";
 import type { HostedInstance } from "./hosted.ts";
 
 export interface HostRevocations {

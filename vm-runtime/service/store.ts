@@ -8,7 +8,7 @@ import type { KvEntry } from "@nats-io/kv";
 import { bucketNames, isWrongLastSequence, log } from "../../platform/index.ts";
 import type { Static } from "@sinclair/typebox";
 import { idKey, MICROVM_STATES, type IdlePolicy, type Microvm, type MicrovmState } from "../../schemas/index.ts";
-import type { SavedSnapshot } from "../index.ts";
+import type { SavedSnapshot } from "../lifecycle/types.ts";
 
 export type MicrovmView = Static<typeof Microvm>;
 /** A contract state name. */

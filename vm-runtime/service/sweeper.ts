@@ -5,8 +5,9 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { log } from "../../platform/index.ts";
 import { survivesHost } from "./reconcile.ts";
-import { hostGoneReason, ownerAnswers } from "./routing.ts";
+import { hostGoneReason, ownerAnswers } from "./owners.ts";
 import { isTerminal, terminated, type MicrovmRecord, type MicrovmStore, type StoredRecord } from "./store.ts";
+import { StateReason, storedReason, type StateReasonText } from "../wire/state-reasons.ts";
 
 export interface SweeperOptions {
   readonly store: MicrovmStore;
@@ -20,7 +21,7 @@ export interface SweeperOptions {
   /** Ids of this host's live instances. */
   readonly liveInstances: () => string[];
   /** A live instance's record is terminal or gone: the instance must end (`reason`). */
-  readonly disowned: (microvmId: string, reason: string) => void;
+  readonly disowned: (microvmId: string, reason: StateReasonText) => void;
   /** Deletes the stored snapshot of an expired record that names one. */
   readonly discardSnapshot?: (record: MicrovmRecord) => Promise<void>;
   /** Takes over a gone host's instance that survives it (SUSPENDED into a snapshot); true if taken. */
@@ -91,9 +92,9 @@ function matchLive(options: SweeperOptions, live: string[], records: StoredRecor
   const byId = new Map(records.map(({ record }) => [record.microvmId, record]));
   for (const microvmId of live) {
     const record = byId.get(microvmId);
-    if (!record) options.disowned(microvmId, "RecordDeleted");
+    if (!record) options.disowned(microvmId, StateReason.RecordDeleted);
     else if (record.hostId !== options.hostId || isTerminal(record.state)) {
-      options.disowned(microvmId, record.stateReason ?? "TerminatedElsewhere");
+      options.disowned(microvmId, storedReason(record.stateReason));
     }
   }
 }

@@ -8,13 +8,9 @@
 // progress (the image growing, chunks moving), from which the lifecycle's deadline counts.
 import { mkdir, mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import {
-  SuspendRefused,
-  type InstanceSnapshots,
-  type MicrovmHandle,
-  type MicrovmProvider,
-  type SavedSnapshot,
-} from "../index.ts";
+import { SuspendRefused, type SavedSnapshot } from "../lifecycle/types.ts";
+import type { InstanceSnapshots } from "../lifecycle/instance.ts";
+import type { MicrovmHandle, MicrovmProvider } from "../host/provider.ts";
 import { SnapshotQuotaExceeded, type SnapshotStore } from "./store.ts";
 
 /** The directory of a host's work directory that holds its snapshots' images (emptied at start). */

@@ -1,34 +1,31 @@
-// Requests of owned operations straight to their owner: one hop instead of two (shared
-// subject → any actor → owner). The routing policy `main.ts` hands in says how an owner is
-// found per placement (task objects: the name's lease); one without a lookup goes through the
-// shared subject. An owner is looked up once per key (again after 5 s) and forgotten as soon
-// as it does not answer a request. A request the
-// owner leaves unanswered is hedged: sent on, naming the silent owner, to a process known to
-// answer, else through the shared subject (whose queue group still includes the silent process),
-// in short attempts, since either may be silent too; the process that will take the name over
-// says so, then holds the request until its claim (the lease's compare-and-set fences out the
-// old owner) and answers it, within the budget.
+// The caller side of the owner protocol: requests of owned operations straight to their
+// owner, one hop instead of two (shared subject → any actor → owner). The routing policy a
+// process hands in says how an owner is found per placement (task objects: the name's lease);
+// one without a lookup goes through the shared subject. An owner is looked up once per key
+// (again after 5 s) and forgotten as soon as it does not answer a request. A request the owner
+// leaves unanswered is hedged: sent on, naming the silent owner, to a process known to answer,
+// else through the shared subject (whose queue group still includes the silent process), in
+// short attempts, since either may be silent too; the process that will take the name over says
+// so, then holds the request until its claim (the lease's compare-and-set fences out the old
+// owner) and answers it, within the budget.
 import { performance } from "node:perf_hooks";
-import { headers as natsHeaders } from "@nats-io/transport-node";
 import { LRUCache } from "lru-cache";
-import { injectTrace, leanReply, SpanKind, traced, type NatsHandle } from "../platform/index.ts";
 import {
   ANONYMOUS,
-  BUDGET_HEADER,
   PRINCIPAL_HEADER,
   sendsPrincipal,
   viaGateway,
   ownerKey,
   ownerSubject,
-  replyOf,
   requestSubject,
-  SUSPECT_HEADER,
   KEY_FRESH_HEADER,
   TakeoverPending,
   type Operation,
   type OperationReply,
   type OwnedPlacement,
 } from "../schemas/index.ts";
+import { BUDGET_HEADER, SUSPECT_HEADER } from "./headers.ts";
+import { send, type Sender } from "./send.ts";
 
 /**
  * Resolves the id of the process owning `principal`'s `key` (a name, a record id); undefined
@@ -64,12 +61,7 @@ const OWNER_TTL_MS = 5_000;
 // shared subject): a live actor answers or names the taker in milliseconds.
 const HEDGE_ATTEMPT_MS = 500;
 
-export function ownerRouting(
-  nats: NatsHandle,
-  policy: RoutingPolicy,
-  prefix: string,
-  maxNames = 100_000,
-): OwnerRouting {
+export function ownerRouting(nats: Sender, policy: RoutingPolicy, prefix: string, maxNames = 100_000): OwnerRouting {
   // Looked up again after a while: a process that lost a name still serves it, by forwarding.
   const owners = new LRUCache<string, string>({ max: maxNames, ttl: OWNER_TTL_MS });
   const suspects = new LRUCache<string, true>({ max: 1_000, ttl: SUSPECT_MS });
@@ -101,17 +93,9 @@ export function ownerRouting(
   };
 
   /** One attempt at `subject`; undefined when nobody answered (gone, or silent for `timeoutMs`). */
-  function send(subject: string, body: string, headers: Record<string, string>, timeoutMs: number) {
-    return traced(`request ${subject}`, SpanKind.CLIENT, undefined, async () => {
-      const h = natsHeaders();
-      for (const [k, v] of Object.entries(headers)) h.set(k, v);
-      injectTrace(h);
-      try {
-        return replyOf(leanReply(await nats.requester.request(subject, body, timeoutMs, h)));
-      } catch {
-        return undefined; // no responders (the process is gone), a timeout (paused) or a lost connection
-      }
-    });
+  function attemptAt(subject: string, body: string, headers: Record<string, string>, timeoutMs: number) {
+    // No responders (the process is gone), a timeout (paused) or a lost connection.
+    return send(nats, subject, body, { timeoutMs, noRespondersMs: 0, headers }).catch(() => undefined);
   }
 
   /** One attempt at `owner`'s own subject; undefined when it did not answer. */
@@ -123,7 +107,7 @@ export function ownerRouting(
     headers: Record<string, string>,
     timeoutMs: number,
   ) {
-    const reply = await send(ownerSubject(op, owner, input, prefix), body, headers, timeoutMs);
+    const reply = await attemptAt(ownerSubject(op, owner, input, prefix), body, headers, timeoutMs);
     if (reply) answering.set(owner, true);
     else {
       suspects.set(owner, true);
@@ -167,7 +151,12 @@ export function ownerRouting(
       // The shared subject the gateway may send on: its copy, where the principal is believed.
       const reply = target
         ? await attempt(target, op, input, body, hedged, budget)
-        : await send(requestSubject(sendsPrincipal(op) ? viaGateway(op) : op, input, prefix), body, hedged, budget);
+        : await attemptAt(
+            requestSubject(sendsPrincipal(op) ? viaGateway(op) : op, input, prefix),
+            body,
+            hedged,
+            budget,
+          );
       if (!reply) {
         // Silent too, or the shared subject reached a silent process: again, elsewhere.
         target = undefined;
