@@ -1,5 +1,6 @@
-// Placement of task objects: each object has at most one live activation across all actor
-// processes. An object is its lease key (`taskObjectLeaseKey`: `<name-token>`, owned
+// Leases and activations of owned keys (task objects; any kind of object held by one process at
+// a time, each with its own `Placement`): each has at most one live activation across all actor
+// processes. A task object is its lease key (`taskObjectLeaseKey`: `<name-token>`, owned
 // `=<owner>.<name-token>`, in the bucket `leaseBucketFor` names); a process activates it by
 // claiming that key with a compare-and-set on the key's revision; it renews the
 // lease by heartbeat and fences every write (a renewal before it, or a condition on the lease's
@@ -58,6 +59,8 @@ export interface PlacementOptions {
    * TaskObjectBusy (default 256), instead of queueing until it times out.
    */
   maxPending?: number;
+  /** The refusal of a request past `maxPending` (default 429 TaskObjectBusy): each kind of owned thing names its own. */
+  busy?: (name: string, pending: number) => Error;
 }
 
 /** A name held by another process, as last read here. */
@@ -152,6 +155,13 @@ export const DEFAULT_MAX_PENDING = 256;
 /** The wait a TaskObjectBusy names: a full queue of fast requests drains well within it. */
 const BUSY_RETRY_SECONDS = 1;
 
+const taskObjectBusy = (name: string, pending: number) =>
+  TaskObjectBusy.make({
+    name,
+    retryAfterSeconds: BUSY_RETRY_SECONDS,
+    message: `task object "${name}" has ${pending} requests waiting, its most: try again in ${BUSY_RETRY_SECONDS} s`,
+  });
+
 // Time kept between the last serving moment and the lease's end, for a write to leave.
 const GUARD_MS = 100;
 const MAX_REMEMBERED = 100_000;
@@ -172,6 +182,7 @@ export class Placement {
   readonly #onActivation?: (event: ActivationEvent) => void;
   readonly #logWrites: boolean;
   readonly #maxPending: number;
+  readonly #busy: (name: string, pending: number) => Error;
   readonly #mailboxes = new Mailboxes();
   readonly #active = new Map<string, Activation>();
   readonly #elsewhere = new Map<string, Sighting>();
@@ -191,6 +202,7 @@ export class Placement {
     this.#onActivation = options.onActivation;
     this.#logWrites = options.logWrites ?? false;
     this.#maxPending = options.maxPending ?? DEFAULT_MAX_PENDING;
+    this.#busy = options.busy ?? taskObjectBusy;
     this.#timer = setInterval(() => this.#tick(), Math.min(250, Math.floor(this.#renewMs / 2))).unref();
   }
 
@@ -236,11 +248,7 @@ export class Placement {
     recordQueueDepth(activation.pending);
     if (activation.pending >= this.#maxPending) {
       recordBusy();
-      throw TaskObjectBusy.make({
-        name: activation.name,
-        retryAfterSeconds: BUSY_RETRY_SECONDS,
-        message: `task object "${activation.name}" has ${activation.pending} requests waiting, its most: try again in ${BUSY_RETRY_SECONDS} s`,
-      });
+      throw this.#busy(activation.name, activation.pending);
     }
     activation.pending++;
     const guarded = async () => {

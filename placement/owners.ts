@@ -4,6 +4,7 @@
 // a takeover. Keyed by principal and lease key, so any kind of leased thing is placed this way.
 import { performance } from "node:perf_hooks";
 import {
+  ApiError,
   GatewayTimeout,
   IDEMPOTENCY_KEY_HEADER,
   KEY_FRESH_HEADER,
@@ -15,9 +16,7 @@ import {
   ServiceUnavailable,
   TakeoverPending,
   type Operation,
-  StoredAnswer,
   type Answer,
-  type OperationReply,
 } from "../schemas/index.ts";
 import { recordForward } from "../platform/index.ts";
 import { FORWARDED_HEADER, holdBudget, SUSPECT_HEADER } from "./headers.ts";
@@ -46,14 +45,17 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
   const { placement } = options;
   const budgetMs = options.routeBudgetMs ?? 1_200;
 
-  /** One forward to `owner`: its reply, or `moved` when it says it holds the key no more. */
+  /**
+   * One forward to `owner`: its answer, or `moved` when it says it holds the key no more; its
+   * error answer thrown as the `ApiError` it carries.
+   */
   async function forward(
     owner: string,
     op: Operation,
     input: Record<string, unknown>,
     context: HandlerContext,
     timeoutMs: number,
-  ): Promise<OperationReply | "moved"> {
+  ): Promise<Answer<unknown> | "moved"> {
     const reply = await send(options.sender, ownerSubject(op, owner, input, options.prefix), requestBody(op, input), {
       timeoutMs,
       noRespondersMs: 0,
@@ -67,8 +69,12 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
         [PRINCIPAL_HEADER]: context.principal,
       },
     });
-    if (reply.status === NotOwner.status && isNotOwner(reply)) return "moved";
-    return reply;
+    try {
+      return answerOf(reply);
+    } catch (err) {
+      if (err instanceof ApiError && err._tag === NotOwner.tag) return "moved";
+      throw err;
+    }
   }
 
   return {
@@ -108,10 +114,10 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
         } else if (route.kind === "remote") {
           const timeout = Math.max(1, Math.min(FORWARD_ATTEMPT_MS, deadline - performance.now()));
           try {
-            const reply = await forward(route.owner, op, input, attempt, timeout);
-            if (reply !== "moved") {
+            const answer = await forward(route.owner, op, input, attempt, timeout);
+            if (answer !== "moved") {
               recordForward("answered");
-              return relayed(reply) as Awaited<ReturnType<typeof work>>;
+              return answer as Awaited<ReturnType<typeof work>>;
             }
             recordForward("moved");
             placement.forget(object);
@@ -138,22 +144,4 @@ export function leasedOwners(options: LeasedOwnersOptions): OwnerStrategy<Activa
       }
     },
   };
-}
-
-function isNotOwner(reply: OperationReply): boolean {
-  try {
-    return (JSON.parse(Buffer.from(reply.data).toString("utf8")) as { _tag?: string })._tag === NotOwner.tag;
-  } catch {
-    return false;
-  }
-}
-
-/** The owner's answer as it gave it: its value, as the stored record its reply names if one. */
-function relayed(reply: OperationReply): Answer<unknown> {
-  const value = answerOf(reply);
-  const record = reply.stored?.record;
-  const dot = record?.indexOf(".") ?? -1;
-  if (!record || dot < 0) return value;
-  const at = { bucket: record.slice(0, dot), key: record.slice(dot + 1), revision: reply.stored!.revision };
-  return new StoredAnswer(value, at);
 }

@@ -10,6 +10,8 @@ import {
   KEY_FRESH_HEADER,
   replyOf,
   ServiceUnavailable,
+  StoredAnswer,
+  type Answer,
   type OperationReply,
 } from "../schemas/index.ts";
 
@@ -116,9 +118,19 @@ export const nobodyThere = (err: unknown): boolean => err instanceof ApiError &&
 /** The failure `send` throws when nobody answered in time: the outcome is unknown. */
 export const noAnswer = (err: unknown): boolean => err instanceof ApiError && isTimeout(err.cause);
 
-/** The success value of a reply; an error reply is thrown as the `ApiError` it carries. */
-export function answerOf<T>(reply: OperationReply): T {
+/**
+ * A reply as the answer it carries: its value, as the stored record its headers name if one (an
+ * owner's answer relayed as it gave it); an error reply is thrown as the `ApiError` it carries.
+ */
+export function answerOf(reply: OperationReply): Answer<unknown> {
   const body = JSON.parse(Buffer.from(reply.data).toString("utf8")) as unknown;
   if (reply.status !== 200) throw new ApiError(reply.status, body as ConstructorParameters<typeof ApiError>[1]);
-  return body as T;
+  const record = reply.stored?.record;
+  const dot = record?.indexOf(".") ?? -1;
+  if (!record || dot < 0) return body;
+  return new StoredAnswer(body, {
+    bucket: record.slice(0, dot),
+    key: record.slice(dot + 1),
+    revision: reply.stored!.revision,
+  });
 }

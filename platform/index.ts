@@ -22,3 +22,4 @@ export * from "./instance-lock.ts";
 export * from "./version.ts";
 export * from "./tracing.ts";
 export * from "./raw-headers.ts";
+export * from "./object-streams.ts";

@@ -31,6 +31,14 @@ import {
 } from "./buckets.ts";
 import { heldCancelSubject } from "./held-requests.ts";
 import { indexStreamOf, indexSubjectsOf } from "./record-index.ts";
+import {
+  OBJECT_ALARMS_CONSUMER,
+  OBJECT_ALARMS_STREAM,
+  OBJECT_USAGE_STREAM,
+  OBJECT_USAGE_SUBJECTS,
+  OBJECTS_BUCKET,
+  objectStreams,
+} from "./object-streams.ts";
 
 /**
  * The NATS users of the service; `internal` is for other services. `provision` makes the
@@ -110,6 +118,7 @@ export const serviceStreams: readonly string[] = [
   `OBJ_${snapshotObjectBucket}`,
   instanceLogStream,
   ...INDEXED_BUCKETS.map(indexStreamOf),
+  ...objectStreams,
 ];
 
 /**
@@ -180,14 +189,39 @@ function logStreamOwn(): string[] {
 }
 
 /**
+ * Objects (vm-runtime/objects): their bucket (leases and storage, and the purge of a deleted
+ * object's keys, within that stream), add to and read the usage counters, set, read and cancel
+ * (purge) alarm schedules, and take firing alarms from the consumer the provisioning step made
+ * (next, info, acks): no consumer create, no stream change.
+ */
+function objectsOwn(): string[] {
+  const direct = (stream: string) => [`$JS.API.DIRECT.GET.${stream}`, `$JS.API.DIRECT.GET.${stream}.>`];
+  return [
+    ...kvOwn(OBJECTS_BUCKET),
+    `$JS.API.STREAM.PURGE.KV_${OBJECTS_BUCKET}`,
+    OBJECT_USAGE_SUBJECTS,
+    ...direct(OBJECT_USAGE_STREAM),
+    "objalarm.sched.>",
+    ...direct(OBJECT_ALARMS_STREAM),
+    `$JS.API.STREAM.PURGE.${OBJECT_ALARMS_STREAM}`,
+    `$JS.API.CONSUMER.MSG.NEXT.${OBJECT_ALARMS_STREAM}.${OBJECT_ALARMS_CONSUMER}`,
+    `$JS.API.CONSUMER.INFO.${OBJECT_ALARMS_STREAM}.${OBJECT_ALARMS_CONSUMER}`,
+    `$JS.ACK.${OBJECT_ALARMS_STREAM}.${OBJECT_ALARMS_CONSUMER}.>`,
+  ];
+}
+
+/**
  * Provisioning: make each of the service's streams, or bring its configuration up to date
- * (stream info, create, update), and the account info the clients ask first. No delete, no
- * purge, no consumer, no message of any stream.
+ * (stream info, create, update), the account info the clients ask first, and the one consumer
+ * the service's roles share (the alarms'). No delete, no purge, no other consumer, no message of any stream.
  */
 function provisionStreams(): string[] {
+  const alarms = `${OBJECT_ALARMS_STREAM}.${OBJECT_ALARMS_CONSUMER}`;
   return [
     "$JS.API.INFO",
     ...serviceStreams.flatMap((stream) => [`INFO`, `CREATE`, `UPDATE`].map((api) => `$JS.API.STREAM.${api}.${stream}`)),
+    `$JS.API.CONSUMER.CREATE.${alarms}`,
+    `$JS.API.CONSUMER.CREATE.${alarms}.>`,
   ];
 }
 
@@ -278,6 +312,7 @@ export function rolePermissions(prefix = ""): Record<NatsRole, Permissions> {
           ...objOwn(imageObjectBucket),
           ...objOwn(snapshotObjectBucket),
           ...logStreamOwn(),
+          ...objectsOwn(),
           // The API keys revoked since the tokens it signs were issued.
           ...kvRead(bucketNames.keyRevocations),
           "$JS.API.INFO",

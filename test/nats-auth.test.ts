@@ -26,6 +26,7 @@ import {
   seedFile,
   serviceStreams,
   type NatsHandle,
+  OBJECT_ALARMS_STREAM,
 } from "../platform/index.ts";
 import { jobApi, microvmApi, PRINCIPAL_HEADER, taskApi } from "../schemas/index.ts";
 import { lifo } from "./helpers/defer.ts";
@@ -351,11 +352,21 @@ describe("nats auth - credentials from the environment", () => {
 describe("nats auth - consumers", () => {
   const streams = serviceStreams;
 
-  /** A push consumer delivering into the actors' queue group: what a rogue user would create. */
+  /**
+   * A push consumer delivering into the actors' queue group: what a rogue user would create. On
+   * the alarms' work queue it must ack and keep clear of the firing consumer's subjects.
+   */
   const rogue = (stream: string, name: string) =>
     JSON.stringify({
       stream_name: stream,
-      config: { name, deliver_subject: "jobs.create", deliver_group: "actors", ack_policy: "none" },
+      config: {
+        name,
+        deliver_subject: "jobs.create",
+        deliver_group: "actors",
+        ...(stream === OBJECT_ALARMS_STREAM
+          ? { ack_policy: "explicit", filter_subject: "objalarm.sched.>" }
+          : { ack_policy: "none" }),
+      },
     });
   const consumerExists = (stream: string, name: string) =>
     admin.nc

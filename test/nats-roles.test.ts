@@ -95,7 +95,7 @@ async function reconfiguring(stream: string): Promise<[string, string][]> {
 
 /** Where a role owns a stream's content, the purge it needs (permissions say why). */
 const purges: Partial<Record<NatsRole, readonly string[]>> = {
-  microvms: ["KV_microvms", "OBJ_images", "OBJ_snapshots", instanceLogStream],
+  microvms: ["KV_microvms", "OBJ_images", "OBJ_snapshots", instanceLogStream, "KV_objects", "OBJECT_ALARMS"],
 };
 
 /** Where a role removes single messages of its own (the actors: a deleted record's index entry). */
@@ -160,6 +160,33 @@ describe("nats roles - no running role can reconfigure a stream", () => {
     assert.equal((await info(`KV_${bucketNames.images}`)).config.sources, undefined);
   });
 
+  it("nats roles - the microVM host takes alarms from the provisioned consumer only, and cannot forge one", async () => {
+    const nc = await as("microvms");
+    const consumer = JSON.stringify({
+      stream_name: "OBJECT_ALARMS",
+      config: { durable_name: "mine", deliver_subject: "_INBOX_gateway.alarms", filter_subject: "objalarm.>" },
+    });
+    const requests: [string, string][] = [
+      ["$JS.API.CONSUMER.CREATE.OBJECT_ALARMS.mine", consumer],
+      ["$JS.API.CONSUMER.CREATE.OBJECT_ALARMS.mine.objalarm.>", consumer],
+      ["$JS.API.CONSUMER.DURABLE.CREATE.OBJECT_ALARMS.mine", consumer],
+      ["$JS.API.CONSUMER.DELETE.OBJECT_ALARMS.alarm-firing", ""],
+      ["$JS.API.CONSUMER.CREATE.OBJECT_ALARMS.alarm-firing", consumer],
+      // A firing is made by the server from a schedule, never published by a host.
+      ["objalarm.fire.a.b.c", ""],
+      ["$KV.objects2.x", ""],
+    ];
+    const refused = await refusals(nc, requests);
+    assert.deepEqual(
+      requests.map(([subject]) => subject).filter((subject) => !refused.has(subject)),
+      [],
+    );
+    const { config } = await jetstreamManager(admin, { checkAPI: false }).then((jsm) =>
+      jsm.consumers.info("OBJECT_ALARMS", "alarm-firing"),
+    );
+    assert.equal(config.filter_subject, "objalarm.fire.>");
+  });
+
   it("nats roles - the provisioning user reads and writes no message and removes nothing", async () => {
     const requests = serviceStreams.flatMap((stream): [string, string][] => [
       [`$JS.API.DIRECT.GET.${stream}`, JSON.stringify({ seq: 1 })],
@@ -221,6 +248,16 @@ describe("nats roles - what each role may send on $JS.API", () => {
         `$JS.API.DIRECT.GET.${instanceLogStream}`,
         `$JS.API.DIRECT.GET.${instanceLogStream}.>`,
         "$JS.API.INFO",
+        // Objects: their bucket (a deleted object's keys purged), usage counters, alarms.
+        ...reads("KV_objects"),
+        "$JS.API.STREAM.PURGE.KV_objects",
+        "$JS.API.DIRECT.GET.OBJECT_USAGE",
+        "$JS.API.DIRECT.GET.OBJECT_USAGE.>",
+        "$JS.API.DIRECT.GET.OBJECT_ALARMS",
+        "$JS.API.DIRECT.GET.OBJECT_ALARMS.>",
+        "$JS.API.STREAM.PURGE.OBJECT_ALARMS",
+        "$JS.API.CONSUMER.MSG.NEXT.OBJECT_ALARMS.alarm-firing",
+        "$JS.API.CONSUMER.INFO.OBJECT_ALARMS.alarm-firing",
       ]),
     );
     for (const role of runningRoles)

@@ -18,6 +18,7 @@ import {
   microvmLogWaits,
   onScrape,
   provisionBuckets,
+  provisionObjectStreams,
 } from "../../platform/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
@@ -205,6 +206,7 @@ export async function provisionMicrovmStores(nc: NatsConnection, options: Microv
       ...(options.snapshotStoreMiB === undefined ? {} : { storeMiB: options.snapshotStoreMiB }),
     });
   await InstanceLogs.provision(nc, { ...replicas, ...options.logLimits });
+  await provisionObjectStreams(nc, replicas);
 }
 
 export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostOptions): Promise<MicrovmHost> {

@@ -56,7 +56,7 @@ export function hostOwners(host: HostState): OwnerStrategy<HostedState> {
           span: `forward ${op.name}`,
           headers: { [PRINCIPAL_HEADER]: principal, [API_KEY_ID_HEADER]: context.headers?.get(API_KEY_ID_HEADER) },
         });
-        return answerOf(reply);
+        return answerOf(reply) as Awaited<ReturnType<typeof work>>;
       } catch (err) {
         // An owner that did not answer in time is unavailable here, as any transport failure.
         if (noAnswer(err)) throw ServiceUnavailable.make({}, { cause: err });

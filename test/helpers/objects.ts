@@ -1,0 +1,100 @@
+// Objects on a real NATS for tests: the streams made by the provisioning user, a connection as
+// the microVM host role, a lease in the objects bucket standing in for placement's activation
+// (claim, renew, take over), and NATS stopped or killed and started again on its store.
+import {
+  CONFLICT,
+  connectNats,
+  OBJECTS_BUCKET,
+  provisionObjectStreams,
+  startNatsServer,
+  versionedStore,
+  type NatsHandle,
+  type VersionedStore,
+} from "../../platform/index.ts";
+import { objectKey, type ActivationFence, type ObjectRef } from "../../vm-runtime/objects/index.ts";
+import type { Defer } from "./defer.ts";
+import { testNats, type TestNats, type TestRole } from "./nats.ts";
+
+export interface ObjectsNats {
+  nats: TestNats;
+  /** A connection as `role` (the microVM host by default), closed at the end. */
+  as(role?: TestRole): Promise<NatsHandle>;
+  /** Stops NATS (SIGKILL when `kill`) and starts it again on the same port and store. */
+  restart(kill?: boolean): Promise<void>;
+}
+
+export async function objectsNats(defer: Defer): Promise<ObjectsNats> {
+  const nats = await testNats(defer, { private: true });
+  let server = nats.server!;
+  const handles = new Set<NatsHandle>();
+  const as = async (role: TestRole = "microvms") => {
+    const handle = await connectNats({ ...nats.login(role), name: `test:${role}` });
+    handles.add(handle);
+    defer(() => handle.close());
+    return handle;
+  };
+  const provision = await as("provision");
+  await provisionObjectStreams(provision.nc);
+  await provision.close();
+  handles.delete(provision);
+  return {
+    nats,
+    as,
+    async restart(kill = false) {
+      if (kill) {
+        const exited = new Promise((resolve) => server.process.once("exit", resolve));
+        server.process.kill("SIGKILL");
+        await exited;
+      } else {
+        await server.stop();
+      }
+      server = await startNatsServer({
+        storeDir: nats.storeDir!,
+        port: server.port,
+        authorization: nats.authorization,
+      });
+      defer(() => server.stop());
+      // The connections made before reconnect within their reconnect wait.
+      for (const handle of handles) await until(() => handle.connected() || handle.nc.isClosed());
+    },
+  };
+}
+
+/** An activation of one object as placement would hold it: its lease key and revision. */
+export interface TestLease {
+  readonly fence: ActivationFence;
+  readonly revision: number;
+  /** Claims the lease whoever held it (a takeover), as this activation. */
+  claim(): Promise<void>;
+  /** Renews the lease by itself (a heartbeat), as placement's timer does. */
+  renew(): Promise<void>;
+}
+
+export function testLease(handle: NatsHandle, object: ObjectRef, owner: string): TestLease {
+  const leases: VersionedStore = versionedStore(handle.requester, OBJECTS_BUCKET);
+  const key = objectKey(object);
+  let revision = 0;
+  const renew = async () => {
+    const written = await leases.put(key, owner, revision);
+    if (written === CONFLICT) throw new Error(`${owner} lost the lease of ${key}`);
+    revision = written;
+  };
+  return {
+    fence: { token: () => ({ leaseKey: key, revision }), renew },
+    get revision() {
+      return revision;
+    },
+    async claim() {
+      const written = await leases.put(key, owner, (await leases.get(key)).revision);
+      if (written === CONFLICT) throw new Error(`${owner} could not claim ${key}`);
+      revision = written;
+    },
+    renew,
+  };
+}
+
+/** Resolves once `condition` holds (checked every 20 ms, for at most 15 s). */
+async function until(condition: () => boolean): Promise<void> {
+  for (const end = Date.now() + 15_000; !condition(); await new Promise((r) => setTimeout(r, 20)))
+    if (Date.now() > end) throw new Error("the connection did not come back within 15 s");
+}

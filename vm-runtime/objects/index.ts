@@ -1,0 +1,37 @@
+// Public entry of objects (user code with a name), host side: fenced storage with a quota per
+// principal, alarms on JetStream message schedules and the consumer that fires them.
+export { ObjectError } from "./errors.ts";
+export { activationFence } from "./fence.ts";
+export { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
+export {
+  DEFAULT_LIST_LIMIT,
+  DEFAULT_QUOTA_BYTES,
+  MAX_LIST_LIMIT,
+  MAX_STORAGE_KEY_BYTES,
+  MAX_STORAGE_VALUE_BYTES,
+  objectStores,
+  type ActivationFence,
+  type FencingToken,
+  type ListOptions,
+  type ObjectStorage,
+  type ObjectStores,
+  type StorageEntry,
+  type StorageOptions,
+  type StoragePage,
+} from "./storage.ts";
+export type { StorageUsage } from "./usage.ts";
+export {
+  DEFAULT_MAX_ALARMS,
+  DEFAULT_MIN_ALARM_INTERVAL_MS,
+  objectAlarms,
+  type AlarmOptions,
+  type ObjectAlarms,
+} from "./alarms.ts";
+export {
+  DEFAULT_ALARM_ATTEMPTS,
+  DEFAULT_ALARM_BACKOFF_MS,
+  startAlarmFiring,
+  type AlarmFiring,
+  type AlarmFiringOptions,
+  type AlarmHandler,
+} from "./firing.ts";
