@@ -4,6 +4,7 @@
 // that image as the same uid with the same secret, tells the runtime on its stdin to listen
 // again (read as soon as it runs: nothing polls the wall's state), and waits until it answers.
 import { lstatSync } from "node:fs";
+import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
 import { noteMembers, type Launcher, type Tracked, type WallOps } from "./isolated-walls.ts";
@@ -11,6 +12,23 @@ import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
 import { CONTROL_LINES } from "../runtime/boot.ts";
+
+/** What a restore may take on top of its timeout per MiB of its image (at least 10 MiB/s read). */
+const RESTORE_MS_PER_MIB = 100;
+
+/** MiB of the files in a checkpoint image directory. */
+async function imageMiB(imageDir: string): Promise<number> {
+  const names = await readdir(imageDir).catch(() => [] as string[]);
+  const sizes = await Promise.all(
+    names.map((name) =>
+      stat(join(imageDir, name)).then(
+        (info) => info.size,
+        () => 0,
+      ),
+    ),
+  );
+  return Math.ceil(sizes.reduce((sum, size) => sum + size, 0) / (1024 * 1024));
+}
 
 /** What checkpoint and restore use of the provider that tracks the walls. */
 export interface CheckpointDeps extends WallOps {
@@ -73,7 +91,8 @@ export function checkpointing(deps: CheckpointDeps) {
     if (!deps.launcher.restore)
       throw new MicrovmProviderError(`the ${deps.launcher.name} provider cannot restore an instance`);
     if (deps.closed()) throw new MicrovmProviderError("provider is closed");
-    const deadline = Date.now() + deps.restoreTimeoutMs;
+    // runsc reads the whole image before the runtime runs: the bound grows with it.
+    const deadline = Date.now() + deps.restoreTimeoutMs + RESTORE_MS_PER_MIB * (await imageMiB(imageDir));
     const saved = await readSavedInstance(imageDir).catch((cause: unknown) => {
       throw failed(cause);
     });
