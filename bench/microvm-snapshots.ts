@@ -1,9 +1,12 @@
 // Snapshots in the microVM bench (gVisor, the `sandbox` image): SuspendMicrovm (answered once
-// the snapshot is stored), ResumeMicrovm → first RPC and a request to a SUSPENDED instance
+// the snapshot is stored), ResumeMicrovm → first RPC on the host that suspended it (from its own
+// image) and from the store's copy (as another host would), a request to a SUSPENDED instance
 // (auto-resume), the bytes stored per instance, against cold RunMicrovm → first RPC measured
-// between them; then what N SUSPENDED instances hold on the host (instance processes, their
+// between them (each also as its ratio to that cycle's cold launch: load on the machine hits
+// both alike); then what N SUSPENDED instances hold on the host (instance processes, their
 // memory and cgroups, the service's RSS, records and snapshots) against the same ones RUNNING.
-import { basename } from "node:path";
+import { rm } from "node:fs/promises";
+import { basename, join } from "node:path";
 import { openBuckets } from "../platform/index.ts";
 import { idKey } from "../schemas/index.ts";
 import { WARM_PREFIX } from "../vm-runtime/host/isolated-boot.ts";
@@ -11,6 +14,7 @@ import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { percentiles, type Percentiles, pause } from "./stats.ts";
 import { expectHello, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
 import { hostCgroupKey, hostWorkDir } from "../vm-runtime/service/index.ts";
+import { LOCAL_SNAPSHOTS_DIR } from "../vm-runtime/snapshots/keeper.ts";
 import { cgroupMemoryKiB, pidsInHostGroup } from "./microvm-instance-procs.ts";
 import { memoryKiB, memoryOf } from "./proc.ts";
 
@@ -44,11 +48,15 @@ export interface SnapshotResults {
   coldFirstRpc: Percentiles;
   /** SuspendMicrovm → its answer, SUSPENDED with the snapshot stored. */
   suspend: Percentiles;
-  /** ResumeMicrovm → its answer (RUNNING) → first hello answered. */
+  /** ResumeMicrovm → its answer (RUNNING) → first hello answered, on the host that suspended it. */
   resumeFirstRpc: Percentiles;
+  /** The same with the host's own image removed: restored from the store's copy. */
+  resumeFromStoreFirstRpc: Percentiles;
+  /** Each cycle's suspend and resume ÷ the cold launch measured beside it. */
+  ratios: { suspend: Percentiles; resume: Percentiles; resumeFromStore: Percentiles };
   /** A hello to a SUSPENDED instance with auto-resume → its answer. */
   autoResumeFirstRpc: Percentiles;
-  /** Bytes stored per snapshot (gzip of runsc's image), and KV bytes per record. */
+  /** Bytes stored per snapshot (runsc's image, uncompressed), and KV bytes per record. */
   snapshotBytes: Percentiles;
   recordBytes: Percentiles;
   /** `count` instances RUNNING (each answered one RPC), then all SUSPENDED. */
@@ -64,7 +72,14 @@ export async function measureSnapshots(env: MicrovmEnvironment, settings: Snapsh
     if (!entry) throw new Error(`no record of ${microvmId}`);
     return { bytes: entry.length, stored: entry.json<{ checkpoint?: { bytes: number } }>().checkpoint?.bytes };
   };
-  const s = { cold: [] as number[], suspend: [] as number[], resume: [] as number[], auto: [] as number[] };
+  const s = {
+    cold: [] as number[],
+    suspend: [] as number[],
+    resume: [] as number[],
+    fromStore: [] as number[],
+    auto: [] as number[],
+  };
+  const localImages = join(hostWorkDir(env.dataDir, env.hostId), LOCAL_SNAPSHOTS_DIR);
   const sizes = { snapshot: [] as number[], record: [] as number[] };
   const suspend = async (vm: Connected) => {
     const answer = await env.api.suspendMicrovm({ microvmIdentifier: vm.microvmId });
@@ -84,11 +99,15 @@ export async function measureSnapshots(env: MicrovmEnvironment, settings: Snapsh
     if (record.stored === undefined) throw new Error(`${vm.microvmId} is SUSPENDED without a snapshot`);
     sizes.snapshot.push(record.stored);
     sizes.record.push(record.bytes);
-    await timed(s.resume, async () => {
+    const resume = async () => {
       const answer = await env.api.resumeMicrovm({ microvmIdentifier: vm.microvmId });
       if (answer.state !== "RUNNING") throw new Error(`resume of ${vm.microvmId} answered ${answer.state}`);
       await expectHello(vm.stub);
-    });
+    };
+    await timed(s.resume, resume);
+    await suspend(vm);
+    await rm(localImages, { recursive: true, force: true });
+    await timed(s.fromStore, resume);
     await suspend(vm);
     await timed(s.auto, () => expectHello(vm.stub));
     await terminate(env.api, vm.microvmId);
@@ -98,6 +117,12 @@ export async function measureSnapshots(env: MicrovmEnvironment, settings: Snapsh
     coldFirstRpc: percentiles(s.cold),
     suspend: percentiles(s.suspend),
     resumeFirstRpc: percentiles(s.resume),
+    resumeFromStoreFirstRpc: percentiles(s.fromStore),
+    ratios: {
+      suspend: percentiles(ratios(s.suspend, s.cold)),
+      resume: percentiles(ratios(s.resume, s.cold)),
+      resumeFromStore: percentiles(ratios(s.fromStore, s.cold)),
+    },
     autoResumeFirstRpc: percentiles(s.auto),
     snapshotBytes: percentiles(sizes.snapshot),
     recordBytes: percentiles(sizes.record),
@@ -158,10 +183,14 @@ async function inBatches(count: number, concurrency: number, work: (i: number) =
   }
 }
 
+/** `samples[i] / baseline[i]`: each against the baseline measured beside it. */
+const ratios = (samples: number[], baseline: number[]) => samples.map((value, i) => value / baseline[i]!);
+
 /** The rows, for the console. */
 export function formatSnapshots(r: SnapshotResults): string {
   const row = (name: string, p: Percentiles, unit = "ms") =>
     `| ${name} | ${p.p50.toFixed(0)} ${unit} | ${p.p99.toFixed(0)} ${unit} |`;
+  const ratio = (name: string, p: Percentiles) => `| ${name} | ${p.p50.toFixed(2)} | ${p.p99.toFixed(2)} |`;
   const held = (name: string, h: Held) =>
     `| ${name} | ${h.processes} | ${h.instancesRssMiB} | ${h.instancesPssMiB} | ${h.cgroupMiB} | ${h.serviceRssMiB} | ${h.warmWallProcesses} |`;
   return [
@@ -169,7 +198,11 @@ export function formatSnapshots(r: SnapshotResults): string {
     "| --- | --- | --- |",
     row("cold RunMicrovm → first RPC (baseline)", r.coldFirstRpc),
     row("SuspendMicrovm → SUSPENDED (snapshot stored)", r.suspend),
-    row("ResumeMicrovm → RUNNING → first RPC", r.resumeFirstRpc),
+    row("ResumeMicrovm → RUNNING → first RPC (the host's own image)", r.resumeFirstRpc),
+    row("ResumeMicrovm → RUNNING → first RPC (the store's copy)", r.resumeFromStoreFirstRpc),
+    ratio("suspend ÷ cold launch beside it", r.ratios.suspend),
+    ratio("resume (own image) ÷ cold launch beside it", r.ratios.resume),
+    ratio("resume (store's copy) ÷ cold launch beside it", r.ratios.resumeFromStore),
     row("RPC to a SUSPENDED instance (auto-resume)", r.autoResumeFirstRpc),
     row("snapshot stored", r.snapshotBytes, "bytes"),
     row("KV record of a SUSPENDED instance", r.recordBytes, "bytes"),

@@ -131,7 +131,7 @@ export const runMicrovmBench: BenchRun = async (options, header, startedAt) => {
 };
 
 /** Room in one principal's snapshot quota for every instance the snapshot rows suspend at once. */
-const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "1024", MICROVM_SNAPSHOT_STORE_MIB: "2048" };
+const snapshotServiceEnv = { MICROVM_SNAPSHOT_QUOTA_MIB: "2048", MICROVM_SNAPSHOT_STORE_MIB: "4096" };
 
 /** `--microvm-snapshots`: the snapshot rows only, on one gvisor-provider service. */
 export const runSnapshotBench: BenchRun = async (options, header, startedAt) => {

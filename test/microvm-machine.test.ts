@@ -418,7 +418,7 @@ test("lifecycle - with checkpoints, suspend stores a snapshot in place of the ha
   const h = harness(t, { checkpoints: true, io: { checkpoint: () => checkpointed.promise } });
   await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
-  assert.deepEqual(h.actor.getSnapshot().value, { SUSPENDING: "checkpointing" });
+  assert.deepEqual(h.actor.getSnapshot().value, { SUSPENDING: { checkpointing: "moving" } });
   checkpointed.resolve(saved);
   await h.expect("SUSPENDED");
   const asleep = h.actor.getSnapshot().context;
@@ -430,7 +430,7 @@ test("lifecycle - with checkpoints, suspend stores a snapshot in place of the ha
   });
   assert.deepEqual(copy.getSnapshot().context.saved, saved);
   h.actor.send({ type: "RESUME" });
-  assert.deepEqual(h.actor.getSnapshot().value, { SUSPENDED: "restoring" });
+  assert.deepEqual(h.actor.getSnapshot().value, { SUSPENDED: { restoring: "moving" } });
   assert.equal(h.actor.getSnapshot().context.stateReason, "Resuming");
   await h.expect("RUNNING");
   const running = h.actor.getSnapshot().context;
@@ -480,7 +480,15 @@ for (const [refusedWith, which] of [
   });
 }
 
-test("lifecycle - a checkpoint past its deadline ends in FAILED", async (t) => {
+/** Three times nearly a snapshot step's 30 ms deadline, each ended by progress. */
+async function progressing(h: Harness): Promise<void> {
+  for (let i = 0; i < 3; i++) {
+    await h.advance(29);
+    h.actor.send({ type: "SNAPSHOT_PROGRESS" });
+  }
+}
+
+test("lifecycle - a checkpoint past its deadline, counted from its last progress, ends in FAILED", async (t) => {
   const h = harness(t, {
     checkpoints: true,
     timeouts: { checkpointMs: 30 },
@@ -488,6 +496,8 @@ test("lifecycle - a checkpoint past its deadline ends in FAILED", async (t) => {
   });
   await h.expect("RUNNING");
   h.actor.send({ type: "SUSPEND" });
+  await progressing(h);
+  assert.deepEqual(h.calls, ["start", "checkpoint:vm-1"], "the checkpoint runs on, once");
   await h.advance(29);
   assert.equal(h.state(), "SUSPENDING");
   await h.advance(1);
@@ -507,7 +517,7 @@ test("lifecycle - a failed restore ends in FAILED with the reason, never RUNNING
   assert.equal(h.actor.getSnapshot().context.stateReason, "RestoreFailed: the snapshot of vm-1 is missing");
 });
 
-test("lifecycle - a restore past its deadline ends in FAILED, SUSPENDED until then", async (t) => {
+test("lifecycle - a restore past its deadline, counted from its last progress, ends in FAILED, SUSPENDED until then", async (t) => {
   const h = harness(t, {
     checkpoints: true,
     timeouts: { restoreMs: 30 },
@@ -517,6 +527,8 @@ test("lifecycle - a restore past its deadline ends in FAILED, SUSPENDED until th
   h.actor.send({ type: "SUSPEND" });
   await h.expect("SUSPENDED");
   h.actor.send({ type: "RESUME" });
+  await progressing(h);
+  assert.equal(h.calls.filter((call) => call.startsWith("restore:")).length, 1, "the restore runs on, once");
   await h.advance(29);
   assert.equal(h.state(), "SUSPENDED");
   await h.advance(1);

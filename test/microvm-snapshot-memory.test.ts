@@ -1,17 +1,24 @@
 // What a snapshot costs the service's own memory (gVisor, the real service as a child process,
 // its private nats-server): an instance holding 300 MiB of incompressible bytes is suspended
-// and resumed, and four of 350 MiB are suspended together; the service's peak RSS (VmHWM,
-// reset once it is warm) grows by at most 64 MiB, and each instance's bytes hash the same after
-// its resume. Snapshots stream through the service a few at a time, never whole.
+// and resumed from the store's copy (the host's own image of it removed), and four of 350 MiB
+// are suspended together and resumed; the service's peak RSS (VmHWM, reset once it is warm)
+// grows by at most 64 MiB, and each instance's bytes hash the same after its resume. Snapshots
+// stream through the service a few at a time, never whole, and its young garbage is collected
+// as they move. A suspend or resume may take longer than its answer waits on a busy machine:
+// the state it settles in is awaited then (its deadline counts from its last progress).
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { httpClient } from "../client/index.ts";
 import { microvmApi } from "../schemas/index.ts";
-import { checkGvisor } from "../vm-runtime/service/index.ts";
+import { checkGvisor, hostWorkDir } from "../vm-runtime/service/index.ts";
 import { connectMicrovm } from "../vm-runtime/index.ts";
+import { LOCAL_SNAPSHOTS_DIR } from "../vm-runtime/snapshots/keeper.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, policy, waitForState, type MicrovmClient } from "./helpers/microvm.ts";
+import type { MicrovmState } from "../schemas/index.ts";
 import { startServiceProcess, type ServiceProcess } from "./helpers/process.ts";
 import { fillerModule } from "./images/filler-module.ts";
 
@@ -19,6 +26,11 @@ type Filler = { fill(mib: number): Promise<string>; verify(): Promise<string> };
 
 /** The bound: what the service's memory may grow by while snapshots move, whatever they hold. */
 const GROWTH_BOUND_MIB = 64;
+/**
+ * Longest a suspend or resume is awaited past its answer: its own deadline ends it sooner, once
+ * it stops making progress; this bounds only a test whose service stopped deciding at all.
+ */
+const SETTLE_MS = 10 * 60_000;
 const defer = lifo(after);
 const gvisor = await checkGvisor();
 
@@ -30,8 +42,14 @@ describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason },
   let api: MicrovmClient;
   let pid: number;
 
+  const dataDir = mkdtempSync(join(tmpdir(), "snapshot-memory-"));
+  const hostId = "snapshot-memory";
+
   before(async () => {
+    defer(() => rmSync(dataDir, { recursive: true, force: true }));
     service = await startServiceProcess({
+      DATA_DIR: dataDir,
+      MICROVM_HOST_ID: hostId,
       NATS_URL: "",
       MICROVM_PROVIDER: "gvisor",
       MICROVM_MEMORY_MIB: "512",
@@ -69,13 +87,33 @@ describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason },
       console.log(`# ${JSON.stringify(line)}`);
     assert.fail(`${answer.microvmId} is ${answer.state}, not ${state}: ${stateReason}`);
   };
-  const cycle = async (microvmId: string) => {
-    await expectState(await api.suspendMicrovm({ microvmIdentifier: microvmId }), "SUSPENDED");
-    await expectState(await api.resumeMicrovm({ microvmIdentifier: microvmId }), "RUNNING");
+  /** The state an operation's answer settles in: awaited when the answer came first (`passing`). */
+  const settled = async (answer: { microvmId: string; state: string }, passing: string, state: string) => {
+    if (answer.state !== passing) return expectState(answer, state);
+    const { microvmId } = answer;
+    await expectState(
+      { microvmId, state: (await waitForState(api, microvmId, [state as MicrovmState, "FAILED"], SETTLE_MS)).state },
+      state,
+    );
+  };
+  const suspended = async (microvmId: string) =>
+    settled(await api.suspendMicrovm({ microvmIdentifier: microvmId }), "SUSPENDING", "SUSPENDED");
+  // A resume in progress reports SUSPENDED until its runtime answers.
+  const resumed = async (microvmId: string) =>
+    settled(await api.resumeMicrovm({ microvmIdentifier: microvmId }), "SUSPENDED", "RUNNING");
+  const cycle = async (microvmId: string, beforeResume?: () => void) => {
+    await suspended(microvmId);
+    beforeResume?.();
+    await resumed(microvmId);
   };
   const terminate = async (microvmId: string) => {
-    await api.terminateMicrovm({ microvmIdentifier: microvmId });
-    await waitForState(api, microvmId, ["TERMINATED"]);
+    // Terminate is idempotent: a gateway that gave up waiting (504, outcome unknown, seen with
+    // four large instances ending on a loaded machine) is asked again.
+    await api.terminateMicrovm({ microvmIdentifier: microvmId }).catch((err: unknown) => {
+      if (!/GatewayTimeout/.test(String(err))) throw err;
+      return api.terminateMicrovm({ microvmIdentifier: microvmId });
+    });
+    await waitForState(api, microvmId, ["TERMINATED"], SETTLE_MS);
   };
 
   /** The service's RSS now, with its peak reset to it (`clear_refs` 5). */
@@ -84,22 +122,26 @@ describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason },
     return statusKiB(pid, "VmRSS");
   };
   const growthMiB = (baselineKiB: number) => (statusKiB(pid, "VmHWM") - baselineKiB) / 1024;
+  /** Removes the host's images of its suspended instances: a resume then loads the store's copy. */
+  const dropLocalImages = () =>
+    rmSync(join(hostWorkDir(dataDir, hostId), LOCAL_SNAPSHOTS_DIR), { recursive: true, force: true });
 
-  // Its peak growth was 0.0 MiB in most runs and 80 MiB in one CI run (a fresh clone on node 26):
-  // run, reported, not yet required, until what grew there is found.
-  it("microvm snapshot memory - an instance holding 300 MiB is suspended and resumed with its bytes; the service grows by at most 64 MiB", {
-    todo: "the service's peak grew 80 MiB in one CI run of this test (bound 64 MiB): not yet held on every run",
+  // Peak growth 2-35 MiB in 8 runs with a CPU hog; the pair passed 3 runs in a row, then a
+  // 4-instance run failed (below): run, reported, required once 5 in a row pass.
+  it("microvm snapshot memory - an instance holding 300 MiB is suspended and resumed from the store with its bytes; the service grows by at most 64 MiB", {
+    todo: "not yet 5 passing runs in a row with a CPU hog (the pair below failed in between)",
   }, async () => {
     // Warm: every code path of a suspend and a resume has run once, on a small instance.
     const warm = await launch();
     await warm.stub.fill(8);
-    await cycle(warm.microvmId);
+    await cycle(warm.microvmId, dropLocalImages);
     await terminate(warm.microvmId);
 
     const vm = await launch();
     const digest = await vm.stub.fill(300);
     const baseline = resetPeak();
-    await cycle(vm.microvmId);
+    // Without the host's own image, the resume loads the store's copy: both ways through the service.
+    await cycle(vm.microvmId, dropLocalImages);
     const growth = growthMiB(baseline);
     const record = await api.getMicrovm({ microvmIdentifier: vm.microvmId });
     assert.equal(record.state, "RUNNING");
@@ -111,10 +153,10 @@ describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason },
     await terminate(vm.microvmId);
   });
 
-  // Four checkpoints of 350 MiB together pass the 30 s step deadline on a loaded 2-core machine
-  // (CheckpointTimedOut): run, reported, not yet required.
+  // Growth 3-28 MiB with a CPU hog; one run in five ended CheckpointFailed on a machine at load 20+
+  // (cause not yet found): run, reported, not yet required.
   it("microvm snapshot memory - four instances of 350 MiB suspended together stay within the bound, and the memory returns", {
-    todo: "four concurrent 350 MiB checkpoints and their uploads can pass the 30 s suspend deadline on a loaded 2-core machine",
+    todo: "one run in five with a CPU hog ended CheckpointFailed (cause not yet found)",
   }, async () => {
     const vms: Awaited<ReturnType<typeof launch>>[] = [];
     const digests: string[] = [];
@@ -124,12 +166,10 @@ describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason },
       digests.push(await vm.stub.fill(350));
     }
     const baseline = resetPeak();
-    const suspended = await Promise.all(vms.map((vm) => api.suspendMicrovm({ microvmIdentifier: vm.microvmId })));
+    await Promise.all(vms.map((vm) => suspended(vm.microvmId)));
     const suspendGrowth = growthMiB(baseline);
     console.log(`# 4 x 350 MiB suspended together: peak growth ${suspendGrowth.toFixed(1)} MiB`);
-    for (const answer of suspended) await expectState(answer, "SUSPENDED");
-    const resumed = await Promise.all(vms.map((vm) => api.resumeMicrovm({ microvmIdentifier: vm.microvmId })));
-    for (const answer of resumed) await expectState(answer, "RUNNING");
+    await Promise.all(vms.map((vm) => resumed(vm.microvmId)));
     const growth = growthMiB(baseline);
     assert.deepEqual(await Promise.all(vms.map((vm) => vm.stub.verify())), digests, "every instance's bytes intact");
     await Promise.all(vms.map((vm) => terminate(vm.microvmId)));

@@ -2,10 +2,13 @@
 // Store) with the counter image (state in memory and in a scratch file): SuspendMicrovm stores
 // a snapshot and leaves no process; ResumeMicrovm and auto-resume restore it; the idle policy
 // checkpoints and its suspendedDurationSeconds deletes the snapshot, as terminate does; a
-// damaged snapshot ends in FAILED with the reason; another principal cannot resume it.
+// damaged snapshot ends in FAILED with the reason; another principal cannot resume it. A resume
+// on the host that suspended restores from its own image of it.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import { Kvm } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { hostSubject, hostWorkDir, MicrovmStore, type MicrovmRecord } from "../vm-runtime/service/index.ts";
@@ -13,6 +16,7 @@ import { bucketNames, snapshotObjectBucket } from "../platform/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { microvmApi, nameToken, SUSPEND_WAIT_MS } from "../schemas/index.ts";
 import { connectMicrovm } from "../vm-runtime/index.ts";
+import { LOCAL_SNAPSHOTS_DIR } from "../vm-runtime/snapshots/keeper.ts";
 import { lifo } from "./helpers/defer.ts";
 import {
   assertNoInstanceLeft,
@@ -75,6 +79,8 @@ describe("microvm snapshots", { skip: skipGvisor }, () => {
     while ((await stored(microvmId)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     assert.equal(await stored(microvmId), undefined, `the snapshot of ${microvmId} is still stored`);
   }
+  /** Where the host keeps the images of its SUSPENDED instances. */
+  const localImages = () => join(svc.host.workDir, LOCAL_SNAPSHOTS_DIR);
   const pidsOf = (microvmId: string) => hostCgroupPids(hostWorkDir(svc.dataDir, svc.host.hostId), { microvmId }) ?? [];
 
   async function runCounter(overrides: Parameters<typeof policy>[0] = {}) {
@@ -184,14 +190,34 @@ describe("microvm snapshots", { skip: skipGvisor }, () => {
     await snapshotGone(vm.microvmId);
   });
 
+  it("microvm snapshots - resumed on the host that suspended it, an instance restores from that host's image, not the store's copy", async () => {
+    const vm = await runCounter({ autoResumeEnabled: false });
+    await vm.stub.increment();
+    const images = async () => readdir(localImages()).catch(() => [] as string[]);
+    const before = await images();
+    await suspend(vm.microvmId);
+    const kept = (await images()).filter((name) => !before.includes(name));
+    assert.equal(kept.length, 1, "the host keeps its image while SUSPENDED");
+    // The store's copy is never read here: damaged, it is not noticed, and goes with the resume.
+    await objects.putBlob({ name: objectName(vm.microvmId) }, randomBytes(4096));
+    assert.equal((await svc.overNats.resumeMicrovm({ microvmIdentifier: vm.microvmId })).state, "RUNNING");
+    assert.equal((await vm.stub.read()).memory, 1, "its memory came back");
+    assert.ok(!(await images()).includes(kept[0]!), "the image goes once it runs again");
+    await snapshotGone(vm.microvmId);
+    await svc.overNats.terminateMicrovm({ microvmIdentifier: vm.microvmId });
+    await waitForState(svc.overNats, vm.microvmId, ["TERMINATED"]);
+  });
+
   it("microvm snapshots - a damaged snapshot ends in FAILED with the reason; other instances go on", async () => {
     const vm = await runCounter({ autoResumeEnabled: false });
     const other = await runCounter();
     await other.stub.increment();
     await vm.stub.increment();
     await suspend(vm.microvmId);
-    // Bytes that are not the snapshot the record names (the store checks its digest).
+    // Bytes that are not the snapshot the record names (the store checks its digest), and no
+    // image of its own on the host: the store's copy is what the resume loads.
     await objects.putBlob({ name: objectName(vm.microvmId) }, randomBytes(4096));
+    await rm(localImages(), { recursive: true, force: true });
     await svc.overNats.resumeMicrovm({ microvmIdentifier: vm.microvmId });
     const failed = await waitForState(svc.overNats, vm.microvmId, ["FAILED"], 10_000);
     assert.match(

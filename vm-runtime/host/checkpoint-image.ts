@@ -17,6 +17,11 @@ export interface SavedInstance {
   readonly heapMiB: number;
   /** The secret its runtime admits requests with (it is in the saved memory). */
   readonly secret: string;
+  /**
+   * Its runtime takes CONTROL_LINES on stdin (runtime/boot.ts); a checkpoint
+   * without it is of an earlier runtime, told by the checkpoint signal once its wall runs.
+   */
+  readonly controlLines?: boolean;
 }
 
 export async function writeSavedInstance(imageDir: string, saved: SavedInstance): Promise<void> {
@@ -35,14 +40,21 @@ export async function readSavedInstance(imageDir: string): Promise<SavedInstance
   } catch (cause) {
     throw new Error("the checkpoint's instance file is not JSON", { cause });
   }
-  const { format, microvmId, uid, heapMiB, secret } = parsed;
+  const { format, microvmId, uid, heapMiB, secret, controlLines } = parsed;
   if (
     format !== FORMAT ||
     typeof microvmId !== "string" ||
     !Number.isInteger(uid) ||
     !Number.isInteger(heapMiB) ||
-    typeof secret !== "string"
+    typeof secret !== "string" ||
+    (controlLines !== undefined && typeof controlLines !== "boolean")
   )
     throw new Error("the checkpoint's instance file is malformed");
-  return { microvmId, uid: uid as number, heapMiB: heapMiB as number, secret };
+  return {
+    microvmId,
+    uid: uid as number,
+    heapMiB: heapMiB as number,
+    secret,
+    ...(controlLines === true ? { controlLines } : {}),
+  };
 }

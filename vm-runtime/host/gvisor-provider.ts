@@ -74,8 +74,12 @@ function gvisorLauncher(runsc: string, node: InstanceNode): Launcher {
   };
 }
 
-/** How long `runsc checkpoint` may take (it writes the instance's memory). */
-const CHECKPOINT_TIMEOUT_MS = 30_000;
+/**
+ * How long `runsc checkpoint` may take: it writes the instance's memory, so 30 s plus 100 ms per
+ * MiB the instance may hold (at least 10 MiB/s on a busy disk; 81 s for 512 MiB).
+ */
+const checkpointTimeoutMs = (instance: InstanceLaunch) =>
+  30_000 + 100 * (instance.heapMiB + Math.ceil(instance.scratchBytes / (1024 * 1024)));
 const STATE_POLL_MS = 10;
 
 /** `runsc run` of a new instance, or `runsc restore` of one from `restoreFrom`. */
@@ -130,7 +134,7 @@ async function launchWall(
     // interleaved runs: checkpoint 476 -> 148 ms, restore until running 521 -> 334 ms).
     checkpoint: (imageDir) =>
       runscCommand(
-        CHECKPOINT_TIMEOUT_MS,
+        checkpointTimeoutMs(instance),
         "checkpoint",
         "--compression=none",
         `--image-path=${imageDir}`,

@@ -1,14 +1,34 @@
 // Checkpoint and restore of an isolated provider's instances, on walls that can (gVisor): a
-// checkpoint asks the runtime to close its socket, has the wall save the sandbox into an image
+// checkpoint asks the runtime (a line on its stdin) to close its socket, has the wall save the sandbox into an image
 // directory and end, and writes what a restore needs beside it; a restore boots a wall from
-// that image as the same uid with the same secret, and waits until the runtime answers again.
+// that image as the same uid with the same secret, tells the runtime on its stdin to listen
+// again (read as soon as it runs: nothing polls the wall's state), and waits until it answers.
 import { lstatSync } from "node:fs";
+import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { readSavedInstance, writeSavedInstance, type SavedInstance } from "./checkpoint-image.ts";
 import { noteMembers, type Launcher, type Tracked, type WallOps } from "./isolated-walls.ts";
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
+import { CONTROL_LINES } from "../runtime/boot.ts";
+
+/** What a restore may take on top of its timeout per MiB of its image (at least 10 MiB/s read). */
+const RESTORE_MS_PER_MIB = 100;
+
+/** MiB of the files in a checkpoint image directory. */
+async function imageMiB(imageDir: string): Promise<number> {
+  const names = await readdir(imageDir).catch(() => [] as string[]);
+  const sizes = await Promise.all(
+    names.map((name) =>
+      stat(join(imageDir, name)).then(
+        (info) => info.size,
+        () => 0,
+      ),
+    ),
+  );
+  return Math.ceil(sizes.reduce((sum, size) => sum + size, 0) / (1024 * 1024));
+}
 
 /** What checkpoint and restore use of the provider that tracks the walls. */
 export interface CheckpointDeps extends WallOps {
@@ -22,6 +42,8 @@ export interface CheckpointDeps extends WallOps {
 
 /** `checkpoint` and `restore` of the provider (MicrovmProvider's optional pair). */
 export function checkpointing(deps: CheckpointDeps) {
+  /** Walls restored from an earlier runtime's checkpoint: told by signals, not control lines. */
+  const signalled = new WeakSet<Tracked>();
   /**
    * Saves a live instance into `imageDir` and ends it: the runtime closes its socket (a wall
    * cannot save a bound host socket), the wall writes the image and exits, and the host adds
@@ -41,10 +63,12 @@ export function checkpointing(deps: CheckpointDeps) {
       uid: entry.uid,
       heapMiB: entry.heapMiB,
       secret: entry.secret,
+      controlLines: true,
     };
     try {
       await entry.cgroup.thaw();
-      await launched.signalRuntime();
+      if (signalled.has(entry)) await launched.signalRuntime();
+      else launched.child.stdin?.write(`${CONTROL_LINES.close}\n`);
       const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
       if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
         throw new Error("the runtime did not close its socket");
@@ -67,7 +91,8 @@ export function checkpointing(deps: CheckpointDeps) {
     if (!deps.launcher.restore)
       throw new MicrovmProviderError(`the ${deps.launcher.name} provider cannot restore an instance`);
     if (deps.closed()) throw new MicrovmProviderError("provider is closed");
-    const deadline = Date.now() + deps.restoreTimeoutMs;
+    // runsc reads the whole image before the runtime runs: the bound grows with it.
+    const deadline = Date.now() + deps.restoreTimeoutMs + RESTORE_MS_PER_MIB * (await imageMiB(imageDir));
     const saved = await readSavedInstance(imageDir).catch((cause: unknown) => {
       throw failed(cause);
     });
@@ -78,7 +103,13 @@ export function checkpointing(deps: CheckpointDeps) {
     const { launched } = entry;
     try {
       await deps.assign(entry, spec.microvmId);
-      // The restored runtime listens again once told, after its sandbox runs.
+      // The restored runtime listens again once told: by a line it reads as soon as it runs,
+      // or (an earlier runtime's checkpoint) by the signal once its wall runs.
+      if (saved.controlLines) {
+        launched.child.stdin?.write(`${CONTROL_LINES.listen}\n`);
+        return await deps.answering(entry, spec.microvmId, deadline, signal);
+      }
+      signalled.add(entry);
       return await deps.answering(entry, spec.microvmId, deadline, signal, async (probeSignal) => {
         await launched.running!(deadline, probeSignal);
         await launched.signalRuntime!();

@@ -42,10 +42,13 @@ export interface MicrovmInstanceOptions {
  * restored from it. The caller supplies where it is stored (owner, instance) and how.
  */
 export interface InstanceSnapshots {
-  /** Checkpoints the instance (it ends) and stores its snapshot; resolves with what the record keeps. */
-  save(handle: MicrovmHandle): Promise<SavedSnapshot>;
+  /**
+   * Checkpoints the instance (it ends) and stores its snapshot; resolves with what the record
+   * keeps. Calls `progress` as the work moves on (the step's deadline counts from the last call).
+   */
+  save(handle: MicrovmHandle, progress?: () => void): Promise<SavedSnapshot>;
   /** Restores the instance from its stored snapshot; resolves with its new handle once it answers. */
-  restore(saved: SavedSnapshot, signal: AbortSignal): Promise<MicrovmHandle>;
+  restore(saved: SavedSnapshot, signal: AbortSignal, progress?: () => void): Promise<MicrovmHandle>;
 }
 
 export interface MicrovmInstance {
@@ -76,8 +79,10 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
       terminate: fromPromise(async ({ input }) => {
         if (input.handle) await provider.terminate(input.handle, input.graceMs);
       }),
-      checkpoint: fromPromise(({ input }) => requireSnapshots(options.snapshots).save(input.handle)),
-      restore: fromPromise(({ input, signal }) => requireSnapshots(options.snapshots).restore(input.saved, signal)),
+      checkpoint: fromPromise(({ input }) => requireSnapshots(options.snapshots).save(input.handle, progressed)),
+      restore: fromPromise(({ input, signal }) =>
+        requireSnapshots(options.snapshots).restore(input.saved, signal, progressed),
+      ),
     },
   });
   const actor = createActor(machine, {
@@ -90,6 +95,10 @@ export async function launchMicrovmInstance(options: MicrovmInstanceOptions): Pr
       checkpoints: options.snapshots !== undefined,
     },
   });
+  /** A snapshot step moved on: its deadline counts from now. */
+  function progressed() {
+    actor.send({ type: "SNAPSHOT_PROGRESS" });
+  }
   const state = () => microvmState(actor.getSnapshot());
   const waitForState = async (states: readonly MicrovmState[], timeoutMs = 30_000) =>
     microvmState(await waitFor(actor, (snapshot) => states.includes(microvmState(snapshot)), { timeout: timeoutMs }));

@@ -243,10 +243,19 @@ export const lifecycleMachine = setup({
               },
             ],
           },
-          after: {
-            checkpointDeadline: {
-              target: "#microvm.FAILED",
-              actions: { type: "setReason", params: { reason: StateReason.CheckpointTimedOut } },
+          // The deadline counts from the last progress (the image written, chunks stored, the
+          // queue of transfers moving): a large snapshot on a busy host takes longer, a stuck one fails.
+          // Only the child is entered again: the checkpoint itself runs on.
+          initial: "moving",
+          states: {
+            moving: {
+              on: { SNAPSHOT_PROGRESS: { target: "moving", reenter: true, actions: "anchorTimer" } },
+              after: {
+                checkpointDeadline: {
+                  target: "#microvm.FAILED",
+                  actions: { type: "setReason", params: { reason: StateReason.CheckpointTimedOut } },
+                },
+              },
             },
           },
         },
@@ -297,13 +306,20 @@ export const lifecycleMachine = setup({
             },
           },
           entry: "anchorTimer",
-          after: {
-            restoreDeadline: {
-              target: "#microvm.FAILED",
-              actions: { type: "setReason", params: { reason: StateReason.RestoreTimedOut } },
+          // As the checkpoint's: counted from the last progress of the load.
+          on: { RESUME: { actions: "acknowledge" } },
+          initial: "moving",
+          states: {
+            moving: {
+              on: { SNAPSHOT_PROGRESS: { target: "moving", reenter: true, actions: "anchorTimer" } },
+              after: {
+                restoreDeadline: {
+                  target: "#microvm.FAILED",
+                  actions: { type: "setReason", params: { reason: StateReason.RestoreTimedOut } },
+                },
+              },
             },
           },
-          on: { RESUME: { actions: "acknowledge" } },
         },
         /** Thawing: still reported as SUSPENDED until the runtime answers again. */
         resuming: {

@@ -12,9 +12,12 @@ export interface LifecycleTimeouts {
   readonly terminateMs: number;
   /** Passed to `terminate`: SIGTERM-to-SIGKILL grace. Keep it below `terminateMs`. */
   readonly terminateGraceMs: number;
-  /** Checkpointing and storing a suspended instance's snapshot (SUSPENDING.checkpointing). */
+  /**
+   * Checkpointing and storing a suspended instance's snapshot (SUSPENDING.checkpointing): the
+   * longest it may go without progress (SNAPSHOT_PROGRESS), whatever the whole takes.
+   */
   readonly checkpointMs: number;
-  /** Loading and restoring it (SUSPENDED.restoring). */
+  /** Loading and restoring it (SUSPENDED.restoring): the same, without progress. */
   readonly restoreMs: number;
 }
 
@@ -97,7 +100,9 @@ export type LifecycleEvent =
   | { readonly type: "RESUME" }
   | { readonly type: "TERMINATE"; readonly reason?: StateReasonText }
   | { readonly type: "REQUEST_START"; readonly inFlight: number }
-  | { readonly type: "REQUEST_END"; readonly inFlight: number };
+  | { readonly type: "REQUEST_END"; readonly inFlight: number }
+  /** A snapshot being saved or restored moved on: its step's deadline counts from now. */
+  | { readonly type: "SNAPSHOT_PROGRESS" };
 
 export interface StartInput {
   readonly microvmId: string;

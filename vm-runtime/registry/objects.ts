@@ -152,7 +152,7 @@ async function replaced(objects: ObjectStore, info: ObjectInfo): Promise<boolean
 }
 
 /** The 32 bytes of a `SHA-256=` digest, in base64 (URL-safe or not) or hex, as nats.js accepts. */
-function parseDigest(digest: string): Buffer | undefined {
+export function parseDigest(digest: string): Buffer | undefined {
   if (!digest.startsWith(DIGEST_TYPE)) return undefined;
   const value = digest.slice(DIGEST_TYPE.length);
   const bytes = /^[0-9a-f]{64}$/i.test(value)

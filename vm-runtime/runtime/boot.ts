@@ -70,18 +70,43 @@ export async function bootRuntime(image: Image, options: BootOptions = {}): Prom
   return server;
 }
 
-/** Closes the listener on the host's checkpoint signal, and listens again on the next (see CHECKPOINT_SIGNAL). */
+/**
+ * Lines the host writes on the runtime's stdin around a checkpoint (runtime of this version):
+ * `close` before it (the listener and every connection close, the socket file goes), `listen`
+ * on the restored wall's stdin, read as soon as the restored runtime runs (nothing polls the
+ * wall's state, no command runs to signal it). A runtime restored from an earlier checkpoint
+ * knows only CHECKPOINT_SIGNAL, each of which does the other of the two.
+ */
+export const CONTROL_LINES = {
+  close: JSON.stringify({ [READY_KEY]: "close" }),
+  listen: JSON.stringify({ [READY_KEY]: "listen" }),
+} as const;
+/** Longest control line read from stdin once the runtime serves; longer ones are dropped. */
+const CONTROL_LINE_LIMIT = 256;
+
+/** Closes the listener and listens again, as the host's control lines or signals say. */
 function installCheckpointToggle(server: Server, socketPath: string): void {
   let listening = true;
-  process.on(CHECKPOINT_SIGNAL, () => {
-    if (listening) {
-      listening = false;
-      server.close();
-      server.closeAllConnections();
-      return;
-    }
+  const listen = () => {
     listening = true;
     server.listen(socketPath);
+  };
+  const close = () => {
+    listening = false;
+    server.close();
+    server.closeAllConnections();
+  };
+  process.on(CHECKPOINT_SIGNAL, () => (listening ? close() : listen()));
+  let pending = "";
+  process.stdin.on("data", (chunk: Buffer | string) => {
+    pending += chunk.toString();
+    for (let newline = pending.indexOf("\n"); newline !== -1; newline = pending.indexOf("\n")) {
+      const line = pending.slice(0, newline).trim();
+      pending = pending.slice(newline + 1);
+      if (line === CONTROL_LINES.listen && !listening) listen();
+      if (line === CONTROL_LINES.close && listening) close();
+    }
+    if (pending.length > CONTROL_LINE_LIMIT) pending = "";
   });
 }
 

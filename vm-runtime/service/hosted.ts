@@ -162,11 +162,11 @@ export async function launchHosted(options: HostedOptions): Promise<HostedInstan
     if (handle)
       await options.provider.terminate(handle, 500).catch((err: unknown) => log.warn({ err }, "kill after FAILED"));
     // An ended instance never runs again: its snapshot (if any) goes, and frees its owner's quota.
-    // One whose record another host took keeps it (an expired record's sweep deletes it else).
-    if (!disowned)
-      await keeper
-        ?.discard()
-        .catch((err: unknown) => log.warn({ err, microvmId: options.microvmId }, "deleting a snapshot failed"));
+    // One whose record another host took keeps it (an expired record's sweep deletes it else),
+    // but not this host's image of it.
+    await (disowned ? keeper?.release() : keeper?.discard())?.catch((err: unknown) =>
+      log.warn({ err, microvmId: options.microvmId }, "deleting a snapshot failed"),
+    );
     options.onGone(hosted!);
     finished();
   };

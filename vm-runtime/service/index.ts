@@ -2,6 +2,7 @@
 // earlier run of this host id left, then serves the seven microVM operations (queue groups
 // `microvms.<op>` and the gateway's `microvms.gateway.<op>` shared by every host, plus this
 // host's own `microvms.host.<token>.<op>`), each request as its caller's principal.
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
@@ -34,6 +35,7 @@ import { reconcileHost, survivesHost, type ReconcileReport } from "./reconcile.t
 import { registerBuiltinImages } from "../registry/handlers.ts";
 import { ImageStore, type ImageQuota, type ImageStoreOptions } from "../registry/store.ts";
 import { SnapshotStore } from "../snapshots/store.ts";
+import { LOCAL_SNAPSHOTS_DIR } from "../snapshots/keeper.ts";
 import { isTerminal, MicrovmStore, ownerOf, type StoredRecord } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 import { StateReason } from "../wire/state-reasons.ts";
@@ -447,6 +449,8 @@ async function openHostParts(
         ...(options.snapshotQuotaMiB === undefined ? {} : { quotaBytes: options.snapshotQuotaMiB * 1024 * 1024 }),
       })
     : undefined;
+  // Images an earlier run kept of its suspended instances: what it adopts loads the stored copy.
+  await rm(join(workDir, LOCAL_SNAPSHOTS_DIR), { recursive: true, force: true });
   // In the background: the first instance then finds the runtime bundle ready (images need none).
   provider.prepare([]).catch((err: unknown) => log.warn({ err }, "bundling the runtime failed"));
   // Before any instance (adopted ones too) has a proxy: tokens of revoked API keys are refused.
