@@ -63,7 +63,9 @@ export const crudWorkloads: Workload[] = [
   },
   {
     name: "listTasksDO",
-    summary: `GET /do/tasks?name=bench-list-<k>&limit=${PAGE}: a full first page of 10 objects of ${TASKS_PER_LISTED_OBJECT} tasks each, in turn`,
+    summary:
+      `GET /do/tasks?name=bench-list-<k>&limit=${PAGE}: a full first page of 10 objects of ` +
+      `${TASKS_PER_LISTED_OBJECT} tasks each, in turn`,
     serviceGroup: "service",
     async prepare(ctx) {
       const name = cycle(await listedObjectsOf(ctx.taskUrl));
@@ -93,7 +95,8 @@ export const crudWorkloads: Workload[] = [
   {
     name: "deleteTaskDO",
     summary:
-      "DELETE /do/<id>?name=bench-del-<k>, each of a task created for it before the load (unmeasured): every answer a 204",
+      "DELETE /do/<id>?name=bench-del-<k>, each of a task created for it before the load (unmeasured): every " +
+      "answer a 204",
     serviceGroup: "service",
     optIn: true,
     prepare: async (ctx) =>

@@ -31,7 +31,8 @@ async function trace(sync: string) {
     const wrapper = join(dir, "nats-server");
     await writeFile(
       wrapper,
-      `#!/bin/sh\nexec strace -f -ttt -y -e trace=fsync,fdatasync,write,pwrite64 -o ${JSON.stringify(log)} ${JSON.stringify(natsServerPath())} "$@"\n`,
+      `#!/bin/sh\nexec strace -f -ttt -y -e trace=fsync,fdatasync,write,pwrite64 -o ${JSON.stringify(log)} ` +
+        `${JSON.stringify(natsServerPath())} "$@"\n`,
     );
     await chmod(wrapper, 0o755);
     const server = await startNatsServer({ storeDir: join(dir, "store"), binary: wrapper, sync });
@@ -76,7 +77,8 @@ async function trace(sync: string) {
     const latency = writes.map((w) => (w.acked - w.sent) * 1000).sort((a, b) => a - b);
     console.log(
       `NATS_SYNC=${sync}: ${WRITES} acknowledged creates over ${(last - first).toFixed(1)} s; ` +
-        `${during.length} fsyncs of the block file meanwhile; ${cached}/${WRITES} writes had a write() to the stream's block file ` +
+        `${during.length} fsyncs of the block file meanwhile; ${cached}/${WRITES} writes had a write() to the ` +
+        `stream's block file ` +
         `between send and ack, ${beforeAck}/${WRITES} an fsync; ` +
         `the others' ack -> next fsync: ${window}; ` +
         `create latency median ${latency[latency.length >> 1].toFixed(2)} ms`,

@@ -147,7 +147,8 @@ export async function runGrowth(
     );
   }
   console.log(
-    `\ngrowth: service RSS and getTask (median of ${options.rounds} × ${options.duration} s, ${options.connections} connections) by record count\n`,
+    `\ngrowth: service RSS and getTask (median of ${options.rounds} × ${options.duration} s, ` +
+      `${options.connections} connections) by record count\n`,
   );
   console.log(formatGrowth(points));
   await saveResults({ ...header, points }, startedAt, "growth");

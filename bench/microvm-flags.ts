@@ -122,7 +122,8 @@ export const runMicrovmFlags: BenchRun = async (options, header, startedAt) => {
         const sample = await measureOne(start, settings);
         samples.get(candidate.name)!.push(sample);
         console.log(
-          `  ${candidate.name}: ready ${sample.readyMs.toFixed(0)} ms, VmRSS ${(sample.afterOneRpc.rss / 1024).toFixed(1)} MiB, RPC p50 ${sample.seqP50} ms, ${sample.rps} req/s`,
+          `  ${candidate.name}: ready ${sample.readyMs.toFixed(0)} ms, VmRSS ` +
+            `${(sample.afterOneRpc.rss / 1024).toFixed(1)} MiB, RPC p50 ${sample.seqP50} ms, ${sample.rps} req/s`,
         );
       }
     }
@@ -135,7 +136,8 @@ export const runMicrovmFlags: BenchRun = async (options, header, startedAt) => {
     }
   }
   console.log(
-    `\nnode flags for an instance (sandbox runtime by hand, raw keep-alive RPC direct; median of ${settings.rounds} round(s)):\n`,
+    `\nnode flags for an instance (sandbox runtime by hand, raw keep-alive RPC direct; median of ` +
+      `${settings.rounds} round(s)):\n`,
   );
   console.log(formatFlags(names, samples));
   await saveResults(

@@ -27,7 +27,8 @@ export interface ImageResults {
 }
 
 const module = (stamp: string) =>
-  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: () => new Response("no", { status: 404 }) });\n` +
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, ` +
+  `fetch: () => new Response("no", { status: 404 }) });\n` +
   `export default defineImage({ methods: { greet: { handler: (name) => "hi, " + name } } });\n// ${stamp}\n`;
 
 /** Launch → RUNNING → token → first `greet("x")`; the instance is terminated after. */

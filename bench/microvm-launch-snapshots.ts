@@ -109,7 +109,8 @@ async function untilRestored(env: MicrovmEnvironment): Promise<number[]> {
     cold.push(Math.round(sample.ms));
     if (Date.now() > deadline)
       throw new Error(
-        `no start was restored within ${SNAPSHOT_READY_MS / 1000} s; cold starts there: ${cold.join(", ")} ms (a snapshot is taken at a median ≥ ${THRESHOLD_MS} ms)`,
+        `no start was restored within ${SNAPSHOT_READY_MS / 1000} s; cold starts there: ${cold.join(", ")} ms (a ` +
+          `snapshot is taken at a median ≥ ${THRESHOLD_MS} ms)`,
       );
     await pause(2_000);
   }
@@ -162,7 +163,8 @@ function distinctRandomness(restoredIds: readonly Identity[]): number {
   const distinct = new Set(restoredIds.map((id) => id.uuid)).size;
   if (distinct !== restoredIds.length)
     throw new Error(
-      `instances restored from one launch snapshot repeated randomUUID(): ${distinct} distinct of ${restoredIds.length}`,
+      `instances restored from one launch snapshot repeated randomUUID(): ${distinct} distinct of ` +
+        `${restoredIds.length}`,
     );
   return distinct;
 }
@@ -186,7 +188,9 @@ async function compare(
   const [c, r] = [percentiles(times.cold), percentiles(times.restored)];
   return {
     image: `${IMAGE_FILE} (Ajv compiling 300 schemas at import)`,
-    mechanism: `the service's own policy (snapshot once the median cold start is ≥ ${THRESHOLD_MS} ms, restore while faster; nothing lowered); cold: a second gvisor service with MICROVM_LAUNCH_SNAPSHOTS=0`,
+    mechanism:
+      `the service's own policy (snapshot once the median cold start is ≥ ${THRESHOLD_MS} ms, restore ` +
+      `while faster; nothing lowered); cold: a second gvisor service with MICROVM_LAUNCH_SNAPSHOTS=0`,
     samples,
     pushMs: Math.round(pushMs),
     warmupColdMs,
@@ -228,7 +232,8 @@ export function formatLaunchFromSnapshot(row: LaunchFromSnapshotRow): string {
     `${title}, ${row.image}, ${row.samples} of each taking turns`,
     `mechanism: ${row.mechanism}`,
     `createImage ${row.pushMs} ms (its check is the host's first cold start of the image); unmeasured launches ` +
-      `on the restoring host that were still cold before its first restore: ${row.warmupColdMs.map((ms) => `${ms} ms`).join(", ") || "none"}`,
+      `on the restoring host that were still cold before its first restore: ` +
+      `${row.warmupColdMs.map((ms) => `${ms} ms`).join(", ") || "none"}`,
     "",
     "| RunMicrovm → first RPC | p50 | p99 |",
     "| --- | --- | --- |",

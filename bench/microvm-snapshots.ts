@@ -192,7 +192,8 @@ export function formatSnapshots(r: SnapshotResults): string {
     `| ${name} | ${p.p50.toFixed(0)} ${unit} | ${p.p99.toFixed(0)} ${unit} |`;
   const ratio = (name: string, p: Percentiles) => `| ${name} | ${p.p50.toFixed(2)} | ${p.p99.toFixed(2)} |`;
   const held = (name: string, h: Held) =>
-    `| ${name} | ${h.processes} | ${h.instancesRssMiB} | ${h.instancesPssMiB} | ${h.cgroupMiB} | ${h.serviceRssMiB} | ${h.warmWallProcesses} |`;
+    `| ${name} | ${h.processes} | ${h.instancesRssMiB} | ${h.instancesPssMiB} | ${h.cgroupMiB} | ` +
+    `${h.serviceRssMiB} | ${h.warmWallProcesses} |`;
   return [
     `| ${r.samples} samples | p50 | p99 |`,
     "| --- | --- | --- |",
@@ -209,7 +210,8 @@ export function formatSnapshots(r: SnapshotResults): string {
     "",
     `${r.held.count} instances (snapshots stored: ${r.held.storedMiB} MiB in all)`,
     "",
-    "| state | instance processes | their VmRSS MiB | PSS MiB | cgroups MiB | service VmRSS MiB | processes of walls booted ahead |",
+    "| state | instance processes | their VmRSS MiB | PSS MiB | cgroups MiB | service VmRSS MiB | processes of " +
+      "walls booted ahead |",
     "| --- | --- | --- | --- | --- | --- | --- |",
     held("RUNNING", r.held.running),
     held("SUSPENDED", r.held.suspended),

@@ -40,7 +40,9 @@ const memoryNote: Record<ProviderName, string> = {
   process: "node's process",
   sandbox: "bwrap, the namespace's init and node; cgroup: the instance's memory cgroup",
   gvisor:
-    "every pid in the instance's cgroup: runsc run, runsc-gofer, runsc-sandbox (the Sentry, which holds image code's memory) and its stubs; cgroup: memory.usage_in_bytes / memory.current of that cgroup, which also counts the Sentry's memory file pages no process maps at the moment",
+    "every pid in the instance's cgroup: runsc run, runsc-gofer, runsc-sandbox (the Sentry, which holds image " +
+    "code's memory) and its stubs; cgroup: memory.usage_in_bytes / memory.current of that cgroup, which also " +
+    "counts the Sentry's memory file pages no process maps at the moment",
 };
 
 export function printProviderResults(
@@ -58,14 +60,16 @@ export function printProviderResults(
     console.log(`\nimages (createImage checks the module in an instance of this provider; targets from issue 13):\n`);
     console.log(formatImages(r.images));
     console.log(
-      `\ndensity (live instances have each answered one RPC; memory read 1 s after the last launch; PSS, VmRSS and anon summed over ${memoryNote[provider]}):\n`,
+      `\ndensity (live instances have each answered one RPC; memory read 1 s after the last launch; PSS, VmRSS and ` +
+        `anon summed over ${memoryNote[provider]}):\n`,
     );
     console.log(formatDensity(r.density));
     if (r.deaths.length) console.log(`\nprocesses that died during the run: ${r.deaths.join("; ")}`);
     if (r.densityFailures.length) console.log(`\nDENSITY NOT REACHED: ${r.densityFailures.join("; ")}`);
   }
   console.log(
-    `\nRPC paths (hello("x"); sequential after 100 unmeasured, then ${rpc.callers} concurrent callers for ${rpc.seconds} s; instance CPU summed over all its processes):\n`,
+    `\nRPC paths (hello("x"); sequential after 100 unmeasured, then ${rpc.callers} concurrent callers for ` +
+      `${rpc.seconds} s; instance CPU summed over all its processes):\n`,
   );
   console.log(
     formatRpcPaths([
@@ -76,14 +80,22 @@ export function printProviderResults(
   console.log(`\nproviders side by side, same run (ratios of the values in this table):\n`);
   console.log(formatComparison(comparison, providers));
   console.log(
-    `\ntargets (issue 11: the sandbox's; issue 13: images on the sandbox; issue 23: gvisor; issue 26: gvisor's suspend and resume with snapshots):\n`,
+    `\ntargets (issue 11: the sandbox's; issue 13: images on the sandbox; issue 23: gvisor; issue 26: gvisor's ` +
+      `suspend and resume with snapshots):\n`,
   );
   const checked = verdicts(comparison);
   console.log(formatVerdicts(checked));
   const missed = checked.filter((v) => v.met !== true);
   console.log(
     missed.length
-      ? `\n${missed.length} target(s) not met: ${missed.map((v) => `${v.target.provider} ${v.metric.trim()} (#${v.target.issue}: ${v.met === undefined ? "not measured" : "missed"})`).join("; ")}`
+      ? `\n${missed.length} target(s) not met: ` +
+          missed
+            .map(
+              (v) =>
+                `${v.target.provider} ${v.metric.trim()} ` +
+                `(#${v.target.issue}: ${v.met === undefined ? "not measured" : "missed"})`,
+            )
+            .join("; ")
       : `\nevery target met`,
   );
 }

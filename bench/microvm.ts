@@ -105,7 +105,9 @@ export const runMicrovmBench: BenchRun = async (options, header, startedAt) => {
         ...(provider === "gvisor" ? { serviceEnv: snapshotServiceEnv } : {}),
       }));
       console.log(
-        `${provider}: service pid ${env.servicePid} (all roles, MICROVM_PROVIDER=${provider}, MICROVM_HOST_ID=${env.hostId}, MICROVM_MAX_INSTANCES=${maxInstances}, DATA_DIR ${env.dataDir}), nats-server pid ${env.natsPid}`,
+        `${provider}: service pid ${env.servicePid} (all roles, MICROVM_PROVIDER=${provider}, ` +
+          `MICROVM_HOST_ID=${env.hostId}, MICROVM_MAX_INSTANCES=${maxInstances}, DATA_DIR ${env.dataDir}), ` +
+          `nats-server pid ${env.natsPid}`,
       );
     }
     results = await measureAll(
@@ -140,7 +142,8 @@ export const runSnapshotBench: BenchRun = async (options, header, startedAt) => 
   const settings = microvmSettings(options).snapshots;
   const { snapshots, launchFromSnapshot } = await withMicrovmEnvironment(
     { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
-    `${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} instances suspended together, then launch from snapshot vs cold start`,
+    `${settings.samples} cold launches and suspend/resume cycles taking turns, then ${settings.suspended} ` +
+      `instances suspended together, then launch from snapshot vs cold start`,
     async (env) => ({
       snapshots: await measureSnapshots(env, settings),
       launchFromSnapshot: await measureLaunchFromSnapshot(env, settings.samples),
@@ -194,7 +197,8 @@ async function measureAll(
   const floor = await measureLaunchFloor(providers, settings.floorSamples);
 
   console.log(
-    `RPC: ${settings.rpc.calls} sequential calls and ${settings.rpc.seconds} s × ${settings.rpc.callers} callers per path…`,
+    `RPC: ${settings.rpc.calls} sequential calls and ${settings.rpc.seconds} s × ${settings.rpc.callers} callers ` +
+      `per path…`,
   );
   const vms = {} as Record<ProviderName, Connected>;
   const proxied = {} as Record<ProviderName, { getMicrovm: ProviderResults["getMicrovm"]; rpc: RpcPath[] }>;
@@ -226,7 +230,8 @@ async function measureAll(
   const { snapshots: snapshotSettings } = settings;
   if (envs.gvisor)
     console.log(
-      `snapshots (gvisor): ${snapshotSettings.samples} cold launches and suspend/resume cycles taking turns, then ${snapshotSettings.suspended} instances suspended together…`,
+      `snapshots (gvisor): ${snapshotSettings.samples} cold launches and suspend/resume cycles taking turns, then ` +
+        `${snapshotSettings.suspended} instances suspended together…`,
     );
   const snapshots = envs.gvisor ? await measureSnapshots(envs.gvisor, snapshotSettings) : undefined;
   if (envs.gvisor) console.log("launch from snapshot vs cold start (gvisor): a slow-importing image…");
@@ -251,7 +256,8 @@ async function measureAll(
       settings.density,
       (p: DensityPoint) =>
         console.log(
-          `  ${p.live} live: ${p.perInstance.pss} MiB PSS per instance (VmRSS ${p.perInstance.rss}${p.cgroupPerInstance ? `, cgroup ${p.cgroupPerInstance.usage}` : ""}), ` +
+          `  ${p.live} live: ${p.perInstance.pss} MiB PSS per instance (VmRSS ` +
+            `${p.perInstance.rss}${p.cgroupPerInstance ? `, cgroup ${p.cgroupPerInstance.usage}` : ""}), ` +
             `service ${p.serviceMiB.rss} MiB, RPC p50 ${p.rpc.p50} ms, Run→RUNNING p50 ${p.running.p50} ms`,
         ),
       failures,

@@ -20,7 +20,10 @@ export interface RoundMeasurement {
   seedErrors: Record<string, number>;
   warmupErrors: Record<string, number>;
   load: LoadOutcome;
-  /** CPU seconds over the measured span: each actor process by name, `gateway`, `nats` (3 nodes), `bench` (this process). */
+  /**
+   * CPU seconds over the measured span: each actor process by name, `gateway`, `nats` (3 nodes), `bench` (this
+   * process).
+   */
   cpuSeconds: Record<string, number>;
   /** CPU seconds the whole machine ran over the same span, everyone's processes included. */
   machineCpuSeconds: number;
@@ -200,6 +203,8 @@ export function roundLine(r: RoundRecord): string {
     r.deaths.length ? `died: ${r.deaths.join(", ")}` : "",
     r.warnings.count ? `${r.warnings.count} service warning line(s), last: ${r.warnings.last.at(-1)}` : "",
   ].filter(Boolean);
-  const line = `  round ${r.round} ${r.config}: ${count(r.load.opsPerSecond)} ops/s, ${kinds}; CPU s ${cpu}, nats ${fixed(2)(r.cpuSeconds.nats ?? NaN)}`;
+  const line =
+    `  round ${r.round} ${r.config}: ${count(r.load.opsPerSecond)} ops/s, ${kinds}; CPU s ${cpu}, nats ` +
+    `${fixed(2)(r.cpuSeconds.nats ?? NaN)}`;
   return [line, ...notes.map((n) => `    ${n}`)].join("\n");
 }

@@ -63,8 +63,10 @@ export const runPlacementBench: BenchRun = async (options, header, startedAt) =>
     await run.remove();
   });
   console.log(
-    `\nplacement: ${settings.rounds} round(s) × ${placementConfigs.map((c) => c.label).join(" / ")}, ${settings.seconds} s measured ` +
-      `(${settings.warmupSeconds} s warm-up) each, ${settings.inFlight} in flight over ${settings.names} task objects, routed to ${settings.routing === "owner" ? "each name's owner" : "the shared subjects"}; ` +
+    `\nplacement: ${settings.rounds} round(s) × ${placementConfigs.map((c) => c.label).join(" / ")}, ` +
+      `${settings.seconds} s measured (${settings.warmupSeconds} s warm-up) each, ${settings.inFlight} in flight ` +
+      `over ${settings.names} task objects, ` +
+      `routed to ${settings.routing === "owner" ? "each name's owner" : "the shared subjects"}; ` +
       `3 NATS nodes, R3, a fresh cluster per configuration and round, in ${runDir}`,
   );
   const records: RoundRecord[] = [];
@@ -91,23 +93,27 @@ export const runPlacementBench: BenchRun = async (options, header, startedAt) =>
   console.log(`\nper round (CPU seconds over the measured span; busy % of ${cores} cores):\n`);
   console.log(formatRounds(records, cores));
   console.log(
-    `\nmedian over ${settings.rounds} round(s) of ${settings.seconds} s, ${settings.inFlight} create-then-get workers over ${settings.names} task objects, direct NATS:\n`,
+    `\nmedian over ${settings.rounds} round(s) of ${settings.seconds} s, ${settings.inFlight} create-then-get ` +
+      `workers over ${settings.names} task objects, direct NATS:\n`,
   );
   console.log(formatSummary(summary));
   const [one, two] = summary;
   console.log(
-    `\nratio median(${two!.config}) / median(${one!.config}): ${Number.isFinite(two!.ratio) ? two!.ratio.toFixed(2) : "-"}`,
+    `\nratio median(${two!.config}) / median(${one!.config}): ` +
+      `${Number.isFinite(two!.ratio) ? two!.ratio.toFixed(2) : "-"}`,
   );
   for (const r of records) if ("error" in r) console.log(`round ${r.round} ${r.config} failed: ${r.error}`);
   const withErrors = records.filter((r) => !("error" in r) && r.load.errorCount > 0).length;
   if (withErrors)
     console.log(
-      `\nwarning: ${withErrors} measured round(s) had errors (see above); their ops/s count successes only and are in the medians`,
+      `\nwarning: ${withErrors} measured round(s) had errors (see above); their ops/s count successes only and are ` +
+        `in the medians`,
     );
   const noisy = noisyRounds(records, cores);
   if (noisy.length)
     console.log(
-      `\nwarning: other processes on the machine used over 10% of the CPU during ${noisy.join(", ")}; run again on a quiet machine`,
+      `\nwarning: other processes on the machine used over 10% of the CPU during ${noisy.join(", ")}; run again on ` +
+        `a quiet machine`,
     );
   await saveResults(
     { ...header, settings, configs: placementConfigs, rounds: records, summary },

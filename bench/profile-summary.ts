@@ -95,7 +95,8 @@ function summarize(file: string, top: number, skipMs: number): string {
   }
   const places = [...byPlace].sort((a, b) => b[1] - a[1]).slice(0, top);
   return [
-    `${file}: ${(total / 1000).toFixed(1)} s profiled, ${(busy / 1000).toFixed(1)} s busy (${((busy / total) * 100).toFixed(0)}%); shares below are of busy time`,
+    `${file}: ${(total / 1000).toFixed(1)} s profiled, ${(busy / 1000).toFixed(1)} s busy ` +
+      `(${((busy / total) * 100).toFixed(0)}%); shares below are of busy time`,
     "",
     markdownTable(
       ["function", "where", "self ms", "self %"],

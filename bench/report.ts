@@ -140,5 +140,8 @@ export function progressLine(round: number, name: string, outcome: Outcome, base
   const ratio = baselineRps ? ` (${(outcome.rps / baselineRps).toFixed(2)}× bare)` : "";
   const trouble = outcome.errors || outcome.unexpected ? ` errors ${outcome.errors} non-2xx ${outcome.unexpected}` : "";
   const sample = outcome.errorSamples.length ? ` [${outcome.errorSamples.join("; ")}]` : "";
-  return `  round ${round} ${name}: ${Math.round(outcome.rps)} req/s${ratio}, p50 ${outcome.p50.toFixed(2)} ms, p99 ${outcome.p99.toFixed(2)} ms${trouble}${sample}`;
+  return (
+    `  round ${round} ${name}: ${Math.round(outcome.rps)} req/s${ratio}, p50 ${outcome.p50.toFixed(2)} ms, ` +
+    `p99 ${outcome.p99.toFixed(2)} ms${trouble}${sample}`
+  );
 }

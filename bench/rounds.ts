@@ -17,7 +17,10 @@ export interface RoundsOutcome {
   rows: SummaryRow[];
 }
 
-/** One measured load: the runner's result plus the peak RSS and CPU of `groups` meanwhile; a failure becomes `{ error }`. */
+/**
+ * One measured load: the runner's result plus the peak RSS and CPU of `groups` meanwhile; a failure becomes
+ * `{ error }`.
+ */
 export async function measure(run: Runner, groups: ProcessGroups, settings: LoadSettings): Promise<Outcome> {
   const sampler = sampleUsage(groups);
   try {

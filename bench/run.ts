@@ -34,7 +34,8 @@ async function compare(
     ? ` (the list rows: ${LIST_CONNECTIONS} request at a time)`
     : "";
   console.log(
-    `\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} connections${lists}, driver ${header.driver.name}:\n`,
+    `\nmedian over ${options.rounds} round(s) of ${options.duration} s, ${options.connections} ` +
+      `connections${lists}, driver ${header.driver.name}:\n`,
   );
   console.log(formatTable(rows));
   for (const row of rows.filter((r) => r.failures.length))
@@ -131,29 +132,40 @@ async function main() {
         };
     const on = comparedNats ? `on ${options.natsCompare}` : `running ${comparedService!.checkout}/main.ts`;
     console.log(
-      `the "@${compared.label}" rows: the same stacks ${on} (service pid ${compared.env.groups("service").service.join(",")}, ` +
-        `nats-server pid ${compared.env.groups("service").nats}${compared.env.r3 ? `, R3 nats pids ${compared.env.groups("r3").nats.join(",")} and ${compared.env.groups("r3Always").nats.join(",")}` : ""})`,
+      `the "@${compared.label}" rows: the same stacks ${on} (service pid ` +
+        `${compared.env.groups("service").service.join(",")}, nats-server pid ${compared.env.groups("service").nats}` +
+        (compared.env.r3
+          ? `, R3 nats pids ${compared.env.groups("r3").nats.join(",")} and ` +
+            `${compared.env.groups("r3Always").nats.join(",")}`
+          : "") +
+        ")",
     );
   }
   console.log(
-    `service pid ${env.groups("service").service.join(",")}, nats-server pid ${env.groups("service").nats} (${natsServerPath()} as npm start finds it, one nkey user per role, NATS_SYNC=${mainSync()}), bare pid ${env.groups("bare").service}, ` +
+    `service pid ${env.groups("service").service.join(",")}, nats-server pid ${env.groups("service").nats} ` +
+      `(${natsServerPath()} as npm start finds it, one nkey user per role, NATS_SYNC=${mainSync()}), bare pid ` +
+      `${env.groups("bare").service}, ` +
       `auth-off service pid ${env.groups("noAuth").service.join(",")}`,
   );
   if (env.r3)
     console.log(
-      `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ${env.groups("r3").nats.join(",")}) and always (${env.groups("r3Always").nats.join(",")})`,
+      `the :r3 workloads: R3 buckets on 3-node clusters, NATS_SYNC=1s (nats pids ` +
+        `${env.groups("r3").nats.join(",")}) and always (${env.groups("r3Always").nats.join(",")})`,
     );
   if (env.anchorUrl)
     console.log(
-      `the anchor: workloads: the no-hop anchor, pid ${env.groups("anchor").service.join(",")} (polka straight to KV, bucket ${anchorBucket}), on the service's nats-server with a login of its own`,
+      `the anchor: workloads: the no-hop anchor, pid ${env.groups("anchor").service.join(",")} (polka straight to ` +
+        `KV, bucket ${anchorBucket}), on the service's nats-server with a login of its own`,
     );
   if (env.traced)
     console.log(
-      `the :traced workloads: service pid ${env.groups("traced").service.join(",")} with OTEL_EXPORTER_OTLP_ENDPOINT set (spans exported to a sink in the bench; sampler ${samplerOf(process.env)})`,
+      `the :traced workloads: service pid ${env.groups("traced").service.join(",")} with ` +
+        `OTEL_EXPORTER_OTLP_ENDPOINT set (spans exported to a sink in the bench; sampler ${samplerOf(process.env)})`,
     );
   if (env.always)
     console.log(
-      `the :always workloads: service pid ${env.groups("always").service.join(",")}, nats-server pid ${env.groups("always").nats} (NATS_SYNC=always)`,
+      `the :always workloads: service pid ${env.groups("always").service.join(",")}, nats-server pid ` +
+        `${env.groups("always").nats} (NATS_SYNC=always)`,
     );
   const driver = chooseHttpDriver(options.driver);
   console.log(`HTTP load generator: ${driver.name} (${driver.version})`);

@@ -45,7 +45,8 @@ export function pooled(url: string, seed: (count: number) => Promise<HttpRequest
     fastestRps = Math.max(fastestRps, result.rps);
     if (result.exhausted)
       throw new Error(
-        `its ${requests.length} seeded records ran out within ${settings.duration} s (${Math.round(result.rps)} req/s); the next load gets more`,
+        `its ${requests.length} seeded records ran out within ${settings.duration} s (${Math.round(result.rps)} ` +
+          `req/s); the next load gets more`,
       );
     const { unsent: _, exhausted: __, ...load } = result;
     return load;

@@ -24,7 +24,10 @@ export interface SeedOptions {
   objectNames: string[];
 }
 
-/** Answers worth another try while seeding: the service is busy (a 504's create may be done; a spare record is harmless). */
+/**
+ * Answers worth another try while seeding: the service is busy (a 504's create may be done; a spare record is
+ * harmless).
+ */
 const BUSY = new Set([503, 504]);
 const SEED_ATTEMPTS = 3;
 

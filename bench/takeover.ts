@@ -48,11 +48,13 @@ try {
     outages.push(outage?.ms ?? Infinity);
     takeovers.push(takeoverMs);
     console.log(
-      `pause ${i + 1}: ${paused.name} held ${held} names; all activated elsewhere after ${takeoverMs} ms; longest time a name went without a 200: ${outage?.ms} ms (${outage?.name})`,
+      `pause ${i + 1}: ${paused.name} held ${held} names; all activated elsewhere after ${takeoverMs} ms; longest ` +
+        `time a name went without a 200: ${outage?.ms} ms (${outage?.name})`,
     );
   }
   console.log(
-    `median of ${PAUSES}: takeover ${median(takeovers)} ms, longest time without a 200 ${median(outages)} ms (max ${Math.max(...outages)} ms)`,
+    `median of ${PAUSES}: takeover ${median(takeovers)} ms, longest time without a 200 ${median(outages)} ms (max ` +
+      `${Math.max(...outages)} ms)`,
   );
 } finally {
   await load.stop();

@@ -111,8 +111,10 @@ const summaryLua = [
   `    table.insert(taken, t:get("taken") or 0)`,
   `  end`,
   `  local e = summary.errors`,
-  `  io.write(string.format('${RESULT_MARK}{"requests":%d,"micros":%d,"p50":%d,"p99":%d,"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d,"expected":%d,"exhausted":%d,"taken":[%s]}\\n',`,
-  `    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), e.connect, e.read, e.write, e.status, e.timeout, expected_total, exhausted_total, table.concat(taken, ",")))`,
+  `  io.write(string.format('${RESULT_MARK}{"requests":%d,"micros":%d,"p50":%d,"p99":%d,"connect":%d,"read":%d,` +
+    `"write":%d,"status":%d,"timeout":%d,"expected":%d,"exhausted":%d,"taken":[%s]}\\n',`,
+  `    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), e.connect, e.read, ` +
+    `e.write, e.status, e.timeout, expected_total, exhausted_total, table.concat(taken, ",")))`,
   `end`,
 ];
 
@@ -162,7 +164,9 @@ function toResult(s: WrkSummary, expectedStatus: number | undefined): LoadResult
   };
 }
 
-/** One wrk run of `spec`'s requests: two threads (one per core), `connections` keep-alive connections, whole seconds. */
+/**
+ * One wrk run of `spec`'s requests: two threads (one per core), `connections` keep-alive connections, whole seconds.
+ */
 export async function runWrkLoad(spec: HttpLoadSpec, settings: LoadSettings): Promise<LoadResult> {
   const summary = await runWrk(spec.url, settings, async () => script(spec));
   return toResult(summary, spec.expectedStatus);
