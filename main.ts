@@ -135,11 +135,13 @@ async function apiKeys(active: ReadonlySet<Role>): Promise<ReloadableApiKeys | u
   );
   if (!resolves)
     fail(
-      `HOST=${config.host} is not an address of this machine (it does not resolve): use 127.0.0.1 (default), 0.0.0.0 or ::`,
+      `HOST=${config.host} is not an address of this machine (it does not resolve): use 127.0.0.1 (default), ` +
+        `0.0.0.0 or ::`,
     );
   if (!config.apiKeysFile && !isLoopback(config.host)) {
     fail(
-      `the microVM API listens on ${config.host} and needs API keys: make one with \`npx taskctl apikey create <principal>\`, add its line to a file and set API_KEYS_FILE to it`,
+      `the microVM API listens on ${config.host} and needs API keys: make one with \`npx taskctl apikey create ` +
+        `<principal>\`, add its line to a file and set API_KEYS_FILE to it`,
     );
   }
   if (!config.apiKeysFile) {
@@ -183,7 +185,8 @@ async function listenOn(
     const code = (err as NodeJS.ErrnoException).code;
     if (code === "EADDRINUSE")
       fail(
-        `port ${port} (${variable}) is in use, maybe by another npm start: stop that, or set ${variable} to a free port (0 picks one)`,
+        `port ${port} (${variable}) is in use, maybe by another npm start: stop that, or set ${variable} to a free ` +
+          `port (0 picks one)`,
       );
     if (code === "EADDRNOTAVAIL")
       fail(`HOST=${config.host} is not an address of this machine: use 127.0.0.1 (default), 0.0.0.0 or ::`);
@@ -199,7 +202,8 @@ async function openBucketsOrFail<T>(open: () => Promise<T>, servers: string): Pr
   } catch (err) {
     if ((err as Error).name === "JetStreamNotEnabled" || /jetstream is not enabled/i.test((err as Error).message)) {
       fail(
-        `the NATS at ${servers} has no JetStream: run it with \`nats-server -js\` (or a jetstream {} block in its config)`,
+        `the NATS at ${servers} has no JetStream: run it with \`nats-server -js\` (or a jetstream {} block in its ` +
+          `config)`,
       );
     }
     if (err instanceof StoreNotProvisioned) fail(err.message);
@@ -226,7 +230,8 @@ async function provisionStores(
   if (!provisioner) {
     if (required)
       fail(
-        "--provision needs the provisioning credential: NATS_PROVISION_USER and NATS_PROVISION_PASSWORD, NATS_PROVISION_CREDS or NATS_PROVISION_NKEY (docs/security.md#provisioning)",
+        "--provision needs the provisioning credential: NATS_PROVISION_USER and NATS_PROVISION_PASSWORD, " +
+          "NATS_PROVISION_CREDS or NATS_PROVISION_NKEY (docs/security.md#provisioning)",
       );
     log.info("no provisioning credential: the stores are opened as they are");
     return;
@@ -277,7 +282,8 @@ async function main() {
   if (flags.provisionOnly && !config.natsUrl)
     configOrExit(() => {
       throw new ConfigError(
-        "--provision makes the stores on the NATS at NATS_URL: set it (without it, npm start provisions its private server itself)",
+        "--provision makes the stores on the NATS at NATS_URL: set it (without it, npm start provisions its " +
+          "private server itself)",
       );
     });
   const problem = logLevelProblem ?? logFormatProblem;
@@ -314,7 +320,8 @@ async function main() {
       err instanceof NatsServerTooOld
         ? fail(err.message)
         : fail(
-            `cannot connect to NATS at ${servers} as ${role}: ${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
+            `cannot connect to NATS at ${servers} as ${role}: ` +
+              `${(err as Error).message}${config.natsUrl ? " (is NATS_URL right and that server running?)" : ""}`,
           ),
     );
     connections.push(handle);

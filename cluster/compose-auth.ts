@@ -16,11 +16,14 @@ export function composeAuthorization(prefix = ""): string {
   const users = natsRoles.map(
     // Unquoted `$VAR`: nats-server reads it from its environment.
     (role) =>
-      `    { user: "${role}", password: $${passwordVariable(role)}, permissions: ${JSON.stringify(permissions[role])} }`,
+      `    { user: "${role}", password: $${passwordVariable(role)}, permissions: ` +
+      `${JSON.stringify(permissions[role])} }`,
   );
   return [
-    "# Written by `npm install`, `npm run cluster` or `tsx cluster/compose-auth.ts`: edit platform/nats-auth.ts instead.",
-    `# Each role connects as NATS_USER=<role> with NATS_INBOX_PREFIX=${inboxPrefixOf("gateway").replace("gateway", "<role>")}.`,
+    "# Written by `npm install`, `npm run cluster` or `tsx cluster/compose-auth.ts`: edit platform/nats-auth.ts " +
+      "instead.",
+    `# Each role connects as NATS_USER=<role> with ` +
+      `NATS_INBOX_PREFIX=${inboxPrefixOf("gateway").replace("gateway", "<role>")}.`,
     "authorization {",
     "  users = [",
     ...users,

@@ -12,7 +12,9 @@ export interface NodeProcessOptions {
   /** The process's whole environment. */
   readonly env: NodeJS.ProcessEnv;
   readonly cwd: string;
-  /** In a session and process group of its own: a terminal's Ctrl-C reaches the parent only, which stops it in order. */
+  /**
+   * In a session and process group of its own: a terminal's Ctrl-C reaches the parent only, which stops it in order.
+   */
   readonly detached?: boolean;
   /** Every output line: JSON logs on stdout, anything on stderr. */
   readonly onLine?: (name: string, line: string) => void;

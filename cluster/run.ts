@@ -144,7 +144,8 @@ async function killAll(list: readonly number[]): Promise<void> {
 
 const started = Date.now();
 console.log(
-  `starting ${topology.nats.length} NATS nodes, ${topology.gateways.length} gateways, ${topology.actors.length} actor processes, ${topology.microvmHosts.length} microVM host(s) in ${baseDir}`,
+  `starting ${topology.nats.length} NATS nodes, ${topology.gateways.length} gateways, ${topology.actors.length} ` +
+    `actor processes, ${topology.microvmHosts.length} microVM host(s) in ${baseDir}`,
 );
 try {
   cluster = await startCluster(topology, {
@@ -176,11 +177,13 @@ await writeFile(join(baseDir, "nats-url"), cluster.nats.url);
 const url = (port: number) => `http://127.0.0.1:${port}`;
 const lines = [
   "",
-  `cluster ready in ${((Date.now() - started) / 1000).toFixed(1)} s (JetStream meta leader after ${(cluster.jetStreamReadyMs / 1000).toFixed(1)} s)`,
+  `cluster ready in ${((Date.now() - started) / 1000).toFixed(1)} s (JetStream meta leader after ` +
+    `${(cluster.jetStreamReadyMs / 1000).toFixed(1)} s)`,
   `  NATS_URL=${cluster.nats.url}`,
   ...cluster.gateways.map(
     (g) =>
-      `  ${g.name.padEnd(15)} Task API ${url(g.ports!.task)}  Job API ${url(g.ports!.job)}  microVM API ${url(g.ports!.microvm)}`,
+      `  ${g.name.padEnd(15)} Task API ${url(g.ports!.task)}  Job API ${url(g.ports!.job)}  microVM API ` +
+      `${url(g.ports!.microvm)}`,
   ),
   `  ${cluster.services
     .filter((s) => s.role !== "gateway")
