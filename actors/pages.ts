@@ -21,7 +21,10 @@ export const STALE_ENTRY_GRACE_MS = 120_000;
 export const cursorAt = (subject: string, seq: number): string =>
   Buffer.from(`${seq}:${subject}`).toString("base64url");
 
-/** A list's page request from its input: `limit` (default 100) and the sequence it starts after (400 for a cursor not given by it). */
+/**
+ * A list's page request from its input: `limit` (default 100) and the sequence it starts after (400 for a cursor not
+ * given by it).
+ */
 export function pageInput(input: { limit?: number | string; cursor?: string }, subject: string) {
   const limit = Number(input.limit ?? 100);
   if (input.cursor === undefined) return { limit, after: 0 };

@@ -64,7 +64,9 @@ export interface Stored<T> {
   readonly index?: number;
 }
 
-/** The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`. */
+/**
+ * The stored JSON of `key` with its revision, or `undefined` when absent; throws `CorruptRecord` when it fails `check`.
+ */
 export async function readEntry<T>(
   store: RecordStore,
   key: string,

@@ -29,7 +29,10 @@ type Info = Static<typeof TaskObjectInfo>;
  */
 export const nameTasksCollection = (object: string): string => collectionSubject(bucketNames.taskObjects, `${object}.`);
 
-/** The collection of one principal's names (by its key prefix, `ownerPrefix`), each listed once, from its first activation on. */
+/**
+ * The collection of one principal's names (by its key prefix, `ownerPrefix`), each listed once, from its first
+ * activation on.
+ */
 export const namesCollection = (prefix: string): string => collectionSubject(bucketNames.taskObjects, prefix, "o");
 
 /**
@@ -52,7 +55,9 @@ export interface TaskObjectDirectoryDeps {
   records: RecordStore;
   /** The index of `taskobjects`: the names, and the tasks of each. */
   index: RecordIndex;
-  /** The task objects' leases (key `taskObjectLeaseKey`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`). */
+  /**
+   * The task objects' leases (key `taskObjectLeaseKey`): in the same bucket, or `taskobject-leases` (`leaseBucketFor`).
+   */
   leases: VersionedStore;
 }
 

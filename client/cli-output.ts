@@ -140,7 +140,10 @@ export function describeFailure(err: unknown, target: Target, context: { name?: 
         return `${target.where} answered ${err.status} without an error body: is it ${target.what}?`;
       return `${target.what} failed (500 InternalServerError); its logs have the cause`;
     default:
-      return `${target.what} answered ${err.status} ${body._tag}${typeof body.message === "string" ? `: ${body.message}` : ""}`;
+      return (
+        `${target.what} answered ${err.status} ` +
+        `${body._tag}${typeof body.message === "string" ? `: ${body.message}` : ""}`
+      );
   }
 }
 

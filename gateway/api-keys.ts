@@ -57,7 +57,8 @@ export function parseApiKeys(text: string): ApiKeys {
     const [principal, hash, ...rest] = line.split(/\s+/);
     if (rest.length > 0 || !PRINCIPAL.test(principal!) || !SHA256_HEX.test(hash?.toLowerCase() ?? "")) {
       throw new Error(
-        `API keys file, line ${index + 1}: expected "<principal> <sha256 hex of the key>" (principal: letters, digits, . _ @ -)`,
+        `API keys file, line ${index + 1}: expected "<principal> <sha256 hex of the key>" (principal: letters, ` +
+          `digits, . _ @ -)`,
       );
     }
     const lowered = hash!.toLowerCase();

@@ -44,7 +44,8 @@ export interface ApiServer {
 }
 
 const MISDIRECTED =
-  "this API answers only the Host names localhost, 127.0.0.1, [::1] and those configured (API_HOSTNAMES): another name may be a DNS-rebinding page";
+  "this API answers only the Host names localhost, 127.0.0.1, [::1] and those configured (API_HOSTNAMES): another " +
+  "name may be a DNS-rebinding page";
 
 export function createApiServer(options: ApiServerOptions): ApiServer {
   // Ends the answers that go on until the client closes (followed reads) when the server stops.

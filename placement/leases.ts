@@ -59,7 +59,9 @@ export interface PlacementOptions {
    * TaskObjectBusy (default 256), instead of queueing until it times out.
    */
   maxPending?: number;
-  /** The refusal of a request past `maxPending` (default 429 TaskObjectBusy): each kind of owned thing names its own. */
+  /**
+   * The refusal of a request past `maxPending` (default 429 TaskObjectBusy): each kind of owned thing names its own.
+   */
   busy?: (name: string, pending: number) => Error;
 }
 

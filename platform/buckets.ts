@@ -160,7 +160,8 @@ export async function provisionedStream(nc: NatsConnection, stream: string): Pro
   } catch (err) {
     if (!(err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound)) throw err;
     throw new StoreNotProvisioned(
-      `the stream ${stream} does not exist: the stores are made at start with the provisioning credential (docs/security.md#provisioning)`,
+      `the stream ${stream} does not exist: the stores are made at start with the provisioning credential ` +
+        `(docs/security.md#provisioning)`,
       { cause: err },
     );
   }

@@ -100,7 +100,8 @@ export function natsServerPath(env: NodeJS.ProcessEnv = process.env): string {
   if (!found) throw new Error(`${need} and none was found (NATS_SERVER_BIN, .tools/, PATH, /usr/sbin): ${how}`);
   if (found.source === "NATS_SERVER_BIN" && !executable(found.path)) {
     throw new Error(
-      `NATS_SERVER_BIN names ${found.path}, which is not an executable file: ${script}, or point it at a current binary`,
+      `NATS_SERVER_BIN names ${found.path}, which is not an executable file: ${script}, or point it at a current ` +
+        `binary`,
     );
   }
   if (!recentEnough(found.version)) {

@@ -57,7 +57,8 @@ function defineError<Tag extends string, P extends Record<string, TSchema>>(
 export const DecodeIssue = Type.Object({
   _tag: Type.String({
     description:
-      "Missing (a required field is absent) or Type (a value fails its schema); unknown fields are dropped, never an issue",
+      "Missing (a required field is absent) or Type (a value fails its schema); unknown fields are dropped, never " +
+      "an issue",
   }),
   path: Type.Array(Type.Union([Type.String(), Type.Number()])),
   message: Type.String(),
@@ -99,7 +100,8 @@ export const InvalidImage = defineError("InvalidImage", 400, {
     Type.Array(Type.String(), {
       maxItems: 20,
       description:
-        "a module that did not load: the last lines its instance wrote to stderr, oldest first (file paths replaced by <module>)",
+        "a module that did not load: the last lines its instance wrote to stderr, oldest first (file paths " +
+        "replaced by <module>)",
     }),
   ),
 });

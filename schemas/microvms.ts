@@ -146,14 +146,16 @@ export const runMicrovm = {
     wait: Type.Optional(
       Type.Literal("running", {
         description:
-          "answer once the instance is RUNNING (its runtime answers), not at once with PENDING; over NATS a field of the request",
+          "answer once the instance is RUNNING (its runtime answers), not at once with PENDING; over NATS a field " +
+          "of the request",
       }),
     ),
     // A number over NATS, digits in an HTTP query string.
     waitSeconds: Type.Optional(
       Count(
         MAX_RUN_WAIT_SECONDS,
-        `with wait=running: how long to wait, 1-${MAX_RUN_WAIT_SECONDS} s (default ${DEFAULT_RUN_WAIT_SECONDS}); then 504 MicrovmStartTimeout`,
+        `with wait=running: how long to wait, 1-${MAX_RUN_WAIT_SECONDS} s (default ${DEFAULT_RUN_WAIT_SECONDS}); ` +
+          `then 504 MicrovmStartTimeout`,
       ),
     ),
   }),

@@ -56,7 +56,10 @@ export function subscriptionSubject(op: Operation, prefix = ""): string {
   return withPrefix(prefix, op.subject.replace(/\{\w+\}/g, "*"));
 }
 
-/** A copy of `op` whose subject has `tokens` after its first token (`taskobjects.{name}.get` → `taskobjects.owner.<token>.{name}.get`). */
+/**
+ * A copy of `op` whose subject has `tokens` after its first token (`taskobjects.{name}.get` →
+ * `taskobjects.owner.<token>.{name}.get`).
+ */
 function insertTokens<Op extends Operation>(op: Op, tokens: string): Op {
   const dot = op.subject.indexOf(".");
   return { ...op, subject: `${op.subject.slice(0, dot)}.${tokens}${op.subject.slice(dot)}` };

@@ -105,7 +105,9 @@ export const getTaskDO = {
   http: { method: "GET", path: "/do/:id" },
   subject: "taskobjects.{name}.get",
   placement: ownedByName("name"),
-  /** Changed only by the name's activation, whose writes the bucket publishes; a create is answered after it is stored. */
+  /**
+   * Changed only by the name's activation, whose writes the bucket publishes; a create is answered after it is stored.
+   */
   reads: "versioned",
   params: TaskIdParams,
   query: TaskObjectQuery,

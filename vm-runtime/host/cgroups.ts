@@ -1,7 +1,8 @@
 // Per-instance cgroups for the sandbox provider, v1 (one hierarchy per controller) and v2
 // (unified): memory, CPU quota and process-count limits, the CPUs offered (as many as the quota
-// rounded up), the freezer for suspend, and a kill of every process in the group. A host's instances sit under one host group of their own, so
-// reconcile finds what an earlier run left from the kernel's own lists, never from storage.
+// rounded up), the freezer for suspend, and a kill of every process in the group. A host's
+// instances sit under one host group of their own, so reconcile finds what an earlier run left
+// from the kernel's own lists, never from storage.
 import { existsSync, readFileSync, readdirSync, realpathSync } from "node:fs";
 import { mkdir, rename, rmdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";

@@ -10,7 +10,9 @@ import { readPage } from "./pages.ts";
 
 /** Alarms one principal's objects may have set at once (default). */
 export const DEFAULT_MAX_ALARMS = 10_000;
-/** The soonest an alarm fires after it is set (default): an object setting alarms in a loop fires at most this often. */
+/**
+ * The soonest an alarm fires after it is set (default): an object setting alarms in a loop fires at most this often.
+ */
 export const DEFAULT_MIN_ALARM_INTERVAL_MS = 1_000;
 
 export interface AlarmOptions {
