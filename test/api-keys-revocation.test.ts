@@ -153,7 +153,8 @@ describe("api keys revocation - gateway and microVM host apart", () => {
     await aliceTalker.say("before");
     await Promise.all([follows.k.until("before"), follows.k2.until("before")]);
     const logs = await call(gateway, k.key, "GET", `/microvms/${alice.microvmId}/logs?limit=1`);
-    const url = `${gateway.microvmUrl}/2025-09-09/microvms/${alice.microvmId}/logs?since=${logs.body.cursor}&waitSeconds=30`;
+    const url =
+      `${gateway.microvmUrl}/2025-09-09/microvms/${alice.microvmId}/logs` + `?since=${logs.body.cursor}&waitSeconds=30`;
     longPoll = fetch(url, { headers: { authorization: `Bearer ${k.key}` } }).then(async (res) => ({
       status: res.status,
       body: (await res.json()) as Record<string, unknown>,

@@ -100,7 +100,8 @@ describe("bench --service-compare", () => {
     await mkdir(join(dir, "platform"));
     await writeFile(
       join(dir, "platform/nats-auth.ts"),
-      'export function authorizationConfig(credentials: unknown, prefix = "") { return `authorization { other checkout ${prefix} }`; }\n',
+      'export function authorizationConfig(credentials: unknown, prefix = "") { ' +
+        "return `authorization { other checkout ${prefix} }`; }\n",
     );
     const other = await permissionsOf(dir);
     assert.notEqual(other, authorizationConfig);

@@ -127,11 +127,13 @@ describe("cluster", () => {
       })),
     ]);
     t.diagnostic(
-      `buckets led again after ${ledMs} ms; first create 200 after ${first.ms} ms; before that ${tally(first.failures)}`,
+      `buckets led again after ${ledMs} ms; first create 200 after ${first.ms} ms; before that ` +
+        `${tally(first.failures)}`,
     );
     assert.ok(
       first.ms <= ledMs + NATS_NODE_BOUND_MS,
-      `creates answered again after ${first.ms} ms, the buckets led again after ${ledMs} ms (bound ${NATS_NODE_BOUND_MS} ms after)`,
+      `creates answered again after ${first.ms} ms, the buckets led again after ${ledMs} ms (bound ` +
+        `${NATS_NODE_BOUND_MS} ms after)`,
     );
     await untilOk(() => tasks.createTaskDO({ title: "after, in an object", name: "team" }), NATS_NODE_BOUND_MS);
     await untilOk(() => jobs.createJob({ content: "after" }), NATS_NODE_BOUND_MS);

@@ -65,7 +65,8 @@ describe("command flags", () => {
     assert.match(
       run.stderr,
       new RegExp(
-        `^error: cannot reach NATS at ${url} \\(DATA_DIR=${dir}, written by npm start\\): .*is that \`npm start\` still running\\?`,
+        `^error: cannot reach NATS at ${url} \\(DATA_DIR=${dir}, written by npm start\\): .*is that \`npm start\` ` +
+          `still running\\?`,
       ),
     );
   });

@@ -74,7 +74,8 @@ describe("config - environment", () => {
       [{ MICROVM_CPUS: "lots" }, 'MICROVM_CPUS must be a number of cores such as 0.5, got "lots"'],
       [
         { MICROVM_PROVIDER: "docker" },
-        'MICROVM_PROVIDER must be "auto" (default: gvisor, else sandbox), "gvisor", "sandbox" or "process", got "docker"',
+        'MICROVM_PROVIDER must be "auto" (default: gvisor, else sandbox), "gvisor", "sandbox" or "process", ' +
+          'got "docker"',
       ],
     ];
     for (const [env, message] of cases) {

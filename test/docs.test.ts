@@ -142,7 +142,10 @@ async function fileTimes(dir: string): Promise<Map<string, number>> {
   return times;
 }
 
-/** Instances of the service's microVM host not ending or ended (TERMINATING, TERMINATED, FAILED), from its `microvm_instances{state}` gauge. */
+/**
+ * Instances of the service's microVM host not ending or ended (TERMINATING, TERMINATED, FAILED), from its
+ * `microvm_instances{state}` gauge.
+ */
 async function liveInstances(): Promise<number> {
   const metrics = await (await fetch(`${service.taskUrl}/metrics`)).text();
   let live = 0;
@@ -161,7 +164,9 @@ const taskctlBin = join(
   (JSON.parse(await readFile(join(root, "client/taskctl/package.json"), "utf8")) as { bin: { taskctl: string } }).bin
     .taskctl,
 );
-const npxTaskctl = `npx() { if [ "\${1:-}" = taskctl ]; then shift; node ${JSON.stringify(taskctlBin)} "$@"; else command npx "$@"; fi; }`;
+const npxTaskctl =
+  `npx() { if [ "\${1:-}" = taskctl ]; then shift; node ${JSON.stringify(taskctlBin)} "$@"; else ` +
+  `command npx "$@"; fi; }`;
 
 /** The snippet with the documented default ports replaced by the service's. */
 function localized(code: string): string {

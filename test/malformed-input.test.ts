@@ -198,7 +198,8 @@ describe("malformed input - the process keeps serving", () => {
           body: JSON.stringify({ id }),
         },
       );
-      // Job records may lack fields or hold other types (the contract reads them leniently): only non-objects are corrupt.
+      // Job records may lack fields or hold other types (the contract reads them leniently): only non-objects are
+      // corrupt.
       if (!value.startsWith("{")) {
         await kvm.jobs.put(idKey(`corrupt-job-${i}`)!, value);
         const jobId = `corrupt-job-${i}`;

@@ -79,7 +79,8 @@ describe("gvisor checkpoint", { skip: skipGvisor }, () => {
       await Promise.all((await readdir(dir)).map(async (name) => (await stat(join(dir, name))).size))
     ).reduce((sum, size) => sum + size, 0);
     console.log(
-      `# checkpoint ${restoreAt - checkpointAt} ms (with the checks), restore to answering ${Date.now() - restoreAt} ms, image ${bytes} bytes`,
+      `# checkpoint ${restoreAt - checkpointAt} ms (with the checks), restore to answering ` +
+        `${Date.now() - restoreAt} ms, image ${bytes} bytes`,
     );
     assert.deepEqual(await rpc<Counter>(live.current, "read"), before, "the restored instance lost its state");
     assert.equal(await rpc(live.current, "increment"), 4);

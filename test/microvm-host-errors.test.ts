@@ -39,8 +39,12 @@ const scratch = await mkdtemp(join(tmpdir(), "host-errors-"));
 await chmod(scratch, 0o755);
 defer(() => rm(scratch, { recursive: true, force: true }));
 
-const inlineDefineImage = `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
-const goodModule = `${inlineDefineImage}\nexport default defineImage({ methods: { greet: { handler: (name) => "hi, " + name } } });\n`;
+const inlineDefineImage =
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", ` +
+  `methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
+const goodModule =
+  `${inlineDefineImage}\nexport default defineImage({ methods: { greet: { handler: (name) => ` +
+  `"hi, " + name } } });\n`;
 const good = join(scratch, "good.mjs");
 const throwing = join(scratch, "throwing.mjs");
 await writeFile(good, goodModule);
@@ -218,7 +222,8 @@ describe("host errors - a slow host", () => {
     });
     await writeFile(
       hanging,
-      `${inlineDefineImage}\nsetInterval(() => {}, 1000);\nawait new Promise(() => {});\nexport default defineImage({ methods: {} });\n`,
+      `${inlineDefineImage}\nsetInterval(() => {}, 1000);\nawait new Promise(() => {});\nexport default ` +
+        `defineImage({ methods: {} });\n`,
     );
     const provider = createProcessProvider({ node: { path: sleepyNode, version: process.versions.node } });
     t.after(() => provider.close());

@@ -58,11 +58,14 @@ function sweepSuite(wall: ProviderKind): void {
       await writeFile(
         script,
         `import { ${create} } from ${JSON.stringify(index)};\n` +
-          `const provider = await ${create}({ ...${JSON.stringify(options)}, warmInstances: 1, permissions: false });\n` +
-          `const handle = await provider.start({ microvmId: "frozen", image: ${JSON.stringify(testImages.counter)} });\n` +
+          `const provider = await ${create}({ ...${JSON.stringify(options)}, ` +
+          `warmInstances: 1, permissions: false });\n` +
+          `const handle = await provider.start({ microvmId: "frozen", ` +
+          `image: ${JSON.stringify(testImages.counter)} });\n` +
           `await provider.suspend(handle);\n` +
           // Up once the wall booted ahead holds no boot slot: its runtime waits for an image.
-          `while (provider.boots().running + provider.boots().waiting > 0) await new Promise((r) => setTimeout(r, 20));\n` +
+          `while (provider.boots().running + provider.boots().waiting > 0) ` +
+          `await new Promise((r) => setTimeout(r, 20));\n` +
           `console.log("up");\n` +
           `setInterval(() => undefined, 1000);\n`,
       );

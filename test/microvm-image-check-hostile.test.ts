@@ -35,11 +35,15 @@ writeFileSync(secretText, `${marker} is the secret\n`);
 /** From any directory of the host, up to `/` and down to the planted secret. */
 const relativeSecret = `${"../".repeat(24)}${secretJson.slice(1)}`;
 
-const inlineDefineImage = `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
+const inlineDefineImage =
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", ` +
+  `methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
 const greeter = (greeting: string) =>
-  `${inlineDefineImage}\nexport default defineImage({ methods: { greet: { handler: (name) => ${JSON.stringify(greeting)} + ", " + name } } });\n`;
+  `${inlineDefineImage}\nexport default defineImage({ methods: { greet: { handler: (name) => ` +
+  `${JSON.stringify(greeting)} + ", " + name } } });\n`;
 const leaking = (imports: string) =>
-  `${inlineDefineImage}\n${imports}\nexport default defineImage({ methods: { leak: { handler: () => String(secret) } } });\n`;
+  `${inlineDefineImage}\n${imports}\nexport default defineImage({ methods: { leak: ` +
+  `{ handler: () => String(secret) } } });\n`;
 
 /**
  * An image that patches the runtime's answers to `GET /__rpc__/` (it runs in the runtime's

@@ -30,10 +30,13 @@ const keys = parseApiKeys(
     .join("\n"),
 );
 
-const inlineDefineImage = `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
+const inlineDefineImage =
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", ` +
+  `methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
 /** A module whose `greet` answers `<greeting>, <name>`, padded with a comment to `padKiB`. */
 const greeter = (greeting: string, padKiB = 0) =>
-  `${inlineDefineImage}\nexport default defineImage({ methods: { greet: { handler: (name) => ${JSON.stringify(greeting)} + ", " + name } } });\n` +
+  `${inlineDefineImage}\nexport default defineImage({ methods: { greet: { handler: (name) => ` +
+  `${JSON.stringify(greeting)} + ", " + name } } });\n` +
   (padKiB ? `// ${"x".repeat(padKiB * 1024)}\n` : "");
 
 let svc: MicrovmService;

@@ -35,7 +35,9 @@ ${inlineDefineImage}
 export default defineImage({ methods: { greet: { handler: (name) => ${JSON.stringify(greeting)} + ", " + name } } });
 `;
 /** `defineImage` without imports: what a bundler inlines (the kind tag is all the runtime checks). */
-const inlineDefineImage = `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
+const inlineDefineImage =
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", ` +
+  `methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
 
 let svc: MicrovmService;
 const asAlice = () => httpClient(microvmApi, svc.microvmUrl, { apiKey: alice.key });

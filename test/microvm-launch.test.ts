@@ -206,7 +206,8 @@ describe("launch - latency", () => {
       `RunMicrovm → RUNNING p50 ${p50(toRunning)} ms; → first RPC p50 ${p50(toFirstRpc)} ms (10 launches, NATS)`,
     );
     t.diagnostic(
-      `SuspendMicrovm (answered SUSPENDED) p50 ${p50(suspend)} ms; ResumeMicrovm (answered RUNNING) p50 ${p50(resume)} ms`,
+      `SuspendMicrovm (answered SUSPENDED) p50 ${p50(suspend)} ms; ResumeMicrovm (answered RUNNING) p50 ` +
+        `${p50(resume)} ms`,
     );
   });
 });

@@ -175,7 +175,9 @@ describe("microvm snapshot memory", { skip: gvisor.ok ? false : gvisor.reason },
     await Promise.all(vms.map((vm) => terminate(vm.microvmId)));
     const afterKiB = statusKiB(pid, "VmRSS");
     console.log(
-      `# 4 x 350 MiB: service RSS ${(baseline / 1024).toFixed(1)} MiB, peak growth ${suspendGrowth.toFixed(1)} MiB suspending, ${growth.toFixed(1)} MiB with the resumes; ${((afterKiB - baseline) / 1024).toFixed(1)} MiB above after they ended`,
+      `# 4 x 350 MiB: service RSS ${(baseline / 1024).toFixed(1)} MiB, peak growth ${suspendGrowth.toFixed(1)} MiB ` +
+        `suspending, ${growth.toFixed(1)} MiB with the resumes; ${((afterKiB - baseline) / 1024).toFixed(1)} MiB ` +
+        `above after they ended`,
     );
     assert.ok(growth <= GROWTH_BOUND_MIB, `the service grew by ${growth.toFixed(1)} MiB`);
     assert.ok(afterKiB - baseline <= (GROWTH_BOUND_MIB / 2) * 1024, "the service's memory came back down");

@@ -44,7 +44,8 @@ it("start failure - an image that outgrew the host's memory fails its run with n
   assert.match(
     String(failed.stateReason),
     new RegExp(
-      `^StartFailed: instance ${microvmId} exited \\((SIG[A-Z]+|code \\d+)\\) before it was ready: FATAL ERROR: .*heap out of memory$`,
+      `^StartFailed: instance ${microvmId} exited \\((SIG[A-Z]+|code \\d+)\\) before it was ready: FATAL ERROR: ` +
+        `.*heap out of memory$`,
     ),
   );
   const logged = await loggedWithin(second, 5_000, (entry) => entry.microvmId === microvmId && entry.level === 40);

@@ -91,7 +91,9 @@ describe("nats-server binary", () => {
     await writeFile(join(dir, "scripts/get-nats-server.sh"), script);
     await writeFile(
       join(dir, "scripts/debian-fetch.sh"),
-      'echo "$@" >> fetched; rm -rf "$3"; mkdir -p "$3/usr/sbin"; printf \'#!/bin/sh\\necho "nats-server: v2.15.1"\\n\' > "$3/usr/sbin/nats-server"; chmod +x "$3/usr/sbin/nats-server"\n',
+      'echo "$@" >> fetched; rm -rf "$3"; mkdir -p "$3/usr/sbin"; ' +
+        'printf \'#!/bin/sh\\necho "nats-server: v2.15.1"\\n\' > "$3/usr/sbin/nats-server"; ' +
+        'chmod +x "$3/usr/sbin/nats-server"\n',
     );
     const tools = join(dir, ".tools/nats-server/usr/sbin");
     await mkdir(tools, { recursive: true });
@@ -128,7 +130,8 @@ describe("nats-server binary", () => {
       (err: Error) => {
         assert.equal(
           err.message,
-          `nats-server >= 2.12 is needed, but ${old} is v2.10.27: run scripts/get-nats-server.sh (Debian unstable's package into .tools/), or set NATS_SERVER_BIN to a current binary`,
+          `nats-server >= 2.12 is needed, but ${old} is v2.10.27: run scripts/get-nats-server.sh (Debian ` +
+            `unstable's package into .tools/), or set NATS_SERVER_BIN to a current binary`,
         );
         return true;
       },

@@ -55,7 +55,8 @@ test("output lines - a flood of empty lines is paced by a cost per line", async 
   const allowed = (limits.burstBytes + limits.bytesPerSecond * seconds) / (1 + limits.lineCostBytes);
   const cpuShare = (cpu.user + cpu.system) / 1e6 / seconds;
   console.log(
-    `# ${lines} empty lines in ${seconds.toFixed(2)} s (allowed ${allowed.toFixed(0)}), ${cpuShare.toFixed(2)} of a core`,
+    `# ${lines} empty lines in ${seconds.toFixed(2)} s (allowed ${allowed.toFixed(0)}), ${cpuShare.toFixed(2)} of ` +
+      `a core`,
   );
   assert.ok(lines > 0, "no line was read");
   assert.ok(stats.pauses > 0, "the flood was never paused");

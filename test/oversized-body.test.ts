@@ -23,7 +23,8 @@ function writeAllThenRead(url: string, body: Buffer): Promise<{ head?: string; e
     let answer = "";
     socket.on("error", (err) => resolve({ error: (err as NodeJS.ErrnoException).code ?? err.message }));
     socket.write(
-      `POST / HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`,
+      `POST / HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: ` +
+        `${body.length}\r\n\r\n`,
     );
     socket.write(body, () => {
       socket.setEncoding("utf8").on("data", (d) => (answer += d));

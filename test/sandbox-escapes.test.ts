@@ -252,7 +252,8 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
         const allowed = INSTANCE_CPUS * CPU_PERIOD_S * (periods + 1) + CPU_SLACK_S;
         assert.ok(
           used <= allowed,
-          `spin ${i} used ${used.toFixed(3)} s of CPU in ${periods} periods of ${INSTANCE_CPUS} core: more than ${allowed.toFixed(3)} s`,
+          `spin ${i} used ${used.toFixed(3)} s of CPU in ${periods} periods of ${INSTANCE_CPUS} core: more than ` +
+            `${allowed.toFixed(3)} s`,
         );
       }
     });
@@ -267,7 +268,8 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       const allowed = HOST_CPUS * CPU_PERIOD_S * (host.periods + 1) + each.length * CPU_SLACK_S;
       assert.ok(
         total <= allowed,
-        `six spinners used ${total.toFixed(3)} s of CPU in ${host.periods} periods of ${HOST_CPUS} core: more than ${allowed.toFixed(3)} s`,
+        `six spinners used ${total.toFixed(3)} s of CPU in ${host.periods} periods of ${HOST_CPUS} core: more than ` +
+          `${allowed.toFixed(3)} s`,
       );
     });
 
@@ -313,13 +315,16 @@ function escapeSuite(wall: Wall, permissions: boolean): void {
       const script = join(dir, "host.mjs");
       const index = new URL("../vm-runtime/service/index.ts", import.meta.url).href;
       const make = walled
-        ? `await ${wall.name === "gvisor" ? "createGvisorProvider" : "createSandboxProvider"}(${JSON.stringify(hostOptions)})`
+        ? `await ${wall.name === "gvisor" ? "createGvisorProvider" : "createSandboxProvider"}` +
+          `(${JSON.stringify(hostOptions)})`
         : `createProcessProvider({ workDir: ${JSON.stringify(join(dir, "work"))} })`;
       await writeFile(
         script,
-        `import { createProcessProvider, createSandboxProvider, createGvisorProvider } from ${JSON.stringify(index)};\n` +
+        `import { createProcessProvider, createSandboxProvider, createGvisorProvider } from ` +
+          `${JSON.stringify(index)};\n` +
           `const provider = ${make};\n` +
-          `const handle = await provider.start({ microvmId: "orphan", image: ${JSON.stringify(testImages.hostile)} });\n` +
+          `const handle = await provider.start({ microvmId: "orphan", ` +
+          `image: ${JSON.stringify(testImages.hostile)} });\n` +
           `const pids = provider.cgroupOf ? provider.cgroupOf(handle).pids() : [handle.pid];\n` +
           `console.log(JSON.stringify({ handle, pids }));\n` +
           `setInterval(() => undefined, 1000);\n`,

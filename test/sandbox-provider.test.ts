@@ -329,7 +329,9 @@ interface Reach {
   readonly mem: string;
 }
 
-/** From a host process running as `uid`: kill(pid, 0) and opening /proc/<pid>/mem (ptrace's access check) of each pid. */
+/**
+ * From a host process running as `uid`: kill(pid, 0) and opening /proc/<pid>/mem (ptrace's access check) of each pid.
+ */
 async function tryAs(uid: number, pids: readonly number[]): Promise<Record<string, Reach>> {
   const script = `
     const { openSync, closeSync } = require("node:fs");

@@ -133,7 +133,8 @@ describe("start-up errors", () => {
         run,
         new RegExp(
           `^error: nats-server >= 2\\.12 is needed, but ${binary} is v${version.replaceAll(".", "\\.")}: ` +
-            "run scripts/get-nats-server\\.sh \\(Debian unstable's package into \\.tools/\\), or set NATS_SERVER_BIN to a current binary \\(or set NATS_URL to join a running NATS\\)$",
+            "run scripts/get-nats-server\\.sh \\(Debian unstable's package into \\.tools/\\), or set " +
+            "NATS_SERVER_BIN to a current binary \\(or set NATS_URL to join a running NATS\\)$",
         ),
       );
       await assert.rejects(readFile(join(dir, "nats-server.pid")), `no nats-server was started from ${binary}`);

@@ -198,7 +198,8 @@ describe("task updates", () => {
         const ms = performance.now() - acked;
         const read = await getJson(url);
         console.log(
-          `${label}: the other gateway current ${ms.toFixed(1)} ms after the ack (the ${method} took ${(acked - started).toFixed(1)} ms)`,
+          `${label}: the other gateway current ${ms.toFixed(1)} ms after the ack (the ${method} took ` +
+            `${(acked - started).toFixed(1)} ms)`,
         );
         if (method === "DELETE") assert.deepEqual([answer.status, read.status], [204, 404]);
         else assert.deepEqual(read.body, { ...task, completed: true });

@@ -70,7 +70,8 @@ describe("unavailable", () => {
     assert.equal(res.status, 500);
     assert.equal(
       text,
-      `{"_tag":"InternalServerError","message":"internal error: the service's log has the cause (look for this response's X-Request-Id)"}`,
+      `{"_tag":"InternalServerError","message":"internal error: the service's log has the cause (look for this ` +
+        `response's X-Request-Id)"}`,
     );
   });
 

@@ -137,7 +137,8 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
       // The endpoint (microvm-host-1:<port>) is reachable on the compose network only: call it
       // from the gateway's container, as another service there would.
       const call =
-        `fetch("http://${endpoint}/__rpc__/hello", { method: "POST", headers: { "x-aws-proxy-auth": process.env.TOKEN }, body: '["compose"]' })` +
+        `fetch("http://${endpoint}/__rpc__/hello", { method: "POST", headers: { "x-aws-proxy-auth": ` +
+        `process.env.TOKEN }, body: '["compose"]' })` +
         ".then(async (r) => { console.log(r.status, await r.text()); })";
       const gateway = await project.container("gateway-2");
       const answer = await docker(
@@ -183,7 +184,8 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     for (const owner of busiest!.owners) diedAt[owner] = deadAt;
     const actorOutage = await recoveryAfter(load, names, killedAt, FAILOVER_BOUND_MS);
     t.diagnostic(
-      `SIGKILL ${busiest!.service} holding ${busiest!.held} names: longest time a name went without a 200: ${actorOutage.ms} ms (${actorOutage.name}); failed attempts: ${actorOutage.failures}`,
+      `SIGKILL ${busiest!.service} holding ${busiest!.held} names: longest time a name went without a 200: ` +
+        `${actorOutage.ms} ms (${actorOutage.name}); failed attempts: ${actorOutage.failures}`,
     );
     assert.ok(
       actorOutage.ms <= FAILOVER_BOUND_MS,
@@ -208,11 +210,14 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     const ledMs = await leadersBack(natsUrls, objectLoadBuckets, leader!, gatewayLogin(project), natsKilledAt);
     const natsOutage = await recoveryAfter(load, names, natsKilledAt, ledMs + NATS_NODE_BOUND_MS);
     t.diagnostic(
-      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): ${objectLoadBuckets.join(" and ")} led again after ${ledMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); failed attempts: ${natsOutage.failures}`,
+      `SIGKILL ${leader} (leader of ${bucketNames.taskObjectLeases}): ${objectLoadBuckets.join(" and ")} led again ` +
+        `after ${ledMs} ms; longest time a name went without a 200: ${natsOutage.ms} ms (${natsOutage.name}); ` +
+        `failed attempts: ${natsOutage.failures}`,
     );
     assert.ok(
       natsOutage.ms <= ledMs + NATS_NODE_BOUND_MS,
-      `a name was unanswered for ${natsOutage.ms} ms, the buckets led again after ${ledMs} ms (bound ${NATS_NODE_BOUND_MS} ms after)`,
+      `a name was unanswered for ${natsOutage.ms} ms, the buckets led again after ${ledMs} ms (bound ` +
+        `${NATS_NODE_BOUND_MS} ms after)`,
     );
     await project.compose("start", leader!);
     await sleep(STEADY_MS);
@@ -248,7 +253,8 @@ describe("compose", { skip: noEngine, timeout: 600_000 }, () => {
     assert.deepEqual(overlaps(intervals, diedAt), []);
     assert.deepEqual(writesOutside(intervals, events, diedAt), []);
     t.diagnostic(
-      `${load.answered.length} creates answered 200, all read back; ${intervals.length} activations, ${events.filter((e) => e.event === "write").length} writes, no overlap`,
+      `${load.answered.length} creates answered 200, all read back; ${intervals.length} activations, ` +
+        `${events.filter((e) => e.event === "write").length} writes, no overlap`,
     );
   });
 

@@ -85,7 +85,17 @@ describe("faults: actor kill", () => {
     const objectErrors = errors.filter((a) => a.target === TASK_OBJECT).map((a) => a.at - killedAt);
     const objectFailover = objectErrors.length > 0 ? Math.max(...objectErrors) : 0;
     console.log(
-      `# actor kill: ${JSON.stringify({ requests: answers.length, acknowledged: ok.length, afterKill, errors: errors.length, lateErrors: lateErrors.length, lost, lastTaskObjectErrorMs: objectFailover, takenOverMs: takenOver && takenOver.at - killedAt })}`,
+      `# actor kill: ` +
+        JSON.stringify({
+          requests: answers.length,
+          acknowledged: ok.length,
+          afterKill,
+          errors: errors.length,
+          lateErrors: lateErrors.length,
+          lost,
+          lastTaskObjectErrorMs: objectFailover,
+          takenOverMs: takenOver && takenOver.at - killedAt,
+        }),
     );
     assert.equal(lost, 0);
     assert.ok(takenOver, "the surviving process activated the killed owner's task object");

@@ -168,7 +168,8 @@ describe("faults: disk full", () => {
       if (passes > 0) {
         assert.ok(
           Date.now() - backAt < READ_BACK_RETRY_MS,
-          `${unread.length} acknowledged creates still unreadable ${Date.now() - backAt} ms after the reconnect (statuses ${[...new Set(retryStatuses)].join(", ")})`,
+          `${unread.length} acknowledged creates still unreadable ${Date.now() - backAt} ms after the reconnect ` +
+            `(statuses ${[...new Set(retryStatuses)].join(", ")})`,
         );
         await sleep(READ_BACK_PAUSE_MS);
       }
@@ -217,7 +218,8 @@ describe("faults: disk full", () => {
       // Its answers name no cause, so the service cannot: the server's own log does, once per store.
       assert.ok(
         report.serverWriteError,
-        `nats-server did not log a critical write error for lack of space: ${serverLines.filter((line) => line.includes("[ERR]")).join(" | ")}`,
+        `nats-server did not log a critical write error for lack of space: ` +
+          `${serverLines.filter((line) => line.includes("[ERR]")).join(" | ")}`,
       );
     }
   });

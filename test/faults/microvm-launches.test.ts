@@ -54,7 +54,15 @@ describe("faults: microVM launches", () => {
     const { items } = await svc.overNats.listMicrovms({});
     const live = items.filter((item) => item.state !== "TERMINATED");
     console.log(
-      `# microvm launches: ${JSON.stringify({ launches: LAUNCHES, atOnce: AT_ONCE, workRan: answered.length, seconds: (Date.now() - started) / 1000, processesLeft: instanceChildren({ instancesOnly: true }).length, liveRecords: live.length })}`,
+      `# microvm launches: ` +
+        JSON.stringify({
+          launches: LAUNCHES,
+          atOnce: AT_ONCE,
+          workRan: answered.length,
+          seconds: (Date.now() - started) / 1000,
+          processesLeft: instanceChildren({ instancesOnly: true }).length,
+          liveRecords: live.length,
+        }),
     );
     assert.equal(rejectedWithWork, LAUNCHES, "every launch rejected with the work's own error");
     assert.equal(answered.length, LAUNCHES, "every instance answered before the work threw");

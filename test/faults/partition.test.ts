@@ -221,11 +221,14 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
       (i) => tasks.answers.filter((a) => a.target === i && a.status === 200 && a.at >= cutAt && a.at < healedAt).length,
     );
     say(
-      `${label}: ${loadBuckets.join(", ")} led on the majority side ${ledMs} ms after the cut, which lasted ${healedAt - cutAt} ms; ` +
-        `through the majority's gateways the longest time one of ${majorityNames.length} names went without a 200 during the cut: ${majorityOutage.ms} ms (${majorityOutage.name}, bound ${majorityBoundMs} ms); ` +
+      `${label}: ${loadBuckets.join(", ")} led on the majority side ${ledMs} ms after the cut, which lasted ` +
+        `${healedAt - cutAt} ms; ` +
+        `through the majority's gateways the longest time one of ${majorityNames.length} names went without a 200 ` +
+        `during the cut: ${majorityOutage.ms} ms (${majorityOutage.name}, bound ${majorityBoundMs} ms); ` +
         `task creates answered 200 there during the cut: ${majorityTasks.join(", ")}; ` +
         `every name and task create answered 200 again ${recoveredMs} ms after the heal; ` +
-        `failed attempts: ${failureTally(during, cutAt)}; task creates: ${JSON.stringify(statusCounts(tasks.answers.filter((a) => a.at >= cutAt)))}`,
+        `failed attempts: ${failureTally(during, cutAt)}; task creates: ` +
+        `${JSON.stringify(statusCounts(tasks.answers.filter((a) => a.at >= cutAt)))}`,
     );
     if (majorityOutage.ms > majorityBoundMs) {
       // What that name saw, to tell JetStream's part from the service's (ms from the cut).
@@ -245,7 +248,8 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     assert.ok(majorityNames.length > 0, `${label}: some names are asked for through the majority's gateways only`);
     assert.ok(
       majorityOutage.ms <= majorityBoundMs,
-      `${label}: through the majority's gateways ${majorityOutage.name} went ${majorityOutage.ms} ms without a 200 during the cut (bound ${majorityBoundMs} ms: ${ledMs} ms to leaders + ${NATS_NODE_BOUND_MS} ms)`,
+      `${label}: through the majority's gateways ${majorityOutage.name} went ${majorityOutage.ms} ms without a 200 ` +
+        `during the cut (bound ${majorityBoundMs} ms: ${ledMs} ms to leaders + ${NATS_NODE_BOUND_MS} ms)`,
     );
     // What each majority gateway's task creates answered during the cut, and how long the longest took.
     const majorityTaskAnswers = majorityGateways.map((i) => {
@@ -258,7 +262,8 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     });
     assert.ok(
       majorityTasks.every((n) => n > 0),
-      `${label}: every majority gateway answered task creates during the cut (${majorityTasks.join(", ")}; ${majorityTaskAnswers.join("; ")}; ` +
+      `${label}: every majority gateway answered task creates during the cut (${majorityTasks.join(", ")}; ` +
+        `${majorityTaskAnswers.join("; ")}; ` +
         `leaders ${ledMs} ms after the cut, which lasted ${healedAt - cutAt} ms; ${placement})`,
     );
     assert.deepEqual(
@@ -276,7 +281,8 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     say(`${label}: ${node.name} saw every bucket led again ${rejoinedMs} ms after the heal`);
     assert.ok(
       recoveredMs <= healBoundMs,
-      `${label}: answering again ${recoveredMs} ms after the heal (bound ${healBoundMs} ms: rejoined ${rejoinedMs} + ${NATS_NODE_BOUND_MS})`,
+      `${label}: answering again ${recoveredMs} ms after the heal (bound ${healBoundMs} ms: rejoined ${rejoinedMs} ` +
+        `+ ${NATS_NODE_BOUND_MS})`,
     );
     return { cutAt, healedAt, majorityNames };
   }
@@ -308,7 +314,9 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
     );
   const mustMove = heldBefore.filter((name) => cut.majorityNames.includes(name));
   say(
-    `${ownerProcess.name} held ${heldBefore.length} names; of the ${mustMove.length} asked for through the majority's gateways, ${mustMove.filter(movedDuringCut).length} were activated on the majority side during the cut (of the others: ${heldBefore.filter((n) => !mustMove.includes(n) && movedDuringCut(n)).length})`,
+    `${ownerProcess.name} held ${heldBefore.length} names; of the ${mustMove.length} asked for through the ` +
+      `majority's gateways, ${mustMove.filter(movedDuringCut).length} were activated on the majority side during ` +
+      `the cut (of the others: ${heldBefore.filter((n) => !mustMove.includes(n) && movedDuringCut(n)).length})`,
   );
   assert.deepEqual(
     mustMove.filter((name) => !movedDuringCut(name)),
@@ -340,6 +348,8 @@ it("partitions - one NATS node cut off, then the node of a task-object owner: no
   assert.deepEqual(overlaps(intervals), []);
   assert.deepEqual(writesOutside(intervals, events), []);
   say(
-    `${writes.length} task-object creates (${writes.filter((w) => w.updated).length} updated) and ${taskWrites.length} task creates answered 200, all read back through the cluster's two gateways; ${intervals.length} activations, no overlap`,
+    `${writes.length} task-object creates (${writes.filter((w) => w.updated).length} updated) and ` +
+      `${taskWrites.length} task creates answered 200, all read back through the cluster's two gateways; ` +
+      `${intervals.length} activations, no overlap`,
   );
 });

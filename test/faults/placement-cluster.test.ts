@@ -70,7 +70,9 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
     const outage = await recoveryAfter(load, names, since, boundMs).catch((err: Error) =>
       assert.fail(`${label}: ${err.message}`),
     );
-    const line = `${label}: longest time a name went without a 200: ${outage.ms} ms (${outage.name}); failed attempts: ${outage.failures}`;
+    const line =
+      `${label}: longest time a name went without a 200: ${outage.ms} ms (${outage.name}); failed ` +
+      `attempts: ${outage.failures}`;
     report.push(line);
     t.diagnostic(line);
     if (process.env.DEBUG_PLACEMENT) {
@@ -164,7 +166,8 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
   await sleep(500);
   process.kill(paused.process.pid, "SIGCONT");
   t.diagnostic(
-    `SIGCONT after ${Date.now() - stoppedAt} ms; all ${pausedNames.length} names activated elsewhere after ${takeoverMs} ms`,
+    `SIGCONT after ${Date.now() - stoppedAt} ms; all ${pausedNames.length} names activated elsewhere after ` +
+      `${takeoverMs} ms`,
   );
   await recovery(`owner SIGSTOP (${paused.held} names)`, stoppedAt, PAUSED_OWNER_BOUND_MS);
   await sleep(STEADY_MS);
@@ -195,7 +198,9 @@ it("placement cluster - 3 NATS nodes, 2 gateways, 3 actor processes: actor kill,
     assert.ok(ended.reason === "expired" || ended.reason === "lost", `${name}: ended by ${ended.reason}`);
   }
   const updates = load.answered.filter((w) => w.updated).length;
-  const summary = `${load.answered.length} creates and ${updates} updates answered 200, all read back; ${intervals.length} activations, ${events.filter((e) => e.event === "write").length} writes, no overlap`;
+  const summary =
+    `${load.answered.length} creates and ${updates} updates answered 200, all read back; ` +
+    `${intervals.length} activations, ${events.filter((e) => e.event === "write").length} writes, no overlap`;
   t.diagnostic(summary);
   report.push(summary);
 });

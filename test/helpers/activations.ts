@@ -55,11 +55,13 @@ export function overlaps(
       const prevEnd = prev.end ?? diedAt[prev.owner];
       if (prevEnd === undefined)
         problems.push(
-          `${name}: ${prev.owner}@${prev.revision} never ended, yet ${next.owner}@${next.revision} started at ${next.start}`,
+          `${name}: ${prev.owner}@${prev.revision} never ended, yet ${next.owner}@${next.revision} started at ` +
+            `${next.start}`,
         );
       else if (prevEnd > next.start)
         problems.push(
-          `${name}: ${prev.owner}@${prev.revision} ran to ${prevEnd}, ${next.owner}@${next.revision} started at ${next.start} (${prevEnd - next.start} ms overlap)`,
+          `${name}: ${prev.owner}@${prev.revision} ran to ${prevEnd}, ${next.owner}@${next.revision} started at ` +
+            `${next.start} (${prevEnd - next.start} ms overlap)`,
         );
       if (next.revision <= prev.revision)
         problems.push(`${name}: revision went back from ${prev.revision} to ${next.revision}`);

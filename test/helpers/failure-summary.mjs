@@ -37,7 +37,8 @@ export default async function* failureSummary(source) {
   }
   if (todo > 0) yield `\n# todo tests that failed (known, not failures of the run): ${todo}\n`;
   if (failures.length === 0 && cancelled === 0) return;
-  let out = `\n# failures: ${failures.length}${cancelled ? ` (and ${cancelled} tests cancelled with their suite)` : ""}\n`;
+  let out =
+    `\n# failures: ${failures.length}` + `${cancelled ? ` (and ${cancelled} tests cancelled with their suite)` : ""}\n`;
   for (const { name, file, lines } of failures) {
     out += `# ✖ ${name}${file ? ` (${file.replace(`${process.cwd()}/`, "")})` : ""}\n`;
     out += lines.map((line) => `#     ${line}\n`).join("");

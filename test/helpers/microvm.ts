@@ -224,7 +224,9 @@ export function cgroupPidsOfHostKey(hostKey: string, options: CgroupPidsOptions 
   return pids;
 }
 
-/** A file of the host group of a provider created with `hostKey`, or of its group `group`, in `controller`'s hierarchy. */
+/**
+ * A file of the host group of a provider created with `hostKey`, or of its group `group`, in `controller`'s hierarchy.
+ */
 function groupFile(controller: "cpu" | "memory", hostKey: string, group: string | undefined, file: string): string {
   const root = cgroupV2() ? "/sys/fs/cgroup" : `/sys/fs/cgroup/${controller}`;
   return join(hostCgroupDir(root, hostKey), group ?? "", file);

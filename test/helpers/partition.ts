@@ -82,7 +82,10 @@ export function partitions(dir: string): Partitions | string {
     iptables(["-D", ...probe]);
   } catch (err) {
     rmdirSync(join(root, group));
-    return `iptables cannot match by cgroup and connmark here: ${String((err as { stderr?: Buffer }).stderr ?? err).trim()}`;
+    return (
+      `iptables cannot match by cgroup and connmark here: ` +
+      `${String((err as { stderr?: Buffer }).stderr ?? err).trim()}`
+    );
   }
   let nodeBinary: string;
   try {

@@ -139,7 +139,10 @@ export async function serviceDataDir(t: { after(fn: () => unknown): void }): Pro
   return dir;
 }
 
-/** The first log entry `match` accepts, once the service has logged it (its pipe may lag its answers; fails after `timeoutMs`). */
+/**
+ * The first log entry `match` accepts, once the service has logged it (its pipe may lag its answers; fails after
+ * `timeoutMs`).
+ */
 export async function loggedWithin(
   svc: { readonly logs: readonly Record<string, unknown>[] },
   timeoutMs: number,

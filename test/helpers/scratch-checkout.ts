@@ -8,7 +8,10 @@ import { basename, join, relative } from "node:path";
 /** Ignored entries the copy links instead, read as installed or built: dependencies, tools, the build. */
 export const LINKED = ["node_modules", ".tools", "dist"] as const;
 
-/** A test of a path relative to the root against the root `.gitignore`: the forms it uses (names, `*`, a trailing `/`, a `/` inside). */
+/**
+ * A test of a path relative to the root against the root `.gitignore`: the forms it uses (names, `*`, a trailing `/`, a
+ * `/` inside).
+ */
 export function gitignored(gitignore: string): (path: string, isDirectory: boolean) => boolean {
   const rules = gitignore
     .split("\n")

@@ -29,7 +29,10 @@ export interface ServiceOptions {
   placement?: ActorOptions["placement"];
   /** API keys: every request then needs a bearer key. */
   apiKeys?: ApiKeys;
-  /** The principal of NATS callers on the public subjects (default as `npm start`: `nats:internal` with API keys, else anonymous). */
+  /**
+   * The principal of NATS callers on the public subjects (default as `npm start`: `nats:internal` with API keys, else
+   * anonymous).
+   */
   natsPrincipal?: string;
   /** Writes a previous release's records before the actors start (the backfill at start then indexes them). */
   earlier?: (buckets: Awaited<ReturnType<typeof provisionBuckets>>) => Promise<void>;

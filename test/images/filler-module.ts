@@ -1,7 +1,9 @@
 // Test-only image, pushed as one self-contained module: `fill(mib)` holds that many MiB of
 // incompressible bytes (a xorshift stream) and answers their SHA-256; `verify()` hashes them
 // again; `limits()` answers what the instance sees of its memory and CPUs.
-const inlineDefineImage = `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
+const inlineDefineImage =
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", ` +
+  `methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
 
 export const fillerModule = `
 import os from "node:os";
