@@ -26,6 +26,7 @@ import { v1Hierarchies } from "../../vm-runtime/host/cgroups.ts";
 import { WARM_PREFIX } from "../../vm-runtime/host/isolated-boot.ts";
 import type { MicrovmState } from "../../schemas/index.ts";
 import { pollUntil } from "../../vm-runtime/host/provider-util.ts";
+import { DEFAULT_TIMEOUTS } from "../../vm-runtime/lifecycle/types.ts";
 import { rmdirOnceEmpty } from "./cgroup-dirs.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats } from "./nats.ts";
@@ -116,18 +117,25 @@ export async function startMicrovmService(
   };
 }
 
-/** Polls GetMicrovm until the state is one of `states`; fails the test after `timeoutMs`. */
+/**
+ * The longest an instance stays in a transient state: every one has a lifecycle deadline (a
+ * start's is the longest, 30 s) after which it is FAILED. A wait past it would wait for nothing.
+ */
+const SETTLED_WITHIN_MS = DEFAULT_TIMEOUTS.startMs + 5_000;
+
+/** Polls GetMicrovm until the state is one of `states`; fails the test once it settled in another, or after `timeoutMs`. */
 export async function waitForState(
   client: MicrovmClient,
   microvmId: string,
   states: readonly MicrovmState[],
-  timeoutMs = 10_000,
+  timeoutMs = SETTLED_WITHIN_MS,
 ) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const vm = await client.getMicrovm({ microvmIdentifier: microvmId });
     if (states.includes(vm.state as MicrovmState)) return vm;
-    if (Date.now() > deadline)
+    const settled = vm.state === "FAILED" || vm.state === "TERMINATED";
+    if (settled || Date.now() > deadline)
       assert.fail(`${microvmId} is ${vm.state} (${vm.stateReason ?? ""}), expected ${states.join("|")}`);
     await new Promise((r) => setTimeout(r, 20));
   }
