@@ -2,7 +2,7 @@
 // `LOG_FORMAT=json`. Never log tokens, secrets or request bodies.
 import { pino, type Logger } from "pino";
 import { PinoPretty } from "pino-pretty";
-import { activeTraceId } from "./tracing.ts";
+import { trace } from "@opentelemetry/api";
 
 export type { Logger };
 
@@ -23,6 +23,15 @@ export const logFormatProblem: string | undefined =
 /** True when log lines are for a person: stdout is a terminal (or `LOG_FORMAT=pretty`), not `LOG_FORMAT=json`. */
 export const prettyLogs =
   process.env.LOG_FORMAT === "pretty" || (process.env.LOG_FORMAT !== "json" && process.stdout.isTTY === true);
+
+/**
+ * The trace the current code runs in, when tracing is on (tracing.ts registers the context
+ * manager; without it the API knows no active span).
+ */
+function activeTraceId(): string | undefined {
+  const id = trace.getActiveSpan()?.spanContext().traceId;
+  return id && id !== "00000000000000000000000000000000" ? id : undefined;
+}
 
 /** The process logger; `LOG_LEVEL` sets the level (default `info`, tests default `warn`). */
 export const log: Logger = pino(

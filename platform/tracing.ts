@@ -162,13 +162,6 @@ export function injectTrace(headers: Record<string, string> | HeaderSetter): voi
 type HeaderSetter = { set(name: string, value: string): void };
 const setter: TextMapSetter<HeaderSetter> = { set: (carrier, key, value) => carrier.set(key, value) };
 
-/** The active trace id, for log lines (undefined when off or outside a span). */
-export function activeTraceId(): string | undefined {
-  if (!tracer) return undefined;
-  const id = trace.getActiveSpan()?.spanContext().traceId;
-  return id && id !== "00000000000000000000000000000000" ? id : undefined;
-}
-
 /**
  * `store` with each method call a span `<what> <method>` (e.g. `kv tasks create`) inside a
  * span being recorded, when tracing is on as the store is made; `store` itself otherwise.
