@@ -177,19 +177,14 @@ export function parseCpuList(text: string): number[] {
 }
 
 /**
- * Hands out CPU sets of the host's CPUs in turn: a group with quota `cpus` is offered
- * ceil(cpus) of them (all of them when that is as many), so what it counts as its CPUs
- * (sched_getaffinity, runsc's CPU count) is its quota rounded up.
+ * The CPU set a group is offered: all of the host's. Its quota bounds its time; pinning a group
+ * to ceil(quota) CPUs (so that it would count its quota as its CPUs) left starved instances
+ * unable to move to an idler CPU, and launches on a busy host missed their start deadline.
  */
 function cpuSets(hostCpus: () => number[]): (cpus: number) => string | undefined {
-  let next = 0;
-  return (cpus) => {
+  return () => {
     const all = hostCpus();
-    const count = Math.max(1, Math.ceil(cpus));
-    if (all.length === 0 || count >= all.length) return all.length === 0 ? undefined : all.join(",");
-    const picked = Array.from({ length: count }, (_, i) => all[(next + i) % all.length]!);
-    next = (next + count) % all.length;
-    return picked.join(",");
+    return all.length === 0 ? undefined : all.join(",");
   };
 }
 
