@@ -1,7 +1,7 @@
 // Per-instance cgroups for the sandbox provider, v1 (one hierarchy per controller) and v2
-// (unified): memory, CPU quota and process-count limits, the CPUs offered (as many as the quota
-// rounded up), the freezer for suspend, and a kill of every process in the group. A host's
-// instances sit under one host group of their own, so reconcile finds what an earlier run left
+// (unified): memory, CPU quota and process-count limits, the CPUs offered (all of the host's),
+// the freezer for suspend, and a kill of every process in the group. A host's instances sit
+// under one host group of their own, so reconcile finds what an earlier run left
 // from the kernel's own lists, never from storage.
 import { existsSync, readFileSync, readdirSync, realpathSync } from "node:fs";
 import { mkdir, rename, rmdir, writeFile } from "node:fs/promises";
@@ -12,7 +12,7 @@ import { pollUntil } from "./provider-util.ts";
 export interface CgroupLimits {
   /** Memory cap (RSS plus page cache, including its tmpfs scratch) in bytes. */
   readonly memoryBytes: number;
-  /** CPU quota in cores (0.5 = half of one core); the group is offered as many CPUs rounded up. */
+  /** CPU quota in cores (0.5 = half of one core), of the host's CPUs, all offered. */
   readonly cpus: number;
   /** Largest number of processes and threads. */
   readonly pids: number;
@@ -176,18 +176,6 @@ export function parseCpuList(text: string): number[] {
     });
 }
 
-/**
- * The CPU set a group is offered: all of the host's. Its quota bounds its time; pinning a group
- * to ceil(quota) CPUs (so that it would count its quota as its CPUs) left starved instances
- * unable to move to an idler CPU, and launches on a busy host missed their start deadline.
- */
-function cpuSets(hostCpus: () => number[]): (cpus: number) => string | undefined {
-  return () => {
-    const all = hostCpus();
-    return all.length === 0 ? undefined : all.join(",");
-  };
-}
-
 /** The host group of `hostPath` in every hierarchy, made and limited first unless `limits` is undefined. */
 async function openV1(root: string, hostPath: string, limits?: HostLimits): Promise<HostCgroups> {
   const hierarchies = v1Hierarchies(root);
@@ -236,15 +224,15 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
       },
     };
   };
-  const offered = cpuSets(() => (cpuset ? parseCpuList(readText(join(cpuset, "cpuset.cpus")) ?? "") : []));
   return {
     version: 1,
     async create(name, limits) {
       await Promise.all(dirs(name).map((dir) => mkdir(dir, { recursive: true })));
       const [memory, cpu, pids] = dirs(name) as [string, string, string];
-      const cpus = offered(limits.cpus);
-      if (cpuset && cpus !== undefined) {
-        await writeFile(join(cpuset, name, "cpuset.cpus"), cpus);
+      // A v1 cpuset group starts with no CPUs: it gets all of the host group's (its quota bounds
+      // its time; pinned to fewer, a starved instance could not move to an idler CPU).
+      if (cpuset) {
+        await writeFile(join(cpuset, name, "cpuset.cpus"), readText(join(cpuset, "cpuset.cpus")) ?? "0");
         await writeFile(join(cpuset, name, "cpuset.mems"), readText(join(cpuset, "cpuset.mems")) ?? "0");
       }
       await writeFile(join(memory, "memory.limit_in_bytes"), String(limits.memoryBytes));
@@ -324,14 +312,11 @@ async function openV2(root: string, hostPath: string, limits?: HostLimits): Prom
       remove: () => rmdir(dir).catch(ignoreMissing),
     };
   };
-  const offered = cpuSets(() => parseCpuList(readText(join(hostDir, "cpuset.cpus.effective")) ?? ""));
   return {
     version: 2,
     async create(name, limits) {
       const dir = join(hostDir, name);
       await mkdir(dir, { recursive: true });
-      const cpus = offered(limits.cpus);
-      if (cpus !== undefined && existsSync(join(dir, "cpuset.cpus"))) await writeFile(join(dir, "cpuset.cpus"), cpus);
       await writeFile(join(dir, "memory.max"), String(limits.memoryBytes));
       await writeFile(join(dir, "memory.swap.max"), "0").catch(() => undefined);
       await writeFile(join(dir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
