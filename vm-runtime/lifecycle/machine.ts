@@ -30,6 +30,24 @@ const notProvided = (name: string) => async (): Promise<never> => {
 const enabled = (seconds: number) => Number.isFinite(seconds) && seconds > 0;
 
 /** The machine; give it real I/O with `lifecycleMachine.provide({ actors: { start, ... } })`. */
+/**
+ * A snapshot step whose deadline counts from its last progress: each `SNAPSHOT_PROGRESS`
+ * enters its `moving` child again (the step itself runs on), and past `deadline` it fails.
+ */
+function movingUntil(deadline: "checkpointDeadline" | "restoreDeadline", reason: StateReason) {
+  return {
+    initial: "moving",
+    states: {
+      moving: {
+        on: { SNAPSHOT_PROGRESS: { target: "moving", reenter: true, actions: "anchorTimer" } },
+        after: {
+          [deadline]: { target: "#microvm.FAILED", actions: { type: "setReason", params: { reason } } },
+        },
+      },
+    },
+  } as const;
+}
+
 export const lifecycleMachine = setup({
   types: {
     context: {} as LifecycleContext,
@@ -246,18 +264,7 @@ export const lifecycleMachine = setup({
           // The deadline counts from the last progress (the image written, chunks stored, the
           // queue of transfers moving): a large snapshot on a busy host takes longer, a stuck one fails.
           // Only the child is entered again: the checkpoint itself runs on.
-          initial: "moving",
-          states: {
-            moving: {
-              on: { SNAPSHOT_PROGRESS: { target: "moving", reenter: true, actions: "anchorTimer" } },
-              after: {
-                checkpointDeadline: {
-                  target: "#microvm.FAILED",
-                  actions: { type: "setReason", params: { reason: StateReason.CheckpointTimedOut } },
-                },
-              },
-            },
-          },
+          ...movingUntil("checkpointDeadline", StateReason.CheckpointTimedOut),
         },
       },
     },
@@ -308,18 +315,7 @@ export const lifecycleMachine = setup({
           entry: "anchorTimer",
           // As the checkpoint's: counted from the last progress of the load.
           on: { RESUME: { actions: "acknowledge" } },
-          initial: "moving",
-          states: {
-            moving: {
-              on: { SNAPSHOT_PROGRESS: { target: "moving", reenter: true, actions: "anchorTimer" } },
-              after: {
-                restoreDeadline: {
-                  target: "#microvm.FAILED",
-                  actions: { type: "setReason", params: { reason: StateReason.RestoreTimedOut } },
-                },
-              },
-            },
-          },
+          ...movingUntil("restoreDeadline", StateReason.RestoreTimedOut),
         },
         /** Thawing: still reported as SUSPENDED until the runtime answers again. */
         resuming: {
