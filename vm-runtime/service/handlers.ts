@@ -25,6 +25,7 @@ import { launchHosted } from "./hosted.ts";
 import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
 import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
 import { StateReason, stateReason } from "../wire/state-reasons.ts";
+import type { ObjectActivations } from "../objects/types.ts";
 
 /** What the owner of an instance holds while it runs a request (`hostOwners`). */
 export interface HostedState {
@@ -52,6 +53,8 @@ export interface HostState extends OwnerDeps {
   readonly forwardTimeoutMs: number;
   /** This host's live instances and launches under way, and the limits they count against. */
   readonly instances: HostInstances;
+  /** The cluster's objects as this host reaches them (activating them here, or at their holder). */
+  readonly objects: ObjectActivations;
   /** Everything `launchHosted` needs besides the instance's own fields. */
   readonly launch: Omit<
     HostedOptions,

@@ -19,6 +19,7 @@ import {
   onScrape,
   provisionBuckets,
   provisionObjectStreams,
+  Requester,
 } from "../../platform/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
@@ -39,6 +40,13 @@ import { LOCAL_SNAPSHOTS_DIR } from "../snapshots/keeper.ts";
 import { isTerminal, MicrovmStore, ownerOf, type StoredRecord } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 import { StateReason } from "../wire/state-reasons.ts";
+import { startAlarmFiring } from "../objects/firing.ts";
+import {
+  startObjectActivations,
+  type HostObjectActivations,
+  type ObjectActivationsOptions,
+} from "../objects/activations.ts";
+import type { OpenSession } from "../objects/launch.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
 export { hostCgroupKey, ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
@@ -172,7 +180,17 @@ export interface MicrovmHostOptions {
    * `MICROVM_LOG_STORE_MIB`).
    */
   readonly logLimits?: Omit<InstanceLogOptions, "replicas">;
+  /** Objects (user code with a name) run on this host: their limits, and how a session opens. */
+  readonly objects?: ObjectHostOptions;
 }
+
+/** The settings of the objects a host runs. */
+export type ObjectHostOptions = Partial<
+  Pick<ObjectActivationsOptions, "maxPending" | "callTimeoutMs" | "startTimeoutMs" | "leaseTtlMs" | "relayTimeoutMs">
+> & {
+  /** Opens the session with an object's instance (default `openObjectSession`). */
+  readonly openSession?: OpenSession;
+};
 
 export interface MicrovmHost {
   readonly hostId: string;
@@ -184,6 +202,8 @@ export interface MicrovmHost {
   liveInstances(): string[];
   /** Runs a retention sweep now. */
   sweep(): Promise<SweepReport>;
+  /** The cluster's objects as this host reaches them, and those active on it. */
+  readonly objects: HostObjectActivations;
   /** Stops serving, terminates every instance of this host, closes the proxies. */
   close(): Promise<void>;
 }
@@ -225,6 +245,18 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     () => openHostParts(nc, options, hostId, workDir, undo),
   );
   const proxyHost = options.proxyHost ?? "127.0.0.1";
+  const objectsRequester = new Requester(nc);
+  undo.defer(() => objectsRequester.close());
+  const objects = startObjectActivations({
+    ...options.objects,
+    nc,
+    requester: objectsRequester,
+    prefix,
+    hostId,
+    images,
+    provider,
+    openSession: options.objects?.openSession ?? noSession,
+  });
   const host: HostState = {
     nc,
     prefix,
@@ -234,6 +266,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     images,
     logs,
     held: new HeldRequests(nc, prefix),
+    objects,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new HostInstances({
@@ -316,6 +349,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     ...(snapshots ? { adopt: (stored) => adopt(host, stored) } : {}),
     ...(options.sweepIntervalMs === undefined ? {} : { intervalMs: options.sweepIntervalMs }),
   });
+  // Due alarms of any object wake it, here or at the host that holds it.
+  const alarmFiring = await startAlarmFiring(nc, objects.fireAlarm);
   // Serving means subscribed at the server: a request right after this finds its responder.
   await nc.flush();
   log.info({ hostId, workDir, reconciled }, "microvm host serving");
@@ -337,6 +372,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     reconciled,
     liveInstances: () => host.instances.ids(),
     sweep: () => sweeper.sweep(),
+    objects,
     close: () => (closed ??= shutdown()),
   };
 
@@ -347,6 +383,9 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     host.held.close();
     await Promise.all([...queued.map((sub) => sub.drain().catch(() => undefined)), service.close()]);
     await sweeper.stop();
+    // Objects stop here: their calls answered, instances stopped, leases released for other hosts.
+    await alarmFiring.close();
+    await objects.close();
     await launched;
     await Promise.all(
       host.instances.values().map(async (hosted) => {
@@ -469,6 +508,9 @@ async function openImages(
   await registerBuiltinImages(images, builtins);
   return images;
 }
+
+/** Until the session module lands: objects cannot be activated. */
+const noSession: OpenSession = () => Promise.reject(new Error("objects are not available on this host"));
 
 /** The principal a sender put in the header: believed only where its subject's permissions say who sent it. */
 const fromHeader = (msg: Msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined;
