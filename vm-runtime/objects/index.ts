@@ -1,5 +1,6 @@
 // Public entry of objects (user code with a name), host side: fenced storage with a quota per
-// principal, alarms on JetStream message schedules and the consumer that fires them.
+// principal, alarms on JetStream message schedules and the consumer that fires them, and the
+// session with a running activation (calls in; storage and alarm requests out, over its socket).
 export { ObjectError } from "./errors.ts";
 export { activationFence } from "./fence.ts";
 export { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
@@ -35,3 +36,12 @@ export {
   type AlarmFiringOptions,
   type AlarmHandler,
 } from "./firing.ts";
+export {
+  objectTraitsOf,
+  openObjectSession,
+  type ObjectSession,
+  type ObjectSessionOptions,
+  type SessionLimits,
+} from "./session.ts";
+export type { SessionLog } from "./channel-host.ts";
+export type { ObjectActivations, ObjectAnswer, ObjectItem, ObjectTraits } from "./types.ts";
