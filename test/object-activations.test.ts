@@ -56,7 +56,8 @@ function objectCode(idleSeconds = 60) {
     if (request.object.image === "plain") throw new ObjectError("NotAnObject", 400, "not an object");
     sessions.push(request);
     events.emit("opened", request);
-    const { promise: closed, resolve: close } = Promise.withResolvers<void>();
+    let close!: () => void;
+    const closed = new Promise<void>((resolve) => (close = resolve));
     const { storage } = request;
     return {
       traits: { idleSeconds, hibernate: "none", alarm: true },

@@ -47,6 +47,7 @@ import {
   type ObjectActivationsOptions,
 } from "../objects/activations.ts";
 import type { OpenSession } from "../objects/launch.ts";
+import { openObjectSession } from "../objects/session.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
 export { hostCgroupKey, ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
@@ -255,7 +256,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     hostId,
     images,
     provider,
-    openSession: options.objects?.openSession ?? noSession,
+    openSession: options.objects?.openSession ?? openObjectSession,
   });
   const host: HostState = {
     nc,
@@ -508,9 +509,6 @@ async function openImages(
   await registerBuiltinImages(images, builtins);
   return images;
 }
-
-/** Until the session module lands: objects cannot be activated. */
-const noSession: OpenSession = () => Promise.reject(new Error("objects are not available on this host"));
 
 /** The principal a sender put in the header: believed only where its subject's permissions say who sent it. */
 const fromHeader = (msg: Msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined;
