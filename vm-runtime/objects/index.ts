@@ -1,7 +1,18 @@
 // Public entry of objects (user code with a name), host side: fenced storage with a quota per
-// principal, alarms on JetStream message schedules and the consumer that fires them.
+// principal, alarms on JetStream message schedules and the consumer that fires them, the
+// directory of objects and the handlers of the object operations.
 export { ObjectError } from "./errors.ts";
 export { activationFence } from "./fence.ts";
+export {
+  directoryKey,
+  objectDirectory,
+  type DirectoryOptions,
+  type DirectoryPage,
+  type ObjectDirectory,
+  type PageRequest,
+} from "./directory.ts";
+export { noActivations, objectHandlers, type ObjectHandlers, type ObjectOperationDeps } from "./operations.ts";
+export type { ObjectActivations, ObjectAnswer, ObjectItem, ObjectTraits } from "./types.ts";
 export { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 export {
   DEFAULT_LIST_LIMIT,
@@ -19,7 +30,7 @@ export {
   type StorageOptions,
   type StoragePage,
 } from "./storage.ts";
-export type { StorageUsage } from "./usage.ts";
+export { objectUsageSubject, type StorageUsage } from "./usage.ts";
 export {
   DEFAULT_MAX_ALARMS,
   DEFAULT_MIN_ALARM_INTERVAL_MS,

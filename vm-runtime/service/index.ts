@@ -19,7 +19,9 @@ import {
   onScrape,
   provisionBuckets,
   provisionObjectStreams,
+  Requester,
 } from "../../platform/index.ts";
+import { noActivations, objectAlarms, objectDirectory, objectStores } from "../objects/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
@@ -225,6 +227,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     () => openHostParts(nc, options, hostId, workDir, undo),
   );
   const proxyHost = options.proxyHost ?? "127.0.0.1";
+  const requester = new Requester(nc);
+  undo.defer(() => requester.close());
   const host: HostState = {
     nc,
     prefix,
@@ -241,6 +245,13 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       maxInstances: options.maxInstances ?? 50,
       quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     }),
+    objects: {
+      // Until this host runs activations, calls are a 503; list, get and delete read storage.
+      activations: noActivations,
+      directory: objectDirectory(requester),
+      stores: objectStores(requester),
+      alarms: objectAlarms(requester),
+    },
     launch: {
       hostId,
       store,
