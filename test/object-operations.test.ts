@@ -27,6 +27,7 @@ import {
   type ObjectAnswer,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
+import { isRpcError, object } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
 import { objectsNats, testLease, type ObjectsNats } from "./helpers/objects.ts";
 
@@ -366,5 +367,40 @@ describe("object operations - lists cost a page", () => {
     assert.equal(everything.cursor, undefined);
     const otherImage = answerValue(await handlers.listObjects({ image: "other" }, context));
     assert.deepEqual(otherImage.items.map((item) => item.name).sort(), another.map((o) => o.name).sort());
+  });
+});
+
+describe("object operations - the typed stub", () => {
+  type CounterShape = { inc(by?: number): Promise<number>; fail(): Promise<never>; slow(): Promise<void> };
+  const base = () => url.replace(/\/2025-09-09\/objects$/, "");
+
+  it("object operations - object(image, name) calls the object's methods with the caller's key", async () => {
+    const counter = object<CounterShape>("counter", "stub / one", { url: base(), apiKey: bob.key });
+    assert.equal(await counter.inc(4), 4);
+    assert.equal(await counter.inc(), 5);
+    assert.equal(activations.calls.at(-1), "bob/counter/stub / one/inc([])");
+    // Awaiting the stub itself does not call a method named `then`.
+    assert.equal(await Promise.resolve(counter).then(() => "not thenable"), "not thenable");
+  });
+
+  it("object operations - the stub rejects with what the method threw, and with the API's refusals", async () => {
+    const counter = object<CounterShape>("counter", "stub two", { url: base(), apiKey: alice.key });
+    const thrown = await counter.fail().catch((e: unknown) => e);
+    assert.ok(isRpcError(thrown, "Teapot"), String(thrown));
+    assert.equal(thrown.source, "rpc");
+    assert.equal(thrown.status, 418);
+    assert.equal(thrown.error.spout, 1);
+    const busy = await counter.slow().catch((e: unknown) => e);
+    assert.ok(isRpcError(busy, "ObjectBusy"), String(busy));
+    assert.equal(busy.source, "api");
+    assert.equal(busy.error.retryAfterSeconds, 2);
+    const missing = await object<CounterShape>("nosuch", "x", { url: base(), apiKey: alice.key })
+      .inc()
+      .catch((e: unknown) => e);
+    assert.ok(isRpcError(missing, "ImageNotFound"), String(missing));
+    const unkeyed = await object<CounterShape>("counter", "x", { url: base(), apiKey: "" })
+      .inc()
+      .catch((e: unknown) => e);
+    assert.ok(isRpcError(unkeyed, "Unauthorized"), String(unkeyed));
   });
 });
