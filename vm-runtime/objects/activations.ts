@@ -10,7 +10,8 @@ import { performance } from "node:perf_hooks";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { LeaseLost, leaseOwner, Placement, type Activation } from "../../placement/index.ts";
 import { log, OBJECTS_BUCKET, versionedStore, type Requester, type VersionedStore } from "../../platform/index.ts";
-import { ApiError, ImageNotFound, ServiceUnavailable } from "../../schemas/index.ts";
+import { ApiError, ImageNotFound, NotAnObject, ObjectBusy, ServiceUnavailable } from "../../schemas/index.ts";
+import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
 import { activationFence } from "./fence.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
@@ -61,19 +62,31 @@ interface Held {
   retired?: Promise<void>;
 }
 
-const objectBusy = (pending: number) =>
-  new ApiError(429, {
-    _tag: "ObjectBusy",
-    retryAfterSeconds: 1,
-    message: `the object has ${pending} calls waiting, its most: try again in 1 s`,
+/** The refusal of a call to the object of lease key `key` while `pending` calls wait. */
+const objectBusy = (key: string, pending: number) => {
+  const object = objectOfKey(key);
+  return ObjectBusy.make({
+    image: object?.image ?? "",
+    name: object?.name ?? "",
+    retryAfterSeconds: BUSY_RETRY_SECONDS,
+    message: `the object has ${pending} calls waiting, its most: try again in ${BUSY_RETRY_SECONDS} s`,
+  });
+};
+
+/**
+ * A call past its timeout, answered as the RPC wire answers a thrown error (504): the object's
+ * code did not answer, so the outcome of what it did is unknown; its activation was stopped.
+ */
+const callTimedOut = (ms: number): ObjectAnswer =>
+  answerJson(504, {
+    _tag: RPC_ERROR_TAG,
+    error: {
+      _tag: "ObjectCallTimeout",
+      message: `the object did not answer within ${ms / 1000} s: its activation was stopped (the next call starts it again)`,
+    },
   });
 
-const callTimedOut = (ms: number) =>
-  new ApiError(504, {
-    _tag: "ObjectCallTimeout",
-    message: `the object's call did not answer within ${ms / 1000} s: its activation was stopped`,
-  });
-
+const BUSY_RETRY_SECONDS = 1;
 // Placement's own idle release is not used: each object's image says its idle time.
 const NEVER_IDLE_MS = 2 ** 31 - 1;
 const ROUTE_RECHECK_MS = 200;
@@ -104,7 +117,8 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     ttlMs,
     idleMs: NEVER_IDLE_MS,
     maxPending: options.maxPending ?? DEFAULT_MAX_PENDING_CALLS,
-    busy: (_name, pending) => objectBusy(pending),
+    // The name placement gives is the lease key (an object key).
+    busy: (key, pending) => objectBusy(key, pending),
     // A lease lost or lapsed (the host was cut off): its instance stops at once.
     onActivation: (event) => {
       const here = held.get(event.key);
@@ -112,15 +126,32 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     },
   });
 
-  /** Stops the activation's instance and releases its lease (storage stays); once. */
-  function retire(h: Held, reason: string | undefined): Promise<void> {
-    return (h.retired ??= (async () => {
+  /**
+   * Stops the activation's instance, once, and releases its lease (storage stays) unless
+   * `release` is false: then the activation's next call starts a new instance.
+   */
+  function retire(h: Held, reason: string | undefined, release = true): Promise<void> {
+    h.retired ??= (async () => {
       if (held.get(h.activation.key) === h) held.delete(h.activation.key);
       clearTimeout(h.idle);
       log.info({ object: h.activation.key, reason }, "object deactivated");
       await h.run.stop();
-      await placement.release(h.activation).catch((err: unknown) => log.warn({ err }, "object lease release failed"));
-    })());
+    })();
+    if (!release) return h.retired;
+    return h.retired.then(() =>
+      placement.release(h.activation).catch((err: unknown) => log.warn({ err }, "object lease release failed")),
+    );
+  }
+
+  /** Releases `activation`'s lease after the calls queued for it, unless one of them started an instance. */
+  function releaseUnlessUsed(activation: Activation): void {
+    placement
+      .run(activation, async () => {
+        if (held.get(activation.key)?.activation !== activation) await placement.release(activation);
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof LeaseLost) && !(err instanceof ApiError)) log.warn({ err }, "object lease release failed");
+      });
   }
 
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
@@ -144,7 +175,8 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     }
     held.set(activation.key, h);
     const current = h;
-    void run.ended.then(() => retire(current, "instance ended"));
+    // Ended by itself (not stopped here): the lease goes too.
+    void run.ended.then(() => (current.retired ? undefined : retire(current, "instance ended")));
     return h;
   }
 
@@ -183,22 +215,24 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     if (request.op === "alarm" && !session.traits.alarm) return NO_CONTENT;
     const timeout = AbortSignal.timeout(callTimeoutMs);
     const answer = request.op === "call" ? session.call(request.method, request.args, timeout) : session.alarm(timeout);
+    // The session's own abort, and this, should it not heed its signal.
     let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(callTimedOut(callTimeoutMs)), callTimeoutMs);
+    const late = new Promise<"late">((resolve) => {
+      timer = setTimeout(() => resolve("late"), callTimeoutMs);
     });
     try {
-      return await Promise.race([answer, late]);
+      const settled = await Promise.race([answer, late]);
+      if (settled !== "late") return settled;
     } catch (err) {
-      if (timeout.aborted) {
-        await retire(h, "call timed out");
-        throw callTimedOut(callTimeoutMs);
-      }
-      throw err;
+      if (!timeout.aborted) throw err;
     } finally {
       clearTimeout(timer);
       answer.catch(() => undefined);
     }
+    // The answer is given in this activation (its lease kept until the calls queued behind it ran).
+    await retire(h, "call timed out", false);
+    releaseUnlessUsed(h.activation);
+    return callTimedOut(callTimeoutMs);
   }
 
   /** Runs `request` where the object lives: here (claiming it if free), or at its holder. */
@@ -234,7 +268,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
   /** A request another host relayed here: run only if this host holds the object (else MOVED). */
   async function relayed(request: RelayRequest): Promise<ObjectAnswer | typeof MOVED> {
     const key = objectKey(request.object);
-    if (request.op === "active") return answerJson(held.has(key));
+    if (request.op === "active") return answerJson(200, held.has(key));
     if (request.op === "deactivate") {
       await deactivateHere(key);
       return NO_CONTENT;
@@ -296,7 +330,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
           throw new Error(`the object's alarm handler failed (status ${answer.status})`);
       } catch (err) {
         // The image went, or never was an object: no attempt will run this alarm.
-        if (err instanceof ApiError && (err._tag === ImageNotFound.tag || err._tag === "NotAnObject")) {
+        if (err instanceof ApiError && (err._tag === ImageNotFound.tag || err._tag === NotAnObject.tag)) {
           log.warn({ object: key, reason: err._tag }, "an object's alarm cannot run: dropped");
           return;
         }
@@ -319,7 +353,6 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
 
 type CallRequest = Extract<RelayRequest, { op: "call" | "alarm" }>;
 
-const answerJson = (value: unknown): ObjectAnswer => ({
-  status: 200,
-  body: new TextEncoder().encode(JSON.stringify(value)),
-});
+function answerJson(status: number, value: unknown): ObjectAnswer {
+  return { status, body: new TextEncoder().encode(JSON.stringify(value)) };
+}

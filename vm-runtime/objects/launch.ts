@@ -2,7 +2,7 @@
 // its principal sees it), an instance started with the host's provider, and the session over the
 // instance's runtime socket through which calls go in and storage and alarm requests come out.
 import { randomUUID } from "node:crypto";
-import { ApiError, ImageNotFound } from "../../schemas/index.ts";
+import { ImageNotFound, NotAnObject } from "../../schemas/index.ts";
 import { log } from "../../platform/index.ts";
 import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider, type Upstream } from "../host/provider.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
@@ -55,13 +55,6 @@ export interface RunningObject {
   readonly ended: Promise<void>;
 }
 
-/** The activation failed: the image is not an object (400). */
-export const notAnObject = (image: string) =>
-  new ApiError(400, {
-    _tag: "NotAnObject",
-    message: `image "${image}" is not an object: define it with defineObject to call it by name`,
-  });
-
 /**
  * Starts `object`'s image in an instance and opens its session, with `storage` and `alarms`
  * bound to it. ImageNotFound when the principal has no such image; NotAnObject when it is not an object.
@@ -90,7 +83,7 @@ export async function launchObject(
         onSuperseded,
       })
       .catch((err: unknown) => {
-        throw isNotAnObject(err) ? notAnObject(object.image) : err;
+        throw isNotAnObject(err) ? NotAnObject.make({ image: object.image }) : err;
       });
     return running(deps.provider, object, session, handle, module);
   } catch (err) {

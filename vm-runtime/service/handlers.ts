@@ -17,6 +17,7 @@ import {
 } from "../../schemas/index.ts";
 import type { ApiHandlers } from "../../actors/serve.ts";
 import { imageHandlers } from "../registry/handlers.ts";
+import { objectHandlers, type ObjectOperationDeps } from "../objects/index.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
 import type { HostInstances } from "./host-instances.ts";
@@ -25,7 +26,6 @@ import { launchHosted } from "./hosted.ts";
 import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
 import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
 import { StateReason, stateReason } from "../wire/state-reasons.ts";
-import type { ObjectActivations } from "../objects/types.ts";
 
 /** What the owner of an instance holds while it runs a request (`hostOwners`). */
 export interface HostedState {
@@ -53,8 +53,8 @@ export interface HostState extends OwnerDeps {
   readonly forwardTimeoutMs: number;
   /** This host's live instances and launches under way, and the limits they count against. */
   readonly instances: HostInstances;
-  /** The cluster's objects as this host reaches them (activating them here, or at their holder). */
-  readonly objects: ObjectActivations;
+  /** The objects this host reaches: their activations, directory, storage and alarms. */
+  readonly objects: ObjectOperationDeps;
   /** Everything `launchHosted` needs besides the instance's own fields. */
   readonly launch: Omit<
     HostedOptions,
@@ -114,6 +114,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       provider: host.launch.provider,
       reserveSlot: (principal) => host.instances.reserve(principal, "image check"),
     }),
+    ...objectHandlers(host.objects),
   };
 }
 

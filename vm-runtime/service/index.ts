@@ -21,6 +21,17 @@ import {
   provisionObjectStreams,
   Requester,
 } from "../../platform/index.ts";
+import {
+  objectAlarms,
+  objectDirectory,
+  objectStores,
+  openObjectSession,
+  startAlarmFiring,
+  startObjectActivations,
+  type HostObjectActivations,
+  type ObjectActivationsOptions,
+  type OpenSession,
+} from "../objects/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
@@ -40,14 +51,6 @@ import { LOCAL_SNAPSHOTS_DIR } from "../snapshots/keeper.ts";
 import { isTerminal, MicrovmStore, ownerOf, type StoredRecord } from "./store.ts";
 import { startSweeper, type SweepReport } from "./sweeper.ts";
 import { StateReason } from "../wire/state-reasons.ts";
-import { startAlarmFiring } from "../objects/firing.ts";
-import {
-  startObjectActivations,
-  type HostObjectActivations,
-  type ObjectActivationsOptions,
-} from "../objects/activations.ts";
-import type { OpenSession } from "../objects/launch.ts";
-import { openObjectSession } from "../objects/session.ts";
 
 export { defaultHostId, hostWorkDir, loadTokenKey } from "./config.ts";
 export { hostCgroupKey, ProviderUnavailable, type InstanceLimits, type ProviderName } from "./provider.ts";
@@ -246,16 +249,20 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     () => openHostParts(nc, options, hostId, workDir, undo),
   );
   const proxyHost = options.proxyHost ?? "127.0.0.1";
-  const objectsRequester = new Requester(nc);
-  undo.defer(() => objectsRequester.close());
+  const requester = new Requester(nc);
+  undo.defer(() => requester.close());
+  const objectStorage = objectStores(requester);
+  const alarms = objectAlarms(requester);
   const objects = startObjectActivations({
     ...options.objects,
     nc,
-    requester: objectsRequester,
+    requester,
     prefix,
     hostId,
     images,
     provider,
+    stores: objectStorage,
+    alarms,
     openSession: options.objects?.openSession ?? openObjectSession,
   });
   const host: HostState = {
@@ -267,7 +274,6 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     images,
     logs,
     held: new HeldRequests(nc, prefix),
-    objects,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new HostInstances({
@@ -275,6 +281,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       maxInstances: options.maxInstances ?? 50,
       quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     }),
+    objects: { activations: objects, directory: objectDirectory(requester), stores: objectStorage, alarms },
     launch: {
       hostId,
       store,
