@@ -3,6 +3,7 @@
 // list pages, alarms, bounds, a superseded activation's writes, and a flood of storage calls.
 import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
+import { request } from "node:http";
 import type { NatsHandle } from "../platform/index.ts";
 import {
   objectAlarms,
@@ -15,7 +16,13 @@ import {
   type ObjectStorage,
   type ObjectStores,
 } from "../vm-runtime/objects/index.ts";
-import { RUNTIME_PORT, upstreamOf, type IsolatedProvider, type MicrovmHandle } from "../vm-runtime/service/index.ts";
+import {
+  RUNTIME_PORT,
+  upstreamOf,
+  type IsolatedProvider,
+  type MicrovmHandle,
+  type Upstream,
+} from "../vm-runtime/service/index.ts";
 import { callInstance } from "./helpers/instance-rpc.ts";
 import { lifo } from "./helpers/defer.ts";
 import { objectsNats, testLease, type ObjectsNats, type TestLease } from "./helpers/objects.ts";
@@ -51,6 +58,30 @@ async function failure(answer: Promise<ObjectAnswer>, status: number): Promise<{
   assert.equal(got.status, status, JSON.stringify(body));
   assert.equal(body._tag, "~alchemy/rpc/error");
   return body.error;
+}
+
+/** What an Upgrade to the object channel gets: 101, or the status it was refused with. */
+function tryUpgrade(upstream: Upstream, headers: Record<string, string>, name: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request({
+      ...("socketPath" in upstream
+        ? { socketPath: upstream.socketPath }
+        : { host: upstream.host, port: upstream.port }),
+      path: "/__object__/channel",
+      agent: false,
+      headers: { ...headers, connection: "Upgrade", upgrade: "object-channel", "x-object-name": name },
+    });
+    req.once("upgrade", (_res, socket) => {
+      socket.destroy();
+      resolve(101);
+    });
+    req.once("response", (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once("error", reject);
+    req.end();
+  });
 }
 
 for (const kind of await isolatedProviders()) describeProvider(kind);
@@ -225,6 +256,12 @@ function describeProvider(kind: ProviderKind): void {
       const answer = await callInstance(handle, "inc", []);
       assert.equal(answer.status, 503);
       assert.equal((answer.body as { error: { _tag: string } }).error._tag, "ObjectChannelClosed");
+      const upstream = provider.upstream(handle, RUNTIME_PORT)!;
+      const secret = handle.upstreamHeaders ?? {};
+      assert.equal(await tryUpgrade(upstream, {}, "a"), 403, "no secret, no channel");
+      assert.equal(await tryUpgrade(upstream, secret, ""), 400, "an object has a name");
+      assert.equal(await tryUpgrade(upstream, secret, "a"), 101);
+      assert.equal(await tryUpgrade(upstream, secret, "b"), 409, "one instance, one object");
       const plain = await instance(t, testImages.probe);
       const { object, lease } = await claimed();
       await assert.rejects(
@@ -237,6 +274,8 @@ function describeProvider(kind: ProviderKind): void {
         }),
         (err: ObjectError) => err._tag === "NotAnObject",
       );
+      const plainUpstream = provider.upstream(plain, RUNTIME_PORT)!;
+      assert.notEqual(await tryUpgrade(plainUpstream, plain.upstreamHeaders ?? {}, "a"), 101);
     });
   });
 }
