@@ -163,21 +163,30 @@ function describeProvider(kind: ProviderKind): void {
       assert.ok(group.pids().length > 0, "the instance runs outside its cgroup");
     });
 
-    test(`${kind.name} provider - the instance sees its own memory cap as its total memory`, async (t) => {
+    test(`${kind.name} provider - the instance sees its own limits: its memory cap as its total memory, its CPU quota as its CPU count`, async (t) => {
       const dir = await mkdtemp(join(tmpdir(), "limits-image-"));
       t.after(() => rm(dir, { recursive: true, force: true }));
       await writeFile(join(dir, "filler.mjs"), fillerModule);
       const vm = await start(t, "sp-sees-limits", join(dir, "filler.mjs"));
-      const seen = await rpc<{ totalmem: number; parallelism: number; cpus: number }>(vm, "limits");
+      const seen = await rpc<{
+        totalmem: number;
+        parallelism: number;
+        imported: number;
+        cpus: number;
+        hardwareConcurrency: number;
+      }>(vm, "limits");
       // Its cgroup's cap (heap 96, scratch 8, node's headroom, the wall's own): the host's is
-      // 1.5 GiB and more. Its CPUs are the host's (its quota bounds its time on them).
+      // 1.5 GiB and more.
       assert.equal(seen.totalmem, (96 + 8 + 128 + kind.overheadMiB) * MiB);
-      assert.equal(seen.parallelism, availableParallelism());
+      // Its quota (0.25 cores) rounded up, however node is asked; it may still run on every
+      // CPU of the host (its cgroup's), the quota bounding its time.
+      const counted = { parallelism: 1, imported: 1, cpus: 1, hardwareConcurrency: 1 };
+      assert.deepEqual({ ...seen, totalmem: undefined }, { ...counted, totalmem: undefined });
       assert.deepEqual(provider.cgroupOf(vm)!.limits(), {
         memoryBytes: seen.totalmem,
         cpus: availableParallelism(),
       });
-      t.diagnostic(`${kind.name}: ${JSON.stringify(seen)}`);
+      t.diagnostic(`${kind.name}: ${JSON.stringify(seen)} (the host: ${availableParallelism()} CPUs)`);
     });
 
     test(`${kind.name} provider - no variable of the host reaches the instance`, async (t) => {

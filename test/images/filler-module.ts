@@ -6,7 +6,7 @@ const inlineDefineImage =
   `methods: d.methods, fetch: d.fetch ?? (() => new Response("no", { status: 404 })) });`;
 
 export const fillerModule = `
-import os from "node:os";
+import os, { availableParallelism } from "node:os";
 ${inlineDefineImage}
 let data = new Uint8Array(0);
 const hex = async (bytes) => Buffer.from(await crypto.subtle.digest("SHA-256", bytes)).toString("hex");
@@ -25,7 +25,15 @@ export default defineImage({
       },
     },
     verify: { handler: () => hex(data) },
-    limits: { handler: () => ({ totalmem: os.totalmem(), parallelism: os.availableParallelism(), cpus: os.cpus().length }) },
+    limits: {
+      handler: () => ({
+        totalmem: os.totalmem(),
+        parallelism: os.availableParallelism(),
+        imported: availableParallelism(),
+        cpus: os.cpus().length,
+        hardwareConcurrency: navigator.hardwareConcurrency,
+      }),
+    },
   },
 });
 `;

@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { BOOTED_LINE, LOADED_LINE } from "../runtime/boot.ts";
+import { CPUS_ENV } from "../runtime/cpu-count.ts";
 import { LAUNCH_TEMPLATE_LINE } from "../runtime/startup-input.ts";
 import { vmRuntimeFile } from "./source-dir.ts";
 import { bundleImageModule, REQUIRE_SHIM } from "../client/image-module.ts";
@@ -84,6 +85,9 @@ function runtimeEntrySource(): string {
     `import { bootRuntime } from ${JSON.stringify(BOOT_MODULE)};`,
     `import { warmValidators } from ${JSON.stringify(vmRuntimeFile("runtime/rpc-handler.ts"))};`,
     `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
+    `import { countCpusAs } from ${JSON.stringify(vmRuntimeFile("runtime/cpu-count.ts"))};`,
+    // The CPUs the instance counts are its quota's, before anything of the image runs.
+    `countCpusAs(process.env.${CPUS_ENV});`,
     "const input = new StartupInput();",
     "const firstLine = await input.line();",
     // A launch snapshot's template: the image is imported with no secret and no id, and the
@@ -144,6 +148,8 @@ function entrySource(importee: string): string {
   return [
     `import { bootRuntime, readSecretLine } from ${JSON.stringify(BOOT_MODULE)};`,
     `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
+    `import { countCpusAs } from ${JSON.stringify(vmRuntimeFile("runtime/cpu-count.ts"))};`,
+    `countCpusAs(process.env.${CPUS_ENV});`,
     `const accessSecret = await readSecretLine();`,
     `const socketPath = process.env.MICROVM_RUNTIME_SOCKET || undefined;`,
     `const port = Number(process.env.MICROVM_RUNTIME_PORT ?? 0);`,

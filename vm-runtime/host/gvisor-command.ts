@@ -28,6 +28,8 @@ export interface GvisorLaunch {
   readonly uid: number;
   readonly scratchBytes: number;
   readonly heapMiB: number;
+  /** The CPUs the instance counts (`MICROVM_CPUS`: its quota rounded up). */
+  readonly cpus: number;
   /** Processes and threads of the instance's user (RLIMIT_NPROC inside). */
   readonly pids: number;
   readonly permissions: boolean;
@@ -90,7 +92,7 @@ export function prepareGvisorBundle(launch: GvisorLaunch): string[] {
   });
   if (launch.launchTemplate)
     writeFileSync(join(rootfs, LAUNCH_OPENSSL_CONFIG_PATH), LAUNCH_OPENSSL_CONFIG, { mode: 0o444 });
-  const env = instanceEnv();
+  const env = instanceEnv(launch.cpus);
   const args = launch.args ?? [
     launch.node.path,
     ...(launch.launchTemplate ? [`--openssl-config=${LAUNCH_OPENSSL_CONFIG_PATH}`] : []),

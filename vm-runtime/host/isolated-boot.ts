@@ -14,6 +14,7 @@ import { bootLine, outputDrained, waitForExit, watchOutput, type OutputSink } fr
 import { pollUntil, type BundleCache } from "./provider-util.ts";
 import { MicrovmHostError, MicrovmProviderError } from "./provider.ts";
 import { makeSocketDir } from "./runtime-socket.ts";
+import { countedCpus } from "../runtime/cpu-count.ts";
 import { LAUNCH_TEMPLATE_LINE } from "../runtime/startup-input.ts";
 import { RUNTIME_STOPPED, StateReason, stateReason } from "../wire/state-reasons.ts";
 
@@ -132,6 +133,7 @@ export function wallBoot(deps: WallBootDeps) {
         socketDir: makeSocketDir(place.dir, "run", place.uid),
         heapMiB: memoryMiB,
         scratchBytes: deps.scratchMiB * MiB,
+        cpus: countedCpus(deps.cpus),
         pids: deps.pids,
         permissions: deps.permissions,
         launchTemplate: template || place.shared,

@@ -25,6 +25,8 @@ export interface InstanceLaunch {
   readonly socketDir: string;
   readonly heapMiB: number;
   readonly scratchBytes: number;
+  /** The CPUs the instance counts: its CPU quota rounded up (it may run on every CPU). */
+  readonly cpus: number;
   /** Processes and threads the instance's code may have (the wall's own come on top). */
   readonly pids: number;
   readonly permissions: boolean;

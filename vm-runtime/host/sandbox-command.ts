@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
 import { runtimeNodeArgs, type InstanceNode } from "./node-args.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
+import { CPUS_ENV } from "../runtime/cpu-count.ts";
 
 /** Paths inside the instance. */
 export const SANDBOX_PATHS = {
@@ -35,6 +36,8 @@ export interface SandboxLaunch {
   readonly scratchBytes: number;
   /** V8 heap cap in MiB. */
   readonly heapMiB: number;
+  /** The CPUs the instance counts (`MICROVM_CPUS`: its quota rounded up). */
+  readonly cpus: number;
   /** Node's permission model inside as a second wall (default true). */
   readonly permissions: boolean;
   /** File descriptor bwrap reports the sandbox's pid on. */
@@ -57,7 +60,7 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
     String(launch.bundleFd),
     SANDBOX_PATHS.bundle,
   ];
-  const env = instanceEnv();
+  const env = instanceEnv(launch.cpus);
   const nodeArgs = instanceNodeArgs(launch.heapMiB, launch.permissions, launch.node.version);
   return [
     "--unshare-user",
@@ -109,8 +112,9 @@ export function sandboxArgs(launch: SandboxLaunch): string[] {
 /**
  * The whole environment of an instance's runtime (nothing of the host's). The wall starts
  * before its image: the runtime sets MICROVM_ID and writes the module it is sent on stdin.
+ * `cpus`: the CPUs the runtime reports to the image (its quota rounded up).
  */
-export function instanceEnv(): Record<string, string> {
+export function instanceEnv(cpus: number): Record<string, string> {
   return {
     PATH: "/usr/bin:/bin",
     HOME: SANDBOX_PATHS.scratch,
@@ -118,6 +122,7 @@ export function instanceEnv(): Record<string, string> {
     LANG: "C.UTF-8",
     NODE_ENV: "production",
     MICROVM_RUNTIME_SOCKET: SANDBOX_PATHS.socket,
+    [CPUS_ENV]: String(cpus),
   };
 }
 

@@ -72,6 +72,7 @@ function bwrapLauncher(bwrap: string, node: InstanceNode): Launcher {
               socketDirFd: SOCKET_DIR_FD,
               scratchBytes: instance.scratchBytes,
               heapMiB: instance.heapMiB,
+              cpus: instance.cpus,
               permissions: instance.permissions,
               infoFd: INFO_FD,
               meminfoFd: MEMINFO_FD,
