@@ -132,8 +132,8 @@ async function perform(request: { op: unknown; [field: string]: unknown }, servi
       return storage.list(options);
     }
     case "setAlarm":
-      if (typeof request.at !== "number") throw invalid(`"setAlarm" needs a number "at"`);
-      return alarms.set(object, request.at);
+      // Checked there: a time that is no finite number is AlarmInvalid.
+      return alarms.set(object, request.at as number);
     case "getAlarm":
       return alarms.get(object);
     case "deleteAlarm":
