@@ -74,7 +74,8 @@ describe("objects on hosts", () => {
     const holder = await a.objects.activeOn(object);
     assert.ok(holder === a.hostId || holder === b.hostId, `held by ${holder}`);
     assert.equal(await b.objects.activeOn(object), holder);
-    assert.equal(a.objects.activeHere().length + b.objects.activeHere().length, 1);
+    const holding = [a, b].filter((host) => host.objects.activeHere().some((o) => o.name === object.name));
+    assert.equal(holding.length, 1, "one activation");
   });
 
   it("objects on hosts - two principals with the same image and name are two objects", async () => {
@@ -98,7 +99,8 @@ describe("objects on hosts", () => {
     const object = fresh("brief");
     assert.equal(await call(a, object, "inc", [3]), 3);
     await until(async () => (await a.objects.activeOn(object)) === undefined);
-    assert.equal(a.objects.activeHere().length + b.objects.activeHere().length, 0);
+    const here = [...a.objects.activeHere(), ...b.objects.activeHere()];
+    assert.ok(!here.some((o) => o.name === object.name), "no host holds it");
     assert.equal(await call(b, object, "inc", [1]), 4);
   });
 
