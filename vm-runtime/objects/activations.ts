@@ -26,6 +26,8 @@ export const DEFAULT_MAX_PENDING_CALLS = 64;
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 /** Time for an activation's instance to start and its session to open. */
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
+/** Objects active on one host at once; past it the least recently called idle one is evicted. */
+export const DEFAULT_MAX_ACTIVE = 50;
 
 export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeoutMs"> {
   readonly nc: NatsConnection;
@@ -38,6 +40,8 @@ export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeout
   readonly stores?: ObjectStores;
   readonly alarms?: ObjectAlarms;
   readonly maxPending?: number;
+  /** Objects active here at once (default 50): each holds an instance. */
+  readonly maxActive?: number;
   readonly callTimeoutMs?: number;
   readonly startTimeoutMs?: number;
   /** A silent holder's lease is taken over this long (plus a margin) after its last renewal (default 3 s). */
@@ -59,6 +63,8 @@ interface Held {
   readonly activation: Activation;
   readonly run: RunningObject;
   idle?: NodeJS.Timeout;
+  /** When its last call ended (monotonic ms). */
+  lastUsed: number;
   retired?: Promise<void>;
 }
 
@@ -97,6 +103,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
   const stores = options.stores ?? objectStores(options.requester);
   const alarms = options.alarms ?? objectAlarms(options.requester);
   const callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  const maxActive = options.maxActive ?? DEFAULT_MAX_ACTIVE;
   const ttlMs = options.leaseTtlMs ?? 3_000;
   const relayTimeoutMs = options.relayTimeoutMs ?? 65_000;
   // Long enough for a gone holder's lease to lapse and be claimed here.
@@ -154,8 +161,28 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       });
   }
 
+  /**
+   * Room for one more instance: at the most active objects, the least recently called one with
+   * no call waiting is evicted; none idle → 503 (the caller retries, or another host serves).
+   */
+  async function makeRoom(): Promise<void> {
+    if (held.size < maxActive) return;
+    let oldest: Held | undefined;
+    for (const h of held.values())
+      if (h.activation.pending === 0 && (!oldest || h.lastUsed < oldest.lastUsed)) oldest = h;
+    if (!oldest)
+      throw ServiceUnavailable.make({
+        message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
+      });
+    await retire(oldest, "evicted to make room");
+  }
+
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
   async function activate(activation: Activation, object: ObjectRef): Promise<Held> {
+    await makeRoom().catch(async (err: unknown) => {
+      await placement.release(activation).catch(() => undefined);
+      throw err;
+    });
     const storage = stores.open(object, activationFence(placement, activation));
     let h: Held | undefined;
     let run: RunningObject;
@@ -168,7 +195,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       await placement.release(activation).catch(() => undefined);
       throw err;
     }
-    h = { activation, run };
+    h = { activation, run, lastUsed: performance.now() };
     if (activation.ended) {
       await retire(h, "lease lost while starting");
       throw new LeaseLost(activation.name);
@@ -205,6 +232,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     try {
       return await bounded(h, request);
     } finally {
+      h.lastUsed = performance.now();
       if (held.get(activation.key) === h) armIdle(h);
     }
   }
