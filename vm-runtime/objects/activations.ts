@@ -16,7 +16,7 @@ import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
 import { activationFence } from "./fence.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 import { launchObject, type LaunchDeps, type RunningObject } from "./launch.ts";
-import { GONE, MOVED, relay, serveRelay, type RelayRequest } from "./relay.ts";
+import { GONE, MOVED, relay, relayWatched, serveRelay, SILENT, type RelayRequest } from "./relay.ts";
 import { objectStores, type ObjectStores } from "./storage.ts";
 import type { ObjectActivations, ObjectAnswer } from "./types.ts";
 
@@ -96,6 +96,8 @@ const BUSY_RETRY_SECONDS = 1;
 // Placement's own idle release is not used: each object's image says its idle time.
 const NEVER_IDLE_MS = 2 ** 31 - 1;
 const ROUTE_RECHECK_MS = 200;
+// Placement's margin (its default): a lease unmoved for its TTL plus this may be taken over.
+const TAKEOVER_MARGIN_MS = 500;
 const NO_CONTENT: ObjectAnswer = { status: 204, body: new Uint8Array() };
 
 export function startObjectActivations(options: ObjectActivationsOptions): HostObjectActivations {
@@ -266,7 +268,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
   /** Runs `request` where the object lives: here (claiming it if free), or at its holder. */
   async function atHolder(request: CallRequest, signal?: AbortSignal): Promise<ObjectAnswer> {
     const key = objectKey(request.object);
-    const deadline = performance.now() + routeBudgetMs;
+    let deadline = performance.now() + routeBudgetMs;
     let suspect: string | undefined;
     for (;;) {
       if (closing) throw ServiceUnavailable.make({});
@@ -278,9 +280,16 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
           if (!(err instanceof LeaseLost)) throw err;
         }
       } else if (route.kind === "remote") {
-        const answer = await relay(nc, prefix, route.owner, request, relayTimeoutMs);
-        if (answer === GONE) suspect = route.owner;
-        else if (answer !== MOVED) return answer;
+        const answer = await relayWatched(nc, prefix, route.owner, request, relayTimeoutMs, {
+          leases,
+          leaseKey: key,
+          marginMs: TAKEOVER_MARGIN_MS,
+        });
+        if (answer === GONE || answer === SILENT) {
+          // Its lease lapses (or has): claimed here once it may be, within a budget from now.
+          suspect = route.owner;
+          deadline = Math.max(deadline, performance.now() + routeBudgetMs);
+        } else if (answer !== MOVED) return answer;
         else {
           placement.forget(key);
           suspect = undefined;
