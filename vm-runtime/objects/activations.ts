@@ -233,6 +233,10 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     h.idle = undefined;
     try {
       return await bounded(h, request);
+    } catch (err) {
+      // Its lease lapsed or was taken under it (its writes were refused): where the object is now runs it.
+      if (!activation.live) throw new LeaseLost(activation.name, { cause: err });
+      throw err;
     } finally {
       h.lastUsed = performance.now();
       if (held.get(activation.key) === h) armIdle(h);
