@@ -231,6 +231,20 @@ describe("object activations", () => {
     assert.equal(a.objects.activeHere().length, 2);
   });
 
+  it("object activations - deactivate through another host stops the activation where it runs; storage stays", async () => {
+    const code = objectCode();
+    const a = await startHost("host-holds", code);
+    const b = await startHost("host-asks", code);
+    const object = fresh();
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
+    assert.equal(await b.objects.activeOn(object), "host-holds");
+    await b.objects.deactivate(object);
+    assert.deepEqual(a.objects.activeHere(), []);
+    assert.equal(await b.objects.activeOn(object), undefined);
+    assert.equal(answerValue(await b.objects.call(object, "inc", [])), 2);
+    assert.equal(await a.objects.activeOn(object), "host-asks");
+  });
+
   it("object activations - a host gone silent is taken over within the lease bound, storage kept", async () => {
     const code = objectCode();
     const a = await startHost("host-dies", code);

@@ -22,8 +22,11 @@ import type { ObjectActivations, ObjectAnswer } from "./types.ts";
 
 /** Calls one object may have waiting or running; one more is refused with 429 ObjectBusy. */
 export const DEFAULT_MAX_PENDING_CALLS = 64;
-/** The longest one call may run in its object's code before the activation is stopped. */
-export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+/**
+ * The longest one call may run in its object's code before the activation is stopped: its
+ * answer (an ObjectCallTimeout) then still reaches a caller that waits the call operation's 30 s.
+ */
+export const DEFAULT_CALL_TIMEOUT_MS = 25_000;
 /** Time for an activation's instance to start and its session to open. */
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
 /** Objects active on one host at once; past it the least recently called idle one is evicted. */
@@ -346,8 +349,13 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       const key = objectKey(object);
       if (await deactivateHere(key)) return;
       const owner = leaseOwner((await leases.get(key)).value);
-      // A gone holder's instance went with it; its lease lapses by itself.
-      if (owner && owner !== hostId) await relay(nc, prefix, owner, { op: "deactivate", object }, relayTimeoutMs);
+      // A gone or silent holder's instance went with it, or stops when its lease lapses.
+      if (owner && owner !== hostId)
+        await relayWatched(nc, prefix, owner, { op: "deactivate", object }, relayTimeoutMs, {
+          leases,
+          leaseKey: key,
+          marginMs: TAKEOVER_MARGIN_MS,
+        });
     },
 
     async activeOn(object) {
