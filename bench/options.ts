@@ -32,6 +32,8 @@ export interface BenchOptions {
   microvmImages: boolean;
   /** Only the snapshot rows of the microVM bench, on the gvisor provider (bench/microvm-snapshots.ts). */
   microvmSnapshots: boolean;
+  /** The default run without its microVM rows. */
+  noMicrovm: boolean;
   /** The CLI start-up bench instead (bench/cli-start.ts). */
   cli: boolean;
   /** The task-object throughput bench on the 3-node cluster, 1 vs 2 actor processes (bench/placement.ts). */
@@ -60,7 +62,11 @@ export const helpText = `Usage: npm run bench -- [options]
 Starts a private nats-server, the service (main.ts) and a bare node:http server as child
 processes, loads each workload with wrk (when installed; else autocannon) over HTTP or with
 direct NATS requests, and prints
-the median over rounds. Results go to bench/results/<timestamp>.json and latest.json.
+the median over rounds. Then, once those stacks are gone, the microVM rows (gVisor, where runsc
+runs): 10 suspend/resume cycles against the cold launch beside each (--quick 5), the bytes a
+snapshot stores, 10 instances suspended together, launches with and without a wall booted
+ahead and 10 at once, the machine memory per idle instance, and the targets' verdicts.
+Results go to bench/results/<timestamp>.json and latest.json.
 
 Options:
   --quick              2 s per workload, 1 round, short warm-up
@@ -122,6 +128,8 @@ Options:
                        (summarize with: npx tsx bench/profile-summary.ts DIR/*.cpuprofile)
   --node-flags "F ..." node flags for the service processes, added to the ones npm start
                        uses (compare runs with and without, e.g. "--max-semi-space-size=8")
+  --no-microvm         the default run without its microVM rows (they also skip with --only,
+                       --growth and the compare options)
   --growth             growth check instead: RSS and getTask latency at 0 and 100k records
   --growth-size N      records to grow to (implies --growth; e.g. 1000000 adds a 1M point)
   --microvm            microVM bench instead, every provider (process, sandbox, and gvisor where
@@ -202,6 +210,7 @@ export function parseOptions(args: string[]): BenchOptions {
       burst: { type: "string" },
       "microvm-images": { type: "boolean" },
       "microvm-snapshots": { type: "boolean" },
+      "no-microvm": { type: "boolean" },
       cli: { type: "boolean" },
       placement: { type: "boolean" },
       "placement-names": { type: "string" },
@@ -240,6 +249,7 @@ export function parseOptions(args: string[]): BenchOptions {
     burst: Math.round(positive("burst", values.burst, 80)),
     microvmImages: values["microvm-images"] ?? false,
     microvmSnapshots: values["microvm-snapshots"] ?? false,
+    noMicrovm: values["no-microvm"] ?? false,
     cli: values.cli ?? false,
     placement,
     placementNames: Math.round(positive("placement-names", values["placement-names"], 200)),

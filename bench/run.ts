@@ -9,7 +9,7 @@ import { runCliBench } from "./cli-start.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, UsageError, type BenchOptions } from "./options.ts";
-import { runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
+import { runDefaultMicrovmRows, runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
 import { runMicrovmBurst } from "./microvm-burst.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
 import { checkoutLabel, formatTwinPairs, natsServerLabel, twinPairs, type ComparedServer } from "./compared.ts";
@@ -176,6 +176,9 @@ async function main() {
     await compared?.env.close(); // its own processes only: started second
     await env.close();
   }
+  // The microVM rows, once the HTTP stacks are gone: the whole default run only.
+  if (!options.growth && options.only === undefined && !options.noMicrovm && !mainService && !compared)
+    await runDefaultMicrovmRows(options, header, startedAt);
   if (options.cpuProf)
     console.log(
       `cpu profiles in ${options.cpuProf} (npx tsx bench/profile-summary.ts ${options.cpuProf}/*.cpuprofile)`,

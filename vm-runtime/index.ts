@@ -4,8 +4,23 @@
 import type { ImageShape } from "./image.ts";
 import type sandboxImage from "./images/sandbox.ts";
 
-// Defining an image (objects, `defineObject`, will sit beside it).
+// Defining an image, and an object class (an image whose methods get a context first).
 export { defineImage, method } from "./image.ts";
+export { defineObject } from "./object.ts";
+export type {
+  AlarmHandler,
+  ObjectContext,
+  ObjectDefinition,
+  ObjectImage,
+  ObjectMethodDefinition,
+  ObjectMethodMap,
+  ObjectShape,
+  ObjectStorageApi,
+  StoredEntry,
+  StoredList,
+  StoredListOptions,
+} from "./object.ts";
+export type { ObjectTraits } from "./objects/types.ts";
 export type {
   FetchHandler,
   Image,

@@ -10,4 +10,5 @@ export const testImages = {
   counter: here("./counter.ts"),
   entropy: here("./entropy.ts"),
   heavyInit: here("./heavy-init.ts"),
+  objectCounter: here("./object-counter.ts"),
 } as const;

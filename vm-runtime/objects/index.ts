@@ -1,6 +1,7 @@
 // Public entry of objects (user code with a name), host side: fenced storage with a quota per
 // principal, alarms on JetStream message schedules and the consumer that fires them, the
-// directory of objects and the handlers of the object operations.
+// session with a running activation (calls in; storage and alarm requests out, over its socket),
+// a host's activations of objects, the directory of objects and the handlers of the operations.
 export { ObjectError } from "./errors.ts";
 export { activationFence } from "./fence.ts";
 export {
@@ -46,3 +47,20 @@ export {
   type AlarmFiringOptions,
   type AlarmHandler,
 } from "./firing.ts";
+export {
+  objectTraitsOf,
+  openObjectSession,
+  type ObjectSession,
+  type ObjectSessionOptions,
+  type SessionLimits,
+} from "./session.ts";
+export type { SessionLog } from "./channel-host.ts";
+export {
+  DEFAULT_CALL_TIMEOUT_MS,
+  DEFAULT_MAX_PENDING_CALLS,
+  DEFAULT_START_TIMEOUT_MS,
+  startObjectActivations,
+  type HostObjectActivations,
+  type ObjectActivationsOptions,
+} from "./activations.ts";
+export type { ActivationSession, ObjectImages, OpenSession, SessionRequest } from "./launch.ts";

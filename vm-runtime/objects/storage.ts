@@ -9,15 +9,14 @@ import {
   OBJECTS_BUCKET,
   type Requester,
 } from "../../platform/index.ts";
-import { invalidKey, invalidValue, superseded } from "./errors.ts";
+import { invalidKey, superseded } from "./errors.ts";
 import { bucketSubject, objectKey, storageKey, type ObjectRef } from "./keys.ts";
 import { isDeletion, readPage } from "./pages.ts";
 import { storageUsage, type StorageUsage } from "./usage.ts";
 
-/** Longest storage key, in UTF-8 bytes. */
-export const MAX_STORAGE_KEY_BYTES = 512;
-/** Longest value, as JSON in UTF-8 bytes. */
-export const MAX_STORAGE_VALUE_BYTES = 128 * 1024;
+import { checkedKey, valueJson } from "./values.ts";
+
+export { MAX_STORAGE_KEY_BYTES, MAX_STORAGE_VALUE_BYTES } from "./values.ts";
 /** Default storage quota of one principal (all its objects), in bytes. */
 export const DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024;
 /** Entries of one list page: default and most. */
@@ -161,7 +160,7 @@ export function objectStores(requester: Requester, options: StorageOptions = {})
       put: (name, value) =>
         serially(async () => {
           const subject = bucketSubject(storageKey(key, checkedKey(name)));
-          const data = encodeValue(value);
+          const data = Buffer.from(valueJson(value), "utf8");
           const size = storedSize(subject, data.length);
           const delta = size - (await sizeOf(subject));
           await usage.change(object.principal, delta, () => fenced(key, fence, subject, data, false), key);
@@ -205,30 +204,6 @@ export function objectStores(requester: Requester, options: StorageOptions = {})
 /** Bytes a stored key counts for: its subject's key token and its value. */
 function storedSize(subject: string, valueBytes: number): number {
   return subject.length - subject.lastIndexOf(".") - 1 + valueBytes;
-}
-
-function checkedKey(key: unknown): string {
-  if (typeof key !== "string" || key.length === 0) throw invalidKey("a storage key is a non-empty string");
-  const bytes = Buffer.byteLength(key, "utf8");
-  if (bytes > MAX_STORAGE_KEY_BYTES)
-    throw invalidKey(`a storage key is at most ${MAX_STORAGE_KEY_BYTES} bytes (UTF-8); this one has ${bytes}`);
-  return key;
-}
-
-function encodeValue(value: unknown): Uint8Array {
-  let json: string | undefined;
-  try {
-    json = JSON.stringify(value);
-  } catch (err) {
-    throw invalidValue(`a stored value must be JSON: ${(err as Error).message}`);
-  }
-  if (json === undefined) throw invalidValue("a stored value must be JSON (undefined, a function or a symbol is not)");
-  const data = Buffer.from(json, "utf8");
-  if (data.length > MAX_STORAGE_VALUE_BYTES)
-    throw invalidValue(
-      `a stored value is at most ${MAX_STORAGE_VALUE_BYTES} bytes as JSON; this one has ${data.length}`,
-    );
-  return data;
 }
 
 function fenceHeaders(token: FencingToken, marker: boolean): MsgHdrs {

@@ -15,6 +15,8 @@ export type RuntimeLog = (message: string, cause?: unknown) => void;
 export interface RpcHandlerOptions {
   readonly bodyLimitBytes: number;
   readonly log: RuntimeLog;
+  /** Calls a method's handler (an object's gets its context first); default: with the arguments alone. */
+  readonly invoke?: (definition: MethodDefinition, args: unknown[]) => unknown;
 }
 
 /** One argument-validation issue: where in the argument array, and what is wrong. */
@@ -82,7 +84,7 @@ export function createRpcHandler(image: Image, options: RpcHandlerOptions): RpcH
         message: "arguments do not match the method's schema",
       });
     }
-    await invoke(method, args, req, res, options.log);
+    await invoke(method, args, req, res, options);
   }
 }
 
@@ -156,11 +158,11 @@ async function invoke(
   args: unknown[],
   req: IncomingMessage,
   res: ServerResponse,
-  log: RuntimeLog,
+  { log, invoke: call }: RpcHandlerOptions,
 ): Promise<void> {
   let result: unknown;
   try {
-    result = await method.definition.handler(...args);
+    result = await (call ? call(method.definition, args) : method.definition.handler(...args));
   } catch (thrown) {
     return fail(res, declaredStatus(thrown), encodeThrown(thrown));
   }

@@ -1,8 +1,13 @@
 // The in-VM runtime server: routes `/__rpc__/` to the image's methods, `GET /__rpc__/` to the
 // readiness probe, everything else to the image's fetch. Built here, listened to by the boot.
+// An object image (`defineObject`) is served in object mode (object-mode.ts, loaded for it alone).
 import { timingSafeEqual } from "node:crypto";
 import { Agent, createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
 import { argumentsSchema, type Image } from "../image.ts";
+import { isObjectImage } from "../object.ts";
+import { ALARM_PATH } from "../objects/channel.ts";
+import type { ObjectMode } from "./object-mode.ts";
 import { rawPath, sendJson } from "../wire/http-util.ts";
 import { createRpcHandler, type RpcHandler, type RuntimeLog } from "./rpc-handler.ts";
 import { forward } from "../wire/forward.ts";
@@ -45,7 +50,14 @@ const defaultLog: RuntimeLog = (message, cause) => {
 /** Creates (does not listen) the runtime's HTTP server for an image. */
 export function createRuntimeServer(image: Image, options: RuntimeOptions = {}): Server {
   const log = options.log ?? defaultLog;
-  const rpc = createRpcHandler(image, { bodyLimitBytes: options.bodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT, log });
+  const objectMode = isObjectImage(image)
+    ? import("./object-mode.ts").then(({ createObjectMode }) => createObjectMode(image))
+    : undefined;
+  const rpc = createRpcHandler(image, {
+    bodyLimitBytes: options.bodyLimitBytes ?? DEFAULT_RPC_BODY_LIMIT,
+    log,
+    ...(objectMode ? { invoke: async (definition, args) => (await objectMode).invoke(definition, args) } : {}),
+  });
   const admitted = secretCheck(options.accessSecret);
   // Validators are compiled once the host's readiness probe has been answered, while it
   // records the instance as RUNNING: neither the boot nor (usually) the first call waits.
@@ -55,21 +67,44 @@ export function createRuntimeServer(image: Image, options: RuntimeOptions = {}):
     prepared = true;
     res.once("finish", () => setImmediate(() => void rpc.prepare()));
   };
-  const health = { ...HEALTH_BODY, methods: describeMethods(image) };
+  const health = {
+    ...HEALTH_BODY,
+    methods: describeMethods(image),
+    ...(isObjectImage(image) ? { object: image.object } : {}),
+  };
   const portAgent = new Agent({ keepAlive: true });
   const server = createServer((req, res) => {
     if (!admitted(req))
       return sendJson(res, 403, { _tag: "Forbidden", message: "requests must come through the proxy" });
     const port = req.headers[INSTANCE_PORT_HEADER];
     if (port !== undefined) return void forwardToPort(req, res, port, portAgent);
-    route(req, res, image, rpc, log, health, prepareAfter).catch((error: unknown) => {
+    route(req, res, image, rpc, log, health, prepareAfter, objectMode).catch((error: unknown) => {
       log("request failed", error);
       sendJson(res, 500, { _tag: "InternalServerError", message: "the instance's runtime failed (its log has why)" });
     });
   });
   // Long keep-alive so a proxy's pooled connections are not closed under it mid-reuse.
   server.keepAliveTimeout = 65_000;
+  if (objectMode) serveObjectChannel(server, objectMode, admitted);
   return server;
+}
+
+/**
+ * The object channel arrives as an Upgrade (only an object image's server takes one). An
+ * upgraded socket is no longer one of the server's connections: closing them all (shutdown, a
+ * checkpoint) closes the channel too.
+ */
+function serveObjectChannel(server: Server, mode: Promise<ObjectMode>, admitted: (req: IncomingMessage) => boolean) {
+  let loaded: ObjectMode | undefined;
+  void mode.then((m) => (loaded = m));
+  server.on("upgrade", (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    void mode.then((m) => m.acceptChannel(req, socket, head, admitted(req)));
+  });
+  const closeAll = server.closeAllConnections.bind(server);
+  server.closeAllConnections = () => {
+    closeAll();
+    loaded?.close();
+  };
 }
 
 /**
@@ -116,6 +151,7 @@ async function route(
   log: RuntimeLog,
   health: object,
   onHealthProbe: (res: ServerResponse) => void,
+  objectMode: Promise<ObjectMode> | undefined,
 ) {
   const path = rawPath(req.url);
   if (path === undefined) return sendJson(res, 400, { _tag: "BadRequest", message: "unusable request target" });
@@ -124,6 +160,7 @@ async function route(
     return sendJson(res, 200, health, { "cache-control": "no-store" });
   }
   if (path.startsWith(RPC_PREFIX)) return rpc(req, res, path.slice(RPC_PREFIX.length));
+  if (objectMode && path === ALARM_PATH) return (await objectMode).serveAlarm(req, res);
   await serveFetch(req, res, image, log);
 }
 
