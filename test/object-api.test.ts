@@ -29,6 +29,8 @@ let svc: MicrovmService;
 const tally = (name: string, key = alice.key) => object<Tally>("tally", name, { url: svc.microvmUrl, apiKey: key });
 const objectsUrl = () => `${svc.microvmUrl}/2025-09-09/objects`;
 
+type Answer = Record<string, unknown> & { items?: { name: string }[] };
+
 /** A request to the object API as `key`'s principal: status and parsed body. */
 async function http(method: string, path: string, key = alice.key) {
   const res = await fetch(`${objectsUrl()}${path}`, {
@@ -36,7 +38,7 @@ async function http(method: string, path: string, key = alice.key) {
     headers: { authorization: `Bearer ${key}`, ...(method === "POST" ? { "content-type": "application/json" } : {}) },
   });
   const text = await res.text();
-  return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined };
+  return { status: res.status, body: text ? (JSON.parse(text) as Answer) : undefined };
 }
 
 before(async () => {
@@ -69,7 +71,7 @@ describe("object API", () => {
     });
     const listed = await http("GET", "?image=tally&limit=1000");
     assert.ok(
-      (listed.body?.items as { name: string }[]).some((item) => item.name === "seen"),
+      (listed.body?.items ?? []).some((item) => item.name === "seen"),
       JSON.stringify(listed.body),
     );
   });
@@ -107,7 +109,7 @@ describe("object API", () => {
     assert.equal(await tally("shared name", bob.key).inc(1), 1);
     assert.equal((await http("GET", "/tally/seen", bob.key)).status, 404);
     assert.equal((await http("DELETE", "/tally/seen", bob.key)).status, 404);
-    const bobs = (await http("GET", "?limit=1000", bob.key)).body?.items as { name: string }[];
+    const bobs = (await http("GET", "?limit=1000", bob.key)).body?.items ?? [];
     assert.deepEqual(
       bobs.map((item) => item.name),
       ["shared name"],
