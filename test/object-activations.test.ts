@@ -214,6 +214,20 @@ describe("object activations", () => {
     assert.equal(code.sessions.length, 2);
   });
 
+  it("object activations - at its most active objects a host evicts the least recently called idle one", async () => {
+    const code = objectCode();
+    const a = await startHost("host-full", code, { maxActive: 2 });
+    const [first, second, third] = [fresh(), fresh(), fresh()];
+    assert.equal(answerValue(await a.objects.call(first, "inc", [])), 1);
+    assert.equal(answerValue(await a.objects.call(second, "inc", [])), 1);
+    assert.equal(answerValue(await a.objects.call(first, "inc", [])), 2);
+    assert.equal(answerValue(await a.objects.call(third, "inc", [])), 1);
+    const names = () => a.objects.activeHere().map((o) => o.name);
+    assert.deepEqual(names().sort(), [first.name, third.name].sort(), "the second, least recently called, went");
+    assert.equal(answerValue(await a.objects.call(second, "inc", [])), 2);
+    assert.equal(a.objects.activeHere().length, 2);
+  });
+
   it("object activations - a host gone silent is taken over within the lease bound, storage kept", async () => {
     const code = objectCode();
     const a = await startHost("host-dies", code);

@@ -9,10 +9,11 @@ import { once } from "node:events";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { ApiError } from "../schemas/index.ts";
 import { builtinImages, type MicrovmHost, type MicrovmHostOptions } from "../vm-runtime/service/index.ts";
-import type { ObjectRef } from "../vm-runtime/objects/index.ts";
+import { objectStores, type ObjectRef } from "../vm-runtime/objects/index.ts";
 import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
@@ -49,6 +50,44 @@ async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
   );
   assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
   return err;
+}
+
+/** A microVM host in its own process (test/helpers/object-host-child.ts) that activates `object`. */
+async function hostProcess(object: ObjectRef, hostId: string) {
+  const dataDir = await mkdtemp(join(tmpdir(), "object-host-"));
+  defer(() => rm(dataDir, { recursive: true, force: true }));
+  const child = spawn(process.execPath, ["--import", "tsx", "test/helpers/object-host-child.ts"], {
+    env: {
+      ...process.env,
+      OBJECT_HOST_LOGIN: JSON.stringify(svc.nats.login("microvms")),
+      DATA_DIR: dataDir,
+      HOST_ID: hostId,
+      TALLY_IMAGE: images.tally,
+      OBJECT_PRINCIPAL: object.principal,
+      OBJECT_NAME: object.name,
+    },
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const exited = once(child, "exit");
+  defer(async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill("SIGKILL");
+    await exited;
+  });
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  return {
+    process: child,
+    exited,
+    /** Its next line of output. */
+    async line(): Promise<string> {
+      const next = await lines.next();
+      assert.ok(!next.done, "the host process ended");
+      return next.value;
+    },
+    send(command: { method: string; args: unknown[] }) {
+      child.stdin.write(`${JSON.stringify(command)}\n`);
+    },
+  };
 }
 
 /** Resolves once `condition` holds (checked every 100 ms). */
@@ -126,37 +165,44 @@ describe("objects on hosts", () => {
 
   it("objects on hosts - a host killed with SIGKILL: another host takes its object over, storage kept", async () => {
     const object = fresh();
-    const dataDir = await mkdtemp(join(tmpdir(), "object-host-"));
-    defer(() => rm(dataDir, { recursive: true, force: true }));
-    const child = spawn(process.execPath, ["--import", "tsx", "test/helpers/object-host-child.ts"], {
-      env: {
-        ...process.env,
-        OBJECT_HOST_LOGIN: JSON.stringify(svc.nats.login("microvms")),
-        DATA_DIR: dataDir,
-        HOST_ID: "object-host-child",
-        TALLY_IMAGE: images.tally,
-        OBJECT_PRINCIPAL: object.principal,
-        OBJECT_NAME: object.name,
-      },
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    const exited = once(child, "exit");
-    defer(() => (child.exitCode === null && child.signalCode === null ? child.kill("SIGKILL") : undefined));
-    let out = "";
-    child.stdout!.setEncoding("utf8");
-    child.stdout!.on("data", (chunk: string) => (out += chunk));
-    await until(() => out.includes("\n") || child.exitCode !== null);
-    assert.equal(out.trim(), "active 200 1");
-    assert.equal(await a.objects.activeOn(object), "object-host-child");
+    const child = await hostProcess(object, "object-host-killed");
+    assert.equal(await child.line(), "active 200 1");
+    assert.equal(await a.objects.activeOn(object), "object-host-killed");
 
-    child.kill("SIGKILL");
-    await exited;
+    child.process.kill("SIGKILL");
+    await child.exited;
     const started = performance.now();
     assert.equal(await call(a, object, "inc", [1]), 2);
     const took = performance.now() - started;
     // The lease's TTL (1 s) and margin, then a start of the instance.
     assert.ok(took < 10_000, `taken over in ${Math.round(took)} ms`);
     assert.equal(await b.objects.activeOn(object), a.hostId);
+  });
+
+  it("objects on hosts - a paused holder is taken over, and its late write is refused (fencing)", async (t) => {
+    const object = fresh();
+    const child = await hostProcess(object, "object-host-paused");
+    assert.equal(await child.line(), "active 200 1");
+    // A call that reads n (1), marks `started`, and writes n + 1 three seconds later.
+    child.send({ method: "slowInc", args: [3_000] });
+    const storage = objectStores(svc.handle.requester).open(object, {
+      token: () => assert.fail(),
+      renew: () => assert.fail(),
+    });
+    await until(async () => (await storage.get("started")) === true);
+    child.process.kill("SIGSTOP");
+    defer(() => child.process.kill("SIGCONT"));
+    // The paused holder never answers: its lease stops moving, and this host takes the object.
+    assert.equal(await call(a, object, "inc", [1]), 2);
+    assert.equal(await a.objects.activeOn(object), a.hostId);
+    child.process.kill("SIGCONT");
+    // Its write of n = 2 (computed from 1) is refused: the call ends without clobbering this host's 2.
+    const late = await child.line();
+    assert.ok(late.startsWith("answer ") || late.startsWith("failed "), late);
+    const final = await call(a, object, "read");
+    t.diagnostic(`the paused holder's call: ${late}; n = ${final}`);
+    // Either the late call failed, or it ran again where the object is now, on n = 2.
+    assert.ok(late === "answer 200 3" ? final === 3 : final === 2, `${late}, n = ${final}`);
   });
 
   it("objects on hosts - an alarm runs the object's alarm handler, also on a host started after the others stopped", async () => {

@@ -12,6 +12,16 @@ export const tallyMethods = {
     },
   },
   read: { handler: (ctx: ObjectContext) => count(ctx, "n") },
+  /** `inc` that reads, marks `started`, waits `ms`, then writes (a paused host's write comes late). */
+  slowInc: {
+    handler: async (ctx: ObjectContext, ms: number) => {
+      const n = (await count(ctx, "n")) + 1;
+      await ctx.storage.put("started", true);
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      await ctx.storage.put("n", n);
+      return n;
+    },
+  },
   alarmIn: { handler: (ctx: ObjectContext, ms: number) => ctx.setAlarm(Date.now() + ms) },
   alarms: { handler: (ctx: ObjectContext) => count(ctx, "alarms") },
   hang: { handler: () => new Promise<never>(() => undefined) },

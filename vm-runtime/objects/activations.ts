@@ -16,7 +16,7 @@ import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
 import { activationFence } from "./fence.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 import { launchObject, type LaunchDeps, type RunningObject } from "./launch.ts";
-import { GONE, MOVED, relay, serveRelay, type RelayRequest } from "./relay.ts";
+import { GONE, MOVED, relay, relayWatched, serveRelay, SILENT, type RelayRequest } from "./relay.ts";
 import { objectStores, type ObjectStores } from "./storage.ts";
 import type { ObjectActivations, ObjectAnswer } from "./types.ts";
 
@@ -26,6 +26,8 @@ export const DEFAULT_MAX_PENDING_CALLS = 64;
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 /** Time for an activation's instance to start and its session to open. */
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
+/** Objects active on one host at once; past it the least recently called idle one is evicted. */
+export const DEFAULT_MAX_ACTIVE = 50;
 
 export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeoutMs"> {
   readonly nc: NatsConnection;
@@ -38,6 +40,8 @@ export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeout
   readonly stores?: ObjectStores;
   readonly alarms?: ObjectAlarms;
   readonly maxPending?: number;
+  /** Objects active here at once (default 50): each holds an instance. */
+  readonly maxActive?: number;
   readonly callTimeoutMs?: number;
   readonly startTimeoutMs?: number;
   /** A silent holder's lease is taken over this long (plus a margin) after its last renewal (default 3 s). */
@@ -59,6 +63,8 @@ interface Held {
   readonly activation: Activation;
   readonly run: RunningObject;
   idle?: NodeJS.Timeout;
+  /** When its last call ended (monotonic ms). */
+  lastUsed: number;
   retired?: Promise<void>;
 }
 
@@ -90,6 +96,8 @@ const BUSY_RETRY_SECONDS = 1;
 // Placement's own idle release is not used: each object's image says its idle time.
 const NEVER_IDLE_MS = 2 ** 31 - 1;
 const ROUTE_RECHECK_MS = 200;
+// Placement's margin (its default): a lease unmoved for its TTL plus this may be taken over.
+const TAKEOVER_MARGIN_MS = 500;
 const NO_CONTENT: ObjectAnswer = { status: 204, body: new Uint8Array() };
 
 export function startObjectActivations(options: ObjectActivationsOptions): HostObjectActivations {
@@ -97,6 +105,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
   const stores = options.stores ?? objectStores(options.requester);
   const alarms = options.alarms ?? objectAlarms(options.requester);
   const callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  const maxActive = options.maxActive ?? DEFAULT_MAX_ACTIVE;
   const ttlMs = options.leaseTtlMs ?? 3_000;
   const relayTimeoutMs = options.relayTimeoutMs ?? 65_000;
   // Long enough for a gone holder's lease to lapse and be claimed here.
@@ -154,8 +163,28 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       });
   }
 
+  /**
+   * Room for one more instance: at the most active objects, the least recently called one with
+   * no call waiting is evicted; none idle → 503 (the caller retries, or another host serves).
+   */
+  async function makeRoom(): Promise<void> {
+    if (held.size < maxActive) return;
+    let oldest: Held | undefined;
+    for (const h of held.values())
+      if (h.activation.pending === 0 && (!oldest || h.lastUsed < oldest.lastUsed)) oldest = h;
+    if (!oldest)
+      throw ServiceUnavailable.make({
+        message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
+      });
+    await retire(oldest, "evicted to make room");
+  }
+
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
   async function activate(activation: Activation, object: ObjectRef): Promise<Held> {
+    await makeRoom().catch(async (err: unknown) => {
+      await placement.release(activation).catch(() => undefined);
+      throw err;
+    });
     const storage = stores.open(object, activationFence(placement, activation));
     let h: Held | undefined;
     let run: RunningObject;
@@ -168,7 +197,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       await placement.release(activation).catch(() => undefined);
       throw err;
     }
-    h = { activation, run };
+    h = { activation, run, lastUsed: performance.now() };
     if (activation.ended) {
       await retire(h, "lease lost while starting");
       throw new LeaseLost(activation.name);
@@ -205,6 +234,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     try {
       return await bounded(h, request);
     } finally {
+      h.lastUsed = performance.now();
       if (held.get(activation.key) === h) armIdle(h);
     }
   }
@@ -238,7 +268,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
   /** Runs `request` where the object lives: here (claiming it if free), or at its holder. */
   async function atHolder(request: CallRequest, signal?: AbortSignal): Promise<ObjectAnswer> {
     const key = objectKey(request.object);
-    const deadline = performance.now() + routeBudgetMs;
+    let deadline = performance.now() + routeBudgetMs;
     let suspect: string | undefined;
     for (;;) {
       if (closing) throw ServiceUnavailable.make({});
@@ -250,9 +280,16 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
           if (!(err instanceof LeaseLost)) throw err;
         }
       } else if (route.kind === "remote") {
-        const answer = await relay(nc, prefix, route.owner, request, relayTimeoutMs);
-        if (answer === GONE) suspect = route.owner;
-        else if (answer !== MOVED) return answer;
+        const answer = await relayWatched(nc, prefix, route.owner, request, relayTimeoutMs, {
+          leases,
+          leaseKey: key,
+          marginMs: TAKEOVER_MARGIN_MS,
+        });
+        if (answer === GONE || answer === SILENT) {
+          // Its lease lapses (or has): claimed here once it may be, within a budget from now.
+          suspect = route.owner;
+          deadline = Math.max(deadline, performance.now() + routeBudgetMs);
+        } else if (answer !== MOVED) return answer;
         else {
           placement.forget(key);
           suspect = undefined;

@@ -4,7 +4,10 @@
 // answers "moved", and the sender reads the lease again). Answers carry the object's status and
 // body as they are; a declared failure (ObjectBusy, NotAnObject, …) travels as its error body.
 import { headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
-import { isNoResponders, isTimeout, log } from "../../platform/index.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { performance } from "node:perf_hooks";
+import { parseLease } from "../../placement/index.ts";
+import { isNoResponders, isTimeout, log, type VersionedStore } from "../../platform/index.ts";
 import {
   ApiError,
   GatewayTimeout,
@@ -28,9 +31,59 @@ export type RelayRequest =
 export const MOVED = "moved";
 /** Nobody takes the holder's subject: the host is gone (its lease lapses, then another takes it). */
 export const GONE = "gone";
+/** The holder stopped renewing its lease while the request waited: it is paused or cut off. */
+export const SILENT = "silent";
 
 const REPLY_HEADER = "Object-Reply";
 const STATUS_HEADER = "Object-Status";
+
+/**
+ * `relay`, given up once the holder has not renewed the object's lease (key `leaseKey`) for its
+ * TTL plus `marginMs` while the answer is awaited: a paused or cut-off holder never answers, and
+ * once its lease may be taken its writes are refused (fenced), so the request may run elsewhere.
+ */
+export async function relayWatched(
+  nc: NatsConnection,
+  prefix: string,
+  hostId: string,
+  request: RelayRequest,
+  timeoutMs: number,
+  watch: { leases: VersionedStore; leaseKey: string; marginMs: number },
+): Promise<ObjectAnswer | typeof MOVED | typeof GONE | typeof SILENT> {
+  const relayed = relay(nc, prefix, hostId, request, timeoutMs);
+  relayed.catch(() => undefined);
+  const done = new AbortController();
+  try {
+    return await Promise.race([relayed, silence(watch.leases, watch.leaseKey, hostId, watch.marginMs, done.signal)]);
+  } finally {
+    done.abort();
+  }
+}
+
+/** Resolves SILENT once `owner`'s lease of `key` has not moved for its TTL plus `marginMs`; never after `stop`. */
+async function silence(
+  leases: VersionedStore,
+  key: string,
+  owner: string,
+  marginMs: number,
+  stop: AbortSignal,
+): Promise<typeof SILENT> {
+  let revision = -1;
+  let since = performance.now();
+  for (;;) {
+    const entry = await leases.get(key).catch(() => undefined);
+    const lease = entry?.value ? parseLease(entry.value) : undefined;
+    const ttlMs = lease?.ttlMs ?? 2_000;
+    if (entry && entry.revision !== revision) {
+      revision = entry.revision;
+      since = performance.now();
+    } else if (lease?.owner === owner && performance.now() - since > ttlMs + marginMs) {
+      return SILENT;
+    }
+    // Never resolves once stopped: the race it is in is over.
+    await sleep(Math.max(50, ttlMs / 3), undefined, { signal: stop }).catch(() => new Promise<never>(() => undefined));
+  }
+}
 
 /** The subject on which host `hostId` takes the relayed requests of the objects it holds. */
 export const relaySubject = (prefix: string, hostId: string): string =>

@@ -190,7 +190,10 @@ export interface MicrovmHostOptions {
 
 /** The settings of the objects a host runs. */
 export type ObjectHostOptions = Partial<
-  Pick<ObjectActivationsOptions, "maxPending" | "callTimeoutMs" | "startTimeoutMs" | "leaseTtlMs" | "relayTimeoutMs">
+  Pick<
+    ObjectActivationsOptions,
+    "maxPending" | "maxActive" | "callTimeoutMs" | "startTimeoutMs" | "leaseTtlMs" | "relayTimeoutMs"
+  >
 > & {
   /** Opens the session with an object's instance (default `openObjectSession`). */
   readonly openSession?: OpenSession;
