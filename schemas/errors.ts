@@ -154,6 +154,8 @@ export const ObjectBusy = defineError("ObjectBusy", 429, {
   retryAfterSeconds: Type.Integer({ minimum: 1 }),
   message: Type.String(),
 });
+/** A call of an object that did not answer in its time: its activation was stopped (the next call starts it afresh). */
+export const ObjectCallTimeout = defineError("ObjectCallTimeout", 504, { message: Type.String() });
 /** No object of yours by that image and name: never called, or deleted. */
 export const ObjectNotFound = defineError(
   "ObjectNotFound",

@@ -6,7 +6,7 @@ import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,10 +28,15 @@ before(async () => {
 after(() => rm(dir, { recursive: true, force: true }));
 
 let served = 0;
-/** A fake object runtime on a fresh socket; its channel runs `script`. */
-async function fakeRuntime(t: TestContext, script: Script): Promise<string> {
+/** A fake object runtime on a fresh socket; its channel runs `script`, its calls `call`. */
+async function fakeRuntime(
+  t: TestContext,
+  script: Script,
+  call?: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<string> {
   const socketPath = join(dir, `runtime-${++served}.sock`);
-  const server: Server = createServer((_req, res) => {
+  const server: Server = createServer((req, res) => {
+    if (req.method === "POST" && call) return call(req, res);
     res.writeHead(200, { "content-type": "application/json" });
     res.end(
       JSON.stringify({ status: "ok", methods: [], object: { idleSeconds: 60, hibernate: "none", alarm: false } }),
@@ -189,6 +194,37 @@ describe("object channel", () => {
       socket.write('{"id":1,"op":"delete","key":"k"}\n');
       assert.deepEqual(await reply, [{ id: 1, ok: true, value: false }]);
     });
+
+  test("object channel - a call's answer is read up to its bound, and one cut short rejects", async (t) => {
+    const huge = Buffer.alloc(64 * 1024, "x");
+    const socketPath = await fakeRuntime(
+      t,
+      () => {},
+      (req, res) => {
+        if (req.url === "/__rpc__/cut") {
+          res.writeHead(200, { "content-length": "100" });
+          return res.end("{", () => res.destroy());
+        }
+        res.writeHead(200);
+        for (let i = 0; i < 32; i++) res.write(huge);
+        res.end();
+      },
+    );
+    const opened = await openObjectSession({
+      upstream: { socketPath, headers: {} },
+      object: { principal: "alice", image: "counter", name: "c" },
+      storage: memoryStorage().storage,
+      alarms: noAlarms,
+      limits: { answerBytes: 256 * 1024 },
+    });
+    t.after(() => opened.close());
+    const answer = await opened.call("big", []);
+    assert.equal(answer.status, 502);
+    assert.equal(JSON.parse(Buffer.from(answer.body).toString()).error._tag, "ObjectAnswerTooLarge");
+    await assert.rejects(opened.call("cut", []), /closed its answer before it ended|aborted|socket hang up/);
+    const alarm = await opened.alarm();
+    assert.equal(alarm.status, 502, "the session goes on");
+  });
 
   test("object channel - a superseded write is answered as such and reported once", async (t) => {
     const refusing: ObjectStorage = {

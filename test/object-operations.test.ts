@@ -14,6 +14,7 @@ import {
   NotAnObject,
   ObjectBusy,
   objectApi,
+  openApiDocument,
   PRINCIPAL_HEADER,
   viaGateway,
 } from "../schemas/index.ts";
@@ -55,6 +56,7 @@ function fakeActivations(host: NatsHandle): ObjectActivations & { calls: string[
       calls.push(`${object.principal}/${object.image}/${object.name}/${method}(${JSON.stringify(args)})`);
       if (object.image === "plain") throw NotAnObject.make({ image: object.image });
       if (object.image !== "counter") throw ImageNotFound.make({ imageIdentifier: object.image });
+      if (method === "vanish") throw ImageNotFound.make({ imageIdentifier: object.image });
       if (method === "slow")
         throw ObjectBusy.make({ image: object.image, name: object.name, retryAfterSeconds: 2, message: "busy" });
       const lease = testLease(host, object, "host-a");
@@ -209,6 +211,32 @@ describe("object operations - calls", () => {
     assert.equal(plain.json._tag, "NotAnObject");
     assert.equal((await http("GET", path("nosuch", "m"))).status, 404);
     assert.equal((await http("GET", path("plain", "p"))).status, 404);
+  });
+
+  it("object operations - an object listed before stays listed when its image goes missing", async () => {
+    await http("POST", `${path("counter", "kept")}/rpc/inc`, alice.key, "[1]");
+    // Another host (its own directory, which has not seen the object) takes the call.
+    const elsewhere = objectHandlers({
+      activations,
+      directory: objectDirectory(host.requester),
+      stores: objectStores(host.requester),
+      alarms: objectAlarms(host.requester),
+    });
+    const call = { image: "counter", name: "kept", method: "vanish", args: [] };
+    await assert.rejects(elsewhere.callObject(call, { principal: "alice" } as never), { _tag: "ImageNotFound" });
+    assert.equal((await http("GET", path("counter", "kept"))).status, 200);
+  });
+
+  it("object operations - the OpenAPI document declares the call's body as the argument array", () => {
+    // biome-ignore lint/suspicious/noExplicitAny: a JSON document, read by path
+    const doc = openApiDocument(Object.values(objectApi), { title: "objects", version: "1" }) as any;
+    const call = doc.paths["/2025-09-09/objects/{image}/{name}/rpc/{method}"].post;
+    assert.equal(call.requestBody.required, false);
+    assert.equal(call.requestBody.content["application/json"].schema.type, "array");
+    assert.deepEqual(
+      call.parameters.map((p: { name: string }) => p.name),
+      ["image", "name", "method"],
+    );
   });
 
   it("object operations - a busy object is a 429 with Retry-After", async () => {

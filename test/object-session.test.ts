@@ -3,7 +3,10 @@
 // list pages, alarms, bounds, a superseded activation's writes, and a flood of storage calls.
 import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
 import { request } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { NatsHandle } from "../platform/index.ts";
 import {
   objectAlarms,
@@ -249,6 +252,32 @@ function describeProvider(kind: ProviderKind): void {
       assert.equal(outcomes.length, 300);
       assert.ok(most <= 32 && most > 1, `at most ${most} puts at once`);
       assert.equal(await real.get("flood-299"), 299);
+    });
+
+    test(`object session (${kind.name}) - a checkpoint closes the channel, and the restored instance takes a new one`, {
+      skip: kind.name === "gvisor" ? false : "only gVisor checkpoints",
+    }, async (t) => {
+      const { object, lease } = await claimed();
+      const { session, handle } = await activate(t, object, lease);
+      assert.equal(await value(session.call("inc", [])), 1);
+      assert.equal(await value(session.call("visits", [])), 1);
+      const dir = await mkdtemp(join(tmpdir(), "object-checkpoint-"));
+      t.after(() => rm(dir, { recursive: true, force: true }));
+      await provider.checkpoint!(handle, dir);
+      await session.closed;
+      const restored = await provider.restore!({ microvmId: handle.microvmId }, dir);
+      t.after(() => provider.terminate(restored, 200));
+      const again = await openObjectSession({
+        upstream: provider.upstream(restored, RUNTIME_PORT)!,
+        headers: restored.upstreamHeaders ?? {},
+        object,
+        storage: stores.open(object, lease.fence),
+        alarms: objectAlarms(host.requester),
+      });
+      t.after(() => again.close());
+      assert.equal(await value(again.call("visits", [])), 2, "memory kept");
+      assert.equal(await value(again.call("inc", [])), 2, "storage reached again");
+      assert.equal(await value(again.call("name", [])), object.name);
     });
 
     test(`object session (${kind.name}) - storage without a channel, and an image that is not an object`, async (t) => {

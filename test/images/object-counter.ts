@@ -1,6 +1,9 @@
 // Test-only object image: a counter in storage, storage and alarm calls passed through as they
-// are, an alarm handler that counts its runs, and a flood of concurrent writes.
+// are, an alarm handler that counts its runs, a flood of concurrent writes, and a count in memory.
 import { defineObject } from "../../vm-runtime/object.ts";
+
+/** Calls of `visits` in this instance's memory (what a checkpoint keeps). */
+let visits = 0;
 
 export default defineObject({
   methods: {
@@ -12,6 +15,7 @@ export default defineObject({
       },
     },
     name: { handler: (ctx) => ctx.name },
+    visits: { handler: () => ++visits },
     get: { handler: (ctx, key: string) => ctx.storage.get(key) },
     put: { handler: (ctx, key: string, value: unknown) => ctx.storage.put(key, value) },
     remove: { handler: (ctx, key: string) => ctx.storage.delete(key) },

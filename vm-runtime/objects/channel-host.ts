@@ -74,6 +74,7 @@ export function serveChannel(socket: Socket, head: Buffer, serving: ChannelServi
         (value) => answer({ id: request.id, ok: true, value }),
         (err: unknown) => answer({ id: request.id, ok: false, error: failed(err) }),
       )
+      .catch((err: unknown) => serving.log("answering a storage request failed", err))
       .finally(() => inFlight--);
   };
   const read = lineReader(serving.lineBytes ?? MAX_REQUEST_LINE_BYTES, onLine, () => drop("a line over the limit"));

@@ -31,8 +31,11 @@ export interface PageRequest {
 }
 
 export interface ObjectDirectory {
-  /** Lists `object`, unless it is listed already (checked again at most every few seconds per host). */
-  enter(object: ObjectRef): Promise<void>;
+  /**
+   * Lists `object`, unless it is listed already (checked again at most every few seconds per
+   * host); true when this call listed it.
+   */
+  enter(object: ObjectRef): Promise<boolean>;
   /** True when `object` is listed. */
   has(object: ObjectRef): Promise<boolean>;
   /** One page of `principal`'s objects, in one request. */
@@ -65,14 +68,16 @@ export function objectDirectory(requester: Requester, options: DirectoryOptions 
   return {
     async enter(object) {
       const key = directoryKey(object);
-      if (entered.has(key)) return;
+      if (entered.has(key)) return false;
       const h = headers();
       // A create: written only when the key has no message yet.
       h.set("Nats-Expected-Last-Subject-Sequence", "0");
       const record = JSON.stringify({ createdAt: new Date().toISOString() });
       const reply = (await requester.request(bucketSubject(key), record, timeout, h)).json<JsReply>();
-      if (!isWrongLastSequence(reply.error?.err_code)) failed(reply);
+      const listedBefore = isWrongLastSequence(reply.error?.err_code);
+      if (!listedBefore) failed(reply);
       entered.set(key, true);
+      return !listedBefore;
     },
     async has(object) {
       const key = directoryKey(object);

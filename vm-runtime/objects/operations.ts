@@ -27,7 +27,7 @@ export interface ObjectOperationDeps {
 
 export type ObjectHandlers = ApiHandlers<typeof objectApi>;
 
-/** Refusals of a call that leave no object behind: the directory forgets one it listed for it. */
+/** Refusals of a call that leave no object behind: the directory forgets one listed for that call. */
 const NO_OBJECT = new Set(["ImageNotFound", "NotAnObject"]);
 /** Bytes of an error answer read for its `_tag`, at most. */
 const TAG_READ_BYTES = 64 * 1024;
@@ -59,9 +59,11 @@ export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
     async callObject({ image, name, method, args }, { principal }) {
       const object = { principal, image, name };
       // Listed before its code runs: an object that stores anything is in its principal's list.
-      await directory.enter(object);
+      const listedNow = await directory.enter(object);
       const answer = await activations.call(object, method, args ?? []).catch(async (err: unknown) => {
-        if (err instanceof ApiError && NO_OBJECT.has(err._tag)) await directory.remove(object).catch(() => undefined);
+        // Listed for this call alone, and there is no such object: unlisted again.
+        if (listedNow && err instanceof ApiError && NO_OBJECT.has(err._tag))
+          await directory.remove(object).catch(() => undefined);
         throw err;
       });
       return new RelayedAnswer(answer.status, answer.body, tagOf(answer));

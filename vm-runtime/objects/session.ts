@@ -3,8 +3,9 @@
 // channel-host.ts) and relays calls and alarms to the runtime as the RPC wire carries them.
 import { Agent, request, type IncomingMessage, type OutgoingHttpHeaders } from "node:http";
 import type { Socket } from "node:net";
+import { log as platformLog } from "../../platform/index.ts";
 import type { Upstream } from "../wire/forward.ts";
-import { RPC_HEALTH_PATH, rpcPath } from "../wire/rpc.ts";
+import { errorEnvelope, RPC_HEALTH_PATH, rpcPath } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import { ALARM_PATH, CHANNEL_PATH, CHANNEL_PROTOCOL, OBJECT_NAME_HEADER } from "./channel.ts";
 import { serveChannel, type SessionLog } from "./channel-host.ts";
@@ -36,7 +37,7 @@ export interface ObjectSessionOptions {
   /** Called once, when a write of the activation is refused as ActivationSuperseded. */
   readonly onSuperseded?: (err: ObjectError) => void;
   readonly limits?: SessionLimits;
-  /** Where failures the instance is told only as "unavailable" are reported (default: none). */
+  /** Where failures the instance is told only as "unavailable", and channels closed for garbage, are reported (default: the host's log). */
   readonly log?: SessionLog;
 }
 
@@ -73,7 +74,7 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
   const limits = options.limits ?? {};
   const openTimeout = limits.openTimeoutMs ?? DEFAULT_OPEN_TIMEOUT_MS;
   const answerBytes = limits.answerBytes ?? DEFAULT_ANSWER_BYTES;
-  const log = options.log ?? (() => {});
+  const log = options.log ?? hostLog(options.object);
   const agent = new Agent({ keepAlive: true });
   const target = targetOf(options.upstream, options.headers);
   try {
@@ -120,6 +121,12 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
     throw err;
   }
 }
+
+/** The host's log, naming the object (never what its code stored). */
+const hostLog =
+  (object: ObjectRef): SessionLog =>
+  (message, err) =>
+    platformLog.warn({ principal: object.principal, image: object.image, object: object.name, err }, message);
 
 interface Target {
   readonly address: { socketPath: string } | { host: string; port: number };
@@ -189,10 +196,10 @@ function readAnswer(res: IncomingMessage, maxBytes: number): Promise<ObjectAnswe
 }
 
 function tooLarge(maxBytes: number): ObjectAnswer {
-  const envelope = {
-    _tag: "~alchemy/rpc/error",
-    error: { _tag: "ObjectAnswerTooLarge", message: `the object's answer is over ${maxBytes} bytes` },
-  };
+  const envelope = errorEnvelope({
+    _tag: "ObjectAnswerTooLarge",
+    message: `the object's answer is over ${maxBytes} bytes`,
+  });
   return { status: 502, body: Buffer.from(JSON.stringify(envelope)) };
 }
 
