@@ -101,6 +101,8 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     maxPending: options.maxPending ?? DEFAULT_MAX_PENDING_CALLS,
     // The name placement gives is the lease key (an object key).
     busy: (key, pending) => objectBusy(key, pending),
+    // The task objects' metrics are theirs alone.
+    metrics: { activations: () => undefined, queueDepth: () => undefined, busy: () => undefined },
     // A lease lost or lapsed (the host was cut off): its instance stops at once.
     onActivation: (event) => held.ended(event),
   });
