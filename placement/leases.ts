@@ -112,6 +112,8 @@ export class Activation {
   lastUsed = performance.now();
   /** Requests routed here and not finished (queued in the mailbox or running). */
   pending = 0;
+  /** Kept however long it is idle: its holder releases it itself (`Placement.release`). */
+  pinned = false;
   ended = false;
   renewing = false;
   renewFailures = 0;
@@ -475,6 +477,7 @@ export class Placement {
         this.#end(activation, "expired");
       } else if (
         activation.pending === 0 &&
+        !activation.pinned &&
         now - activation.lastUsed >= this.#idleMs &&
         !this.#resolving.has(activation.key)
       ) {

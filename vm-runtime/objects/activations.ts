@@ -70,8 +70,9 @@ const objectBusy = (key: string, pending: number) => {
 };
 
 const BUSY_RETRY_SECONDS = 1;
-// Placement's own idle release is not used: each object's image says its idle time.
-const NEVER_IDLE_MS = 2 ** 31 - 1;
+// An activation running an instance is pinned (its image's idleSeconds evicts it); one without
+// (claimed by a takeover its request gave up on, or whose instance stopped) is released after this.
+const BARE_IDLE_MS = 10_000;
 const ROUTE_RECHECK_MS = 200;
 // Placement's margin (its default): a lease unmoved for its TTL plus this may be taken over.
 const TAKEOVER_MARGIN_MS = 500;
@@ -97,7 +98,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     ownerId: hostId,
     leases,
     ttlMs,
-    idleMs: NEVER_IDLE_MS,
+    idleMs: BARE_IDLE_MS,
     maxPending: options.maxPending ?? DEFAULT_MAX_PENDING_CALLS,
     // The name placement gives is the lease key (an object key).
     busy: (key, pending) => objectBusy(key, pending),

@@ -64,6 +64,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
   function retire(h: Held, reason: string | undefined, release = true): Promise<void> {
     h.retired ??= (async () => {
       if (held.get(h.activation.key) === h) held.delete(h.activation.key);
+      h.activation.pinned = false;
       clearTimeout(h.idle);
       log.info({ object: h.activation.key, reason }, "object deactivated");
       await h.run.stop();
@@ -125,6 +126,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       throw new LeaseLost(activation.name);
     }
     held.set(activation.key, h);
+    activation.pinned = true;
     const current = h;
     // Ended by itself (not stopped here): the lease goes too.
     void run.ended.then(() => (current.retired ? undefined : retire(current, "instance ended")));
