@@ -123,8 +123,9 @@ function describeProvider(kind: ProviderKind): void {
       object: ObjectRef,
       lease: TestLease,
       storage: ObjectStorage = stores.open(object, lease.fence),
+      handle?: MicrovmHandle,
     ): Promise<Activated> {
-      const handle = await instance(t);
+      handle ??= await instance(t);
       const superseded: ObjectError[] = [];
       const session = await openObjectSession({
         upstream: provider.upstream(handle, RUNTIME_PORT) ?? upstreamOf(handle, RUNTIME_PORT)!,
@@ -279,6 +280,18 @@ function describeProvider(kind: ProviderKind): void {
       assert.equal(await value(again.call("inc", [])), 2, "storage reached again");
       assert.equal(await value(again.call("name", [])), object.name);
     });
+
+    for (const forged of ["broken", "huge"] as const)
+      test(`object session (${kind.name}) - an image writing a ${forged} line loses its channel, the host goes on`, async (t) => {
+        const { object, lease } = await claimed();
+        const hostile = await instance(t, testImages.objectHostile);
+        const first = await activate(t, object, lease, undefined, hostile);
+        assert.equal(await value(first.session.call("put", ["k", 1])), null);
+        assert.equal(await value(first.session.call("forge", [forged])), "ObjectChannelClosed");
+        await first.session.closed;
+        const again = await activate(t, object, lease, undefined, hostile);
+        assert.equal(await value(again.session.call("get", ["k"])), 1, "a new channel serves it again");
+      });
 
     test(`object session (${kind.name}) - storage without a channel, and an image that is not an object`, async (t) => {
       const handle = await instance(t);

@@ -104,7 +104,6 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
       ...(limits.inFlight ? { inFlight: limits.inFlight } : {}),
       ...(limits.requestLineBytes ? { lineBytes: limits.requestLineBytes } : {}),
     });
-    void closed.then(() => agent.destroy());
     return {
       traits,
       call: (method, args, signal) =>
@@ -172,7 +171,7 @@ function exchange(
     const onAbort = () => req.destroy(signal?.reason instanceof Error ? signal.reason : new Error("aborted"));
     signal?.addEventListener("abort", onAbort, { once: true });
     req.once("close", () => signal?.removeEventListener("abort", onAbort));
-    req.once("error", reject);
+    req.on("error", reject);
     req.end(body);
   });
 }
@@ -188,7 +187,7 @@ function readAnswer(res: IncomingMessage, maxBytes: number): Promise<ObjectAnswe
       resolve(tooLarge(maxBytes));
     });
     res.once("end", () => resolve({ status: res.statusCode ?? 502, body: Buffer.concat(chunks) }));
-    res.once("error", reject);
+    res.on("error", reject);
     res.once("close", () => {
       if (!res.complete) reject(new Error("the object's runtime closed its answer before it ended"));
     });
@@ -232,7 +231,7 @@ function upgrade(target: Target, name: string, timeoutMs: number): Promise<{ soc
       res.resume();
       reject(new Error(`the object's runtime refused its channel (${res.statusCode})`));
     });
-    req.once("error", (err) => {
+    req.on("error", (err) => {
       clearTimeout(timer);
       reject(err);
     });
