@@ -293,6 +293,32 @@ function describeProvider(kind: ProviderKind): void {
         assert.equal(await value(again.session.call("get", ["k"])), 1, "a new channel serves it again");
       });
 
+    test(`object session (${kind.name}) - an image forging a hundred requests at once is served a bounded number`, async (t) => {
+      const { object, lease } = await claimed();
+      const real = stores.open(object, lease.fence);
+      let inFlight = 0;
+      let most = 0;
+      let answered = 0;
+      const counted: ObjectStorage = {
+        ...real,
+        get: async (key) => {
+          most = Math.max(most, ++inFlight);
+          try {
+            return await real.get(key);
+          } finally {
+            inFlight--;
+            answered++;
+          }
+        },
+      };
+      const hostile = await instance(t, testImages.objectHostile);
+      const { session } = await activate(t, object, lease, counted, hostile);
+      assert.equal(await value(session.call("forge", ["flood"])), "answered");
+      assert.ok(most <= 32, `at most ${most} gets at once`);
+      assert.ok(answered < 101, `${answered} of the 101 gets served`);
+      assert.equal(await value(session.call("get", ["k"])), null, "the channel serves on");
+    });
+
     test(`object session (${kind.name}) - storage without a channel, and an image that is not an object`, async (t) => {
       const handle = await instance(t);
       const answer = await callInstance(handle, "inc", []);
