@@ -15,6 +15,8 @@ import { v4 as uuidv4, validate as isUuid, version as uuidVersion } from "uuid";
 import {
   compileDecoder,
   decodeFailure,
+  ERROR_CODE_HEADER,
+  ERROR_TAG_HEADER,
   IDEMPOTENCY_KEY_HEADER,
   KEY_FRESH_HEADER,
   IF_MATCH_HEADER,
@@ -30,6 +32,7 @@ import {
   type Operation,
   type StoredAt,
   StoredAnswer,
+  RelayedAnswer,
   type Answer,
   ANONYMOUS,
   type SuccessOf,
@@ -197,7 +200,7 @@ export function serveOperation<Op extends Operation>(
     prefix: options.prefix,
     queue: options.queue,
   });
-  const respond = (msg: Msg, data: string, hdrs?: MsgHdrs) => {
+  const respond = (msg: Msg, data: string | Uint8Array, hdrs?: MsgHdrs) => {
     if (!msg.reply) return;
     if (publisher) publisher.publish({ subject: msg.reply, data, headers: hdrs });
     else msg.respond(data, { headers: hdrs });
@@ -220,7 +223,11 @@ export function serveOperation<Op extends Operation>(
       // A child of the caller's span (the trace context in the request's headers).
       const answer = await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context));
       if (answer instanceof StoredAnswer) respond(msg, JSON.stringify(answer.value), storedHeaders(answer.stored));
-      else respond(msg, JSON.stringify(answer));
+      else if (answer instanceof RelayedAnswer) {
+        const failed = answer.status < 200 || answer.status > 299;
+        if (failed) [status, error] = [answer.status, `${answer.status}:${answer.tag}`];
+        respond(msg, answer.body, failed ? relayedErrorHeaders(answer) : undefined);
+      } else respond(msg, JSON.stringify(answer));
     } catch (err) {
       const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
       status = failure.status;
@@ -268,6 +275,14 @@ function ifMatchOf(hdrs: MsgHdrs | undefined): number | undefined {
   if (!given || given === "*") return undefined;
   const digits = /^(?:W\/)?"?(\d{1,15})"?$/.exec(given)?.[1];
   return digits === undefined ? -1 : Number(digits);
+}
+
+/** The NATS micro error headers of a relayed answer that is not a success. */
+function relayedErrorHeaders(answer: RelayedAnswer): MsgHdrs {
+  const h = natsHeaders();
+  h.set(ERROR_CODE_HEADER, String(answer.status));
+  h.set(ERROR_TAG_HEADER, answer.tag);
+  return h;
 }
 
 function storedHeaders(stored: StoredAt): MsgHdrs {

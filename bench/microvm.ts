@@ -27,6 +27,7 @@ import { targets } from "./microvm-report.ts";
 import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from "./microvm-rpc.ts";
 import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
 import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
+import { formatLaunchRows, launchTargets, measureLaunchRows } from "./microvm-launch-rows.ts";
 import { formatLaunchFromSnapshot, measureLaunchFromSnapshot } from "./microvm-launch-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
 import type { BenchOptions, BenchRun } from "./options.ts";
@@ -173,11 +174,14 @@ microVM rows skipped: gvisor cannot run here (${gvisor.reason})`);
   const settings: SnapshotSettings = { samples: options.quick ? 5 : 10, suspended: 10, concurrency: 4 };
   const load = loadavg();
   console.log("");
-  const snapshots = await withMicrovmEnvironment(
+  const { snapshots, launches } = await withMicrovmEnvironment(
     { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
     `the microVM rows: ${settings.samples} cold launches and suspend/resume cycles taking turns, then ` +
-      `${settings.suspended} instances suspended together`,
-    (env) => measureSnapshots(env, settings),
+      `${settings.suspended} instances suspended together, 10 launches at once, 10 idle instances`,
+    async (env) => ({
+      snapshots: await measureSnapshots(env, settings),
+      launches: await measureLaunchRows(env, settings.samples),
+    }),
   );
   const verdict = (name: string, p50: number, target: number) =>
     `| ${name} | ${p50.toFixed(0)} ms | ≤ ${target} ms | ${p50 <= target ? "met" : "missed"} |`;
@@ -192,7 +196,15 @@ snapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots
       `\nload average before these rows ${load.map((n) => n.toFixed(2)).join(" ")}: the targets are for an idle machine`,
     ].join("\n"),
   );
-  await saveResults({ ...header, settings, snapshots, snapshotTargets }, startedAt, "microvm-default", "");
+  console.log(
+    `\nlaunches and memory on the gvisor provider (sandbox image):\n\n${formatLaunchRows(launches, snapshots.coldFirstRpc)}`,
+  );
+  await saveResults(
+    { ...header, settings, snapshots, snapshotTargets, launches, launchTargets },
+    startedAt,
+    "microvm-default",
+    "",
+  );
 }
 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */

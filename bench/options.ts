@@ -64,7 +64,8 @@ processes, loads each workload with wrk (when installed; else autocannon) over H
 direct NATS requests, and prints
 the median over rounds. Then, once those stacks are gone, the microVM rows (gVisor, where runsc
 runs): 10 suspend/resume cycles against the cold launch beside each (--quick 5), the bytes a
-snapshot stores, 10 instances suspended together, and the suspend/resume targets' verdicts.
+snapshot stores, 10 instances suspended together, launches with and without a wall booted
+ahead and 10 at once, the machine memory per idle instance, and the targets' verdicts.
 Results go to bench/results/<timestamp>.json and latest.json.
 
 Options:

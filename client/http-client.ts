@@ -44,7 +44,10 @@ export function httpClient<Api extends Record<string, Operation>>(
       if (callOptions?.ifMatch !== undefined) headers["if-match"] = `"${callOptions.ifMatch}"`;
       if (apiKey) headers.authorization = `Bearer ${apiKey}`;
       let body: string | undefined;
-      if (op.payload) body = JSON.stringify(pick(input, Object.keys(op.payload.properties)));
+      if (op.body !== undefined) {
+        // The body is one field's value (an object call's arguments); none: the field's default.
+        if (input[op.body] !== undefined) body = JSON.stringify(input[op.body]);
+      } else if (op.payload) body = JSON.stringify(pick(input, Object.keys(op.payload.properties)));
       // Every POST says JSON, with a body or not (the microVM API refuses any other: 415), and so does any body.
       if (op.http.method === "POST" || body !== undefined) headers["content-type"] = "application/json";
       const signal = timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs + (op.waitMsOf?.(input) ?? 0));

@@ -9,15 +9,21 @@ export function isJsonContentType(header: string | undefined): boolean {
   return type === "application/json" || /^application\/[\w.+-]+\+json$/.test(type);
 }
 
-/** Reads and parses the body; throws 415, 413 or 400 as `ApiError`s. */
-export async function readJsonBody(req: IncomingMessage, limit: number): Promise<unknown> {
+/**
+ * Reads and parses the body; throws 415, 413 or 400 as `ApiError`s. An empty body is a 400,
+ * or `undefined` when `optional`.
+ */
+export async function readJsonBody(req: IncomingMessage, limit: number, optional = false): Promise<unknown> {
   if (!isJsonContentType(req.headers["content-type"])) {
     throw UnsupportedMediaType.make({});
   }
   const declared = Number(req.headers["content-length"]);
   if (declared > limit) throw tooLarge(limit);
   const text = await readText(req, limit);
-  if (text.trim() === "") throw decodeFailure([], "a JSON body is required");
+  if (text.trim() === "") {
+    if (optional) return undefined;
+    throw decodeFailure([], "a JSON body is required");
+  }
   try {
     return JSON.parse(text);
   } catch {

@@ -109,10 +109,7 @@ function operationRoute(op: Operation, options: RouteOptions) {
     let revoked: AbortSignal | undefined;
     try {
       if (options.jsonOnly && req.method === "POST") requireJsonType(req);
-      const payload = op.payload ? await readJsonBody(req, bodyLimit(options, op)) : {};
-      if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
-        throw notAnObject(payload);
-      }
+      const payload = await readPayload(req, op, bodyLimit(options, op));
       const input = decode({ ...req.params, ...req.query, ...payload });
       const following = op.follow !== undefined && (input as { follow?: unknown }).follow !== undefined;
       // A request that waits (RunMicrovm's `wait`, a long poll) is given up when its client leaves.
@@ -163,6 +160,21 @@ function operationRoute(op: Operation, options: RouteOptions) {
     if (log.isLevelEnabled("debug"))
       log.debug({ requestId: id, op: op.name, status: res.statusCode, ms: seconds * 1000 }, "request");
   }
+}
+
+/**
+ * The payload fields of a request: its JSON body, an object of them; or, for an operation whose
+ * body is one field (`op.body`), that field (absent, its default, when the body is empty).
+ */
+async function readPayload(req: IncomingMessage, op: Operation, limit: number): Promise<Record<string, unknown>> {
+  if (!op.payload) return {};
+  if (op.body !== undefined) {
+    const value = await readJsonBody(req, limit, true);
+    return value === undefined ? {} : { [op.body]: value };
+  }
+  const payload = await readJsonBody(req, limit);
+  if (payload === null || typeof payload !== "object" || Array.isArray(payload)) throw notAnObject(payload);
+  return payload as Record<string, unknown>;
 }
 
 /**

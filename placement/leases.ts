@@ -315,6 +315,15 @@ export class Placement {
   }
 
   /**
+   * Ends `activation` and deletes its lease at once, so another process may claim the key (a
+   * holder that evicts what it keeps on its own schedule rather than after `idleMs`).
+   */
+  async release(activation: Activation): Promise<void> {
+    if (activation.ended) return;
+    await this.#release(activation, "released");
+  }
+
+  /**
    * Claims nothing more, lets the requests routed here finish (up to `graceMs`), then releases
    * every held name so other processes take them over at once.
    */

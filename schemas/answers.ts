@@ -31,3 +31,15 @@ export const answerStored = <T>(record: StoredAt & { readonly value: T }): Store
 
 /** The value of an answer, stored or not. */
 export const answerValue = <T>(answer: Answer<T>): T => (answer instanceof StoredAnswer ? answer.value : answer);
+
+/**
+ * An answer made elsewhere and relayed as it is: its status and its JSON bytes (an object's RPC
+ * answer). Over NATS a status that is not 2xx goes with the error headers, `tag` their `_tag`.
+ */
+export class RelayedAnswer {
+  constructor(
+    readonly status: number,
+    readonly body: Uint8Array,
+    readonly tag: string,
+  ) {}
+}

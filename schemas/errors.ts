@@ -140,6 +140,42 @@ export const SnapshotQuotaExceeded = defineError("SnapshotQuotaExceeded", 429, {
   quota: Type.Integer(),
   message: Type.String(),
 });
+/** A call of an object whose image is defined with `defineImage`, not `defineObject`. */
+export const NotAnObject = defineError(
+  "NotAnObject",
+  400,
+  { image: Type.String() },
+  ({ image }) => `image "${image}" is not an object: define it with defineObject to call it as one`,
+);
+/** One object has more calls waiting than it takes: try again after `retryAfterSeconds`. */
+export const ObjectBusy = defineError("ObjectBusy", 429, {
+  image: Type.String(),
+  name: Type.String(),
+  retryAfterSeconds: Type.Integer({ minimum: 1 }),
+  message: Type.String(),
+});
+/** A call of an object that did not answer in its time: its activation was stopped (the next call starts it afresh). */
+export const ObjectCallTimeout = defineError("ObjectCallTimeout", 504, { message: Type.String() });
+/** No object of yours by that image and name: never called, or deleted. */
+export const ObjectNotFound = defineError(
+  "ObjectNotFound",
+  404,
+  { image: Type.String(), name: Type.String() },
+  ({ image, name }) => `no object "${name}" of image "${image}" of yours`,
+);
+/**
+ * What an object's method threw, relayed as the RPC wire carries it (any status 400-599, its
+ * `error` the thrown value's `_tag`, fields and `message`; never a stack). The tag is the wire's
+ * (`RPC_ERROR_TAG` of the runtime); the envelope has no `message` of its own, by that contract.
+ */
+export const RpcFailure: ErrorDef<"~alchemy/rpc/error"> = {
+  tag: "~alchemy/rpc/error",
+  status: 500,
+  schema: Type.Object({
+    _tag: Type.Literal("~alchemy/rpc/error"),
+    error: Type.Object({ _tag: Type.Optional(Type.String()), message: Type.String() }),
+  }),
+};
 /**
  * The messages of a 401: no bearer key sent, or one that is not valid. Neither says whose keys
  * exist: a key is looked up by its hash alone.

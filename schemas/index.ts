@@ -6,6 +6,7 @@ export * from "./tasks.ts";
 export * from "./jobs.ts";
 export * from "./microvms.ts";
 export * from "./images.ts";
+export * from "./objects.ts";
 export * from "./services.ts";
 export * from "./escape.ts";
 export * from "./validate.ts";

@@ -13,6 +13,7 @@ import {
   type ErrorDef,
 } from "./errors.ts";
 import { imageApi } from "./images.ts";
+import { objectApi } from "./objects.ts";
 import { ownedByHost, stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
 
@@ -339,4 +340,5 @@ export const microvmApi = {
   resumeMicrovm,
   terminateMicrovm,
   ...imageApi,
+  ...objectApi,
 } as const;

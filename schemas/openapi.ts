@@ -83,6 +83,14 @@ const unauthorizedResponse = {
   "401": { description: Unauthorized.tag, content: { "application/json": { schema: plain(Unauthorized.schema) } } },
 };
 
+/** The request body: the payload's fields, or the one field that is the whole body (`op.body`, optional). */
+function requestBody(op: Operation): Json {
+  if (!op.payload) return {};
+  const field = op.body === undefined ? undefined : op.payload.properties[op.body];
+  const schema = plain(field ?? op.payload);
+  return { requestBody: { required: field === undefined, content: { "application/json": { schema } } } };
+}
+
 /** The OpenAPI path of a route: `/:id` → `/{id}`. */
 export function openApiPath(path: string): string {
   return path.replace(/:(\w+)/g, "{$1}");
@@ -107,9 +115,7 @@ export function openApiDocument(operations: readonly Operation[], info: OpenApiI
       summary: op.summary,
       "x-nats-subject": op.subject,
       parameters: parameters(op),
-      ...(op.payload
-        ? { requestBody: { required: true, content: { "application/json": { schema: plain(op.payload) } } } }
-        : {}),
+      ...requestBody(op),
       responses: {
         ...(answersNoContent(op)
           ? { "204": { description: "Success, no body" } }

@@ -51,6 +51,11 @@ export interface Operation {
   readonly params?: TObject;
   readonly query?: TObject;
   readonly payload?: TObject;
+  /**
+   * Over HTTP the body is this one payload field's value (any JSON: an object call's argument
+   * array), not an object of fields; an empty body is the field's default.
+   */
+  readonly body?: string;
   readonly success: TSchema;
   readonly errors: readonly ErrorDef[];
   /**

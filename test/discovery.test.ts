@@ -15,6 +15,7 @@ import {
   microvmApi,
   serviceNames,
   subscriptionSubject,
+  viaGateway,
   taskApi,
   type Operation,
 } from "../schemas/index.ts";
@@ -119,12 +120,7 @@ describe("discovery", () => {
     );
     for (const op of Object.values(microvmApi) as Operation[]) {
       expect(serviceNames.microvms, op, op.name, subscriptionSubject(op), `microvms.${op.name}`);
-      expect(
-        serviceNames.microvms,
-        op,
-        `${op.name}-gateway`,
-        subscriptionSubject(op).replace(/^microvms\./, "gateway.microvms."),
-      );
+      expect(serviceNames.microvms, op, `${op.name}-gateway`, subscriptionSubject(viaGateway(op)));
     }
     expect(
       serviceNames.microvms,

@@ -28,6 +28,7 @@ const pages = {
   api: await readFile(new URL("../docs/api.md", import.meta.url), "utf8"),
   nats: await readFile(new URL("../docs/nats.md", import.meta.url), "utf8"),
   microvms: await readFile(new URL("../docs/microvms.md", import.meta.url), "utf8"),
+  objects: await readFile(new URL("../docs/objects.md", import.meta.url), "utf8"),
 };
 
 /** The table rows of `page` by operation name; a name listed twice fails. */
@@ -64,10 +65,10 @@ describe("docs operations - the tables of operations match the contracts", () =>
     assert.deepEqual(operationTables(pages.nats), []);
   });
 
-  it("docs operations - docs/microvms.md: every microVM and image operation with its route and subject", () => {
-    const rows = rowsByOperation(operationTables(pages.microvms).flat());
+  it("docs operations - docs/microvms.md and objects.md: every microVM, image and object operation with its route and subject", () => {
+    const rows = rowsByOperation([...operationTables(pages.microvms), ...operationTables(pages.objects)].flat());
     const api = Object.values(microvmApi);
-    sameOperations(rows, api, "microvms");
+    sameOperations(rows, api, "microvms and docs/objects");
     for (const op of api) {
       const row = rows.get(op.name)!;
       assert.equal(route(row.REST!), `${op.http.method} ${op.http.path.replace(":microvmIdentifier", ":id")}`, op.name);

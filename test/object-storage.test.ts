@@ -217,6 +217,29 @@ describe("object storage", () => {
     assert.deepEqual((await storage.list()).items, []);
     assert.equal(await stores.usage.bytes(principal), "c3RheXM".length + "true".length, "only the other object's key");
     assert.equal(await stores.open(kept, keptLease.fence).get("stays"), true);
+    assert.equal(await stores.usage.objectBytes(objectKey(object)), 0, "the purged object counts nothing");
+  });
+
+  it("object storage - each object's bytes are counted beside its principal's, through puts, rewrites and deletes", async () => {
+    const principal = `bytes ${++n}`;
+    const [one, two] = [fresh(principal), fresh(principal)];
+    const stores = objectStores(host.requester);
+    const open = async (object: ObjectRef) => {
+      const lease = testLease(host, object, "host-a");
+      await lease.claim();
+      return stores.open(object, lease.fence);
+    };
+    const [first, second] = [await open(one), await open(two)];
+    await first.put("a", "xyz"); // key token "YQ", value "\"xyz\"": 2 + 5
+    await first.put("a", 1); // rewritten: 2 + 1
+    await first.put("bb", [1, 2]); // "YmI" + "[1,2]": 3 + 5
+    await second.put("c", true); // "Yw" + "true": 2 + 4
+    assert.equal(await stores.usage.objectBytes(objectKey(one)), 3 + 8);
+    assert.equal(await stores.usage.objectBytes(objectKey(two)), 6);
+    assert.equal(await stores.usage.bytes(principal), 3 + 8 + 6);
+    assert.equal(await first.delete("bb"), true);
+    assert.equal(await stores.usage.objectBytes(objectKey(one)), 3);
+    assert.equal(await stores.usage.bytes(principal), 3 + 6);
   });
 });
 

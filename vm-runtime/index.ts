@@ -36,6 +36,10 @@ export type {
 export { connectImage, connectMicrovm, microvmConnection } from "./client/stub.ts";
 export type { AnyShape, ConnectOptions, MicrovmConnection, MicrovmStub } from "./client/stub.ts";
 export { isRpcError, MicrovmRpcError } from "./wire/rpc-error.ts";
+
+// Calling an object: the typed stub of one object (its image and name) on the microVM API.
+export { object, objectConnection } from "./client/object.ts";
+export type { ObjectConnection, ObjectOptions } from "./client/object.ts";
 export type { RpcFailureSource } from "./wire/rpc-error.ts";
 
 // The wire: what an answer of the runtime carries, and the codes a `stateReason` starts with.

@@ -4,7 +4,7 @@
 import type { Image, ImageShape } from "../image.ts";
 import { fetchTransport, httpTransport, type RpcTransport } from "./transport.ts";
 import { ndjsonValues } from "../wire/ndjson.ts";
-import { MicrovmRpcError } from "../wire/rpc-error.ts";
+import { MicrovmRpcError, type RpcFailureSource } from "../wire/rpc-error.ts";
 import { RPC_ERROR_TAG, rpcPath, type RpcErrorBody } from "../wire/rpc.ts";
 import { PROXY_AUTH_HEADER, PROXY_PORT_HEADER } from "../wire/proxy-headers.ts";
 
@@ -95,7 +95,15 @@ export function microvmConnection(options: ConnectOptions): MicrovmConnection {
   };
 }
 
-function decodeFailure(status: number, text: string): MicrovmRpcError {
+/**
+ * What a call that was not a success rejects with: the method's error (`rpc`), a refusal of what
+ * stands before it (`refusedBy`: the instance proxy, or the microVM API for objects), or the text.
+ */
+export function decodeFailure(
+  status: number,
+  text: string,
+  refusedBy: Extract<RpcFailureSource, "proxy" | "api"> = "proxy",
+): MicrovmRpcError {
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -106,7 +114,7 @@ function decodeFailure(status: number, text: string): MicrovmRpcError {
     return new MicrovmRpcError({ source: "rpc", status, error: withMessage(body.error) });
   }
   if (isObject(body) && typeof body._tag === "string") {
-    return new MicrovmRpcError({ source: "proxy", status, error: withMessage(body) });
+    return new MicrovmRpcError({ source: refusedBy, status, error: withMessage(body) });
   }
   return new MicrovmRpcError({ source: "http", status, error: { message: text } });
 }
@@ -120,7 +128,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
 }
 
 /** `f(a, undefined)` is `f(a)`: JSON would turn a trailing `undefined` into `null`. */
-function withoutTrailingUndefined(args: readonly unknown[]): unknown[] {
+export function withoutTrailingUndefined(args: readonly unknown[]): unknown[] {
   let end = args.length;
   while (end > 0 && args[end - 1] === undefined) end -= 1;
   return args.slice(0, end);

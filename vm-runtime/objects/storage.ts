@@ -163,7 +163,7 @@ export function objectStores(requester: Requester, options: StorageOptions = {})
           const data = Buffer.from(valueJson(value), "utf8");
           const size = storedSize(subject, data.length);
           const delta = size - (await sizeOf(subject));
-          await usage.change(object.principal, delta, () => fenced(key, fence, subject, data, false));
+          await usage.change(object.principal, delta, () => fenced(key, fence, subject, data, false), key);
           remember(subject, size);
         }),
       delete: (name) =>
@@ -171,7 +171,7 @@ export function objectStores(requester: Requester, options: StorageOptions = {})
           const subject = bucketSubject(storageKey(key, checkedKey(name)));
           const size = await sizeOf(subject);
           if (size === 0) return false;
-          await usage.change(object.principal, -size, () => fenced(key, fence, subject, "", true));
+          await usage.change(object.principal, -size, () => fenced(key, fence, subject, "", true), key);
           remember(subject, 0);
           return true;
         }),
@@ -194,7 +194,7 @@ export function objectStores(requester: Requester, options: StorageOptions = {})
       )
     ).json<{ success?: boolean; error?: JsAck["error"] }>();
     if (reply.error) throw new JetStreamRequestError(reply.error.code, reply.error.err_code, reply.error.description);
-    if (bytes > 0) await usage.add(object.principal, -bytes);
+    if (bytes > 0) await usage.add(object.principal, -bytes, key);
     return page.pending === 0;
   };
 

@@ -17,6 +17,7 @@ import {
 } from "../../schemas/index.ts";
 import type { ApiHandlers } from "../../actors/serve.ts";
 import { imageHandlers } from "../registry/handlers.ts";
+import { objectHandlers, type ObjectOperationDeps } from "../objects/index.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
 import type { HostInstances } from "./host-instances.ts";
@@ -52,6 +53,8 @@ export interface HostState extends OwnerDeps {
   readonly forwardTimeoutMs: number;
   /** This host's live instances and launches under way, and the limits they count against. */
   readonly instances: HostInstances;
+  /** The objects this host reaches: their activations, directory, storage and alarms. */
+  readonly objects: ObjectOperationDeps;
   /** Everything `launchHosted` needs besides the instance's own fields. */
   readonly launch: Omit<
     HostedOptions,
@@ -111,6 +114,7 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
       provider: host.launch.provider,
       reserveSlot: (principal) => host.instances.reserve(principal, "image check"),
     }),
+    ...objectHandlers(host.objects),
   };
 }
 

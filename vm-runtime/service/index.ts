@@ -19,7 +19,19 @@ import {
   onScrape,
   provisionBuckets,
   provisionObjectStreams,
+  Requester,
 } from "../../platform/index.ts";
+import {
+  objectAlarms,
+  objectDirectory,
+  objectStores,
+  openObjectSession,
+  startAlarmFiring,
+  startObjectActivations,
+  type HostObjectActivations,
+  type ObjectActivationsOptions,
+  type OpenSession,
+} from "../objects/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
 import { serveApi } from "../../actors/serve.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
@@ -172,7 +184,20 @@ export interface MicrovmHostOptions {
    * `MICROVM_LOG_STORE_MIB`).
    */
   readonly logLimits?: Omit<InstanceLogOptions, "replicas">;
+  /** Objects (user code with a name) run on this host: their limits, and how a session opens. */
+  readonly objects?: ObjectHostOptions;
 }
+
+/** The settings of the objects a host runs. */
+export type ObjectHostOptions = Partial<
+  Pick<
+    ObjectActivationsOptions,
+    "maxPending" | "maxActive" | "callTimeoutMs" | "startTimeoutMs" | "leaseTtlMs" | "relayTimeoutMs"
+  >
+> & {
+  /** Opens the session with an object's instance (default `openObjectSession`). */
+  readonly openSession?: OpenSession;
+};
 
 export interface MicrovmHost {
   readonly hostId: string;
@@ -184,6 +209,8 @@ export interface MicrovmHost {
   liveInstances(): string[];
   /** Runs a retention sweep now. */
   sweep(): Promise<SweepReport>;
+  /** The cluster's objects as this host reaches them, and those active on it. */
+  readonly objects: HostObjectActivations;
   /** Stops serving, terminates every instance of this host, closes the proxies. */
   close(): Promise<void>;
 }
@@ -225,6 +252,22 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     () => openHostParts(nc, options, hostId, workDir, undo),
   );
   const proxyHost = options.proxyHost ?? "127.0.0.1";
+  const requester = new Requester(nc);
+  undo.defer(() => requester.close());
+  const objectStorage = objectStores(requester);
+  const alarms = objectAlarms(requester);
+  const objects = startObjectActivations({
+    ...options.objects,
+    nc,
+    requester,
+    prefix,
+    hostId,
+    images,
+    provider,
+    stores: objectStorage,
+    alarms,
+    openSession: options.objects?.openSession ?? openObjectSession,
+  });
   const host: HostState = {
     nc,
     prefix,
@@ -241,6 +284,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       maxInstances: options.maxInstances ?? 50,
       quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     }),
+    objects: { activations: objects, directory: objectDirectory(requester), stores: objectStorage, alarms },
     launch: {
       hostId,
       store,
@@ -316,6 +360,8 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     ...(snapshots ? { adopt: (stored) => adopt(host, stored) } : {}),
     ...(options.sweepIntervalMs === undefined ? {} : { intervalMs: options.sweepIntervalMs }),
   });
+  // Due alarms of any object wake it, here or at the host that holds it.
+  const alarmFiring = await startAlarmFiring(nc, objects.fireAlarm);
   // Serving means subscribed at the server: a request right after this finds its responder.
   await nc.flush();
   log.info({ hostId, workDir, reconciled }, "microvm host serving");
@@ -337,6 +383,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     reconciled,
     liveInstances: () => host.instances.ids(),
     sweep: () => sweeper.sweep(),
+    objects,
     close: () => (closed ??= shutdown()),
   };
 
@@ -347,6 +394,9 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     host.held.close();
     await Promise.all([...queued.map((sub) => sub.drain().catch(() => undefined)), service.close()]);
     await sweeper.stop();
+    // Objects stop here: their calls answered, instances stopped, leases released for other hosts.
+    await alarmFiring.close();
+    await objects.close();
     await launched;
     await Promise.all(
       host.instances.values().map(async (hosted) => {

@@ -2,8 +2,8 @@
 // envelope, a proxy refusal (403, 409, 502 ...), or a stream that failed part-way.
 import type { RpcErrorBody } from "./rpc.ts";
 
-/** Where the failure came from. */
-export type RpcFailureSource = "rpc" | "stream" | "proxy" | "http";
+/** Where the failure came from (`api`: the microVM API refused an object's call). */
+export type RpcFailureSource = "rpc" | "stream" | "proxy" | "api" | "http";
 
 export class MicrovmRpcError<E extends RpcErrorBody = RpcErrorBody> extends Error {
   /** `_tag` of the remote error (or of the proxy's answer); undefined for an untagged throw. */

@@ -1,0 +1,5 @@
+// Test-only object image: the tally of object-tally.ts, evicted after 1 s without calls.
+import { defineObject } from "../../vm-runtime/index.ts";
+import { tallyMethods, tallyAlarm } from "./object-tally-methods.ts";
+
+export default defineObject({ methods: tallyMethods, alarm: tallyAlarm, idleSeconds: 1 });

@@ -1,0 +1,32 @@
+// The methods and alarm of the test tally objects (object-tally.ts, object-tally-brief.ts).
+import type { ObjectContext } from "../../vm-runtime/index.ts";
+
+const count = async (ctx: ObjectContext, key: string) => (await ctx.storage.get<number>(key)) ?? 0;
+
+export const tallyMethods = {
+  inc: {
+    handler: async (ctx: ObjectContext, by = 1) => {
+      const n = (await count(ctx, "n")) + by;
+      await ctx.storage.put("n", n);
+      return n;
+    },
+  },
+  read: { handler: (ctx: ObjectContext) => count(ctx, "n") },
+  /** `inc` that reads, marks `started`, waits `ms`, then writes (a paused host's write comes late). */
+  slowInc: {
+    handler: async (ctx: ObjectContext, ms: number) => {
+      const n = (await count(ctx, "n")) + 1;
+      await ctx.storage.put("started", true);
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      await ctx.storage.put("n", n);
+      return n;
+    },
+  },
+  alarmIn: { handler: (ctx: ObjectContext, ms: number) => ctx.setAlarm(Date.now() + ms) },
+  alarms: { handler: (ctx: ObjectContext) => count(ctx, "alarms") },
+  hang: { handler: () => new Promise<never>(() => undefined) },
+};
+
+export async function tallyAlarm(ctx: ObjectContext): Promise<void> {
+  await ctx.storage.put("alarms", (await count(ctx, "alarms")) + 1);
+}

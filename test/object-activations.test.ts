@@ -1,0 +1,306 @@
+// Activations of objects on a real NATS with real sandbox instances, the session standing in for
+// an object's runtime (its code runs here, on the fenced storage the activation opens): one
+// activation per object across hosts, calls one at a time, ObjectBusy past the limit, a call
+// timeout, idle eviction, takeover of a gone host, fencing of a superseded one, alarms.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { EventEmitter, once } from "node:events";
+import { OBJECTS_BUCKET, versionedStore, type NatsHandle } from "../platform/index.ts";
+import { ApiError } from "../schemas/index.ts";
+import { leaseOwner } from "../placement/index.ts";
+import { builtinImages, createSandboxProvider, type SandboxProvider } from "../vm-runtime/service/index.ts";
+import { ObjectError, objectAlarms, objectKey, startAlarmFiring, type ObjectRef } from "../vm-runtime/objects/index.ts";
+import {
+  startObjectActivations,
+  type HostObjectActivations,
+  type ObjectActivationsOptions,
+} from "../vm-runtime/objects/activations.ts";
+import type { ObjectImages, OpenSession, SessionRequest } from "../vm-runtime/objects/launch.ts";
+import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
+import type { ImageRecord } from "../vm-runtime/registry/store.ts";
+import { lifo } from "./helpers/defer.ts";
+import { objectsNats, type ObjectsNats } from "./helpers/objects.ts";
+
+const defer = lifo(after);
+let env: ObjectsNats;
+let provider: SandboxProvider;
+let n = 0;
+const fresh = (principal = "alice", image = "counter"): ObjectRef => ({ principal, image, name: `object ${++n}` });
+
+const json = (status: number, value: unknown): ObjectAnswer => ({
+  status,
+  body: new TextEncoder().encode(JSON.stringify(value)),
+});
+const answerValue = (answer: ObjectAnswer): unknown => JSON.parse(Buffer.from(answer.body).toString("utf8"));
+
+/** The registry: every image but `missing` exists, its module the example image. */
+const images: ObjectImages = {
+  latest: async (owner, name) =>
+    name === "missing"
+      ? undefined
+      : ({ name, digest: "sha256:0", methods: [], createdAt: "", owner } satisfies ImageRecord),
+  version: async () => undefined,
+  fetch: async (record) => ({ digest: record.digest, path: builtinImages.sandbox, release() {} }),
+};
+
+/**
+ * Sessions whose object code runs here: `inc` adds one to `n` in storage, `wait` waits for
+ * `release`, `hang` never answers; the alarm writes `alarmed`. `opened` hears each session opened.
+ */
+function objectCode(idleSeconds = 60) {
+  const events = new EventEmitter();
+  const sessions: SessionRequest[] = [];
+  let release: () => void = () => undefined;
+  let released = new Promise<void>((r) => (release = r));
+  const openSession: OpenSession = async (request) => {
+    if (request.object.image === "plain") throw new ObjectError("NotAnObject", 400, "not an object");
+    sessions.push(request);
+    events.emit("opened", request);
+    let close!: () => void;
+    const closed = new Promise<void>((resolve) => (close = resolve));
+    const { storage } = request;
+    return {
+      traits: { idleSeconds, hibernate: "none", alarm: true },
+      async call(method) {
+        if (method === "inc") {
+          const next = (((await storage.get("n")) as number | undefined) ?? 0) + 1;
+          await storage.put("n", next);
+          return json(200, next);
+        }
+        if (method === "wait") {
+          events.emit("waiting");
+          await released;
+          return json(200, "done");
+        }
+        return new Promise<ObjectAnswer>(() => undefined); // hang
+      },
+      async alarm() {
+        await storage.put("alarmed", true);
+        events.emit("alarm", request.object);
+        return json(200, null);
+      },
+      closed,
+      close,
+    };
+  };
+  return {
+    events,
+    sessions,
+    openSession,
+    release() {
+      release();
+      released = new Promise<void>((r) => (release = r));
+    },
+  };
+}
+
+type Code = ReturnType<typeof objectCode>;
+
+/** A host's activations on its own connection; closed at the end unless the test closed it. */
+async function startHost(
+  hostId: string,
+  code: Code,
+  options: Partial<ObjectActivationsOptions> = {},
+): Promise<{ objects: HostObjectActivations; handle: NatsHandle }> {
+  const handle = await env.as();
+  const objects = startObjectActivations({
+    nc: handle.nc,
+    requester: handle.requester,
+    prefix: "",
+    hostId,
+    images,
+    provider,
+    openSession: code.openSession,
+    leaseTtlMs: 1_000,
+    ...options,
+  });
+  // Closing twice is harmless: the second finds nothing held and the relay drained.
+  defer(() => objects.close());
+  return { objects, handle };
+}
+
+async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
+  const err = await fn().then(
+    () => assert.fail("expected a rejection"),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
+  return err;
+}
+
+/** Resolves once `condition` holds (checked every 50 ms). */
+async function until(condition: () => boolean | Promise<boolean>): Promise<void> {
+  while (!(await condition())) await new Promise((r) => setTimeout(r, 50));
+}
+
+before(async () => {
+  env = await objectsNats(defer);
+  provider = await createSandboxProvider({ hostKey: `object-activations-${process.pid}`, permissions: false });
+  defer(() => provider.close());
+});
+
+describe("object activations", () => {
+  it("object activations - 40 concurrent calls through two hosts run one at a time: 1..40 each once", async () => {
+    const code = objectCode();
+    const a = await startHost("host-a", code);
+    const b = await startHost("host-b", code);
+    const object = fresh();
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).objects.call(object, "inc", [])),
+    );
+    assert.deepEqual(
+      answers.map(answerValue).sort((x, y) => Number(x) - Number(y)),
+      Array.from({ length: 40 }, (_, i) => i + 1),
+    );
+    assert.equal(code.sessions.length, 1, "one activation served every call");
+    const holder = await a.objects.activeOn(object);
+    assert.ok(holder === "host-a" || holder === "host-b");
+    assert.equal(await b.objects.activeOn(object), holder);
+  });
+
+  it("object activations - two principals with the same image and name are two objects", async () => {
+    const code = objectCode();
+    const a = await startHost("host-a2", code);
+    const alice = fresh("alice");
+    const bob = { ...alice, principal: "bob" };
+    assert.equal(answerValue(await a.objects.call(alice, "inc", [])), 1);
+    assert.equal(answerValue(await a.objects.call(alice, "inc", [])), 2);
+    assert.equal(answerValue(await a.objects.call(bob, "inc", [])), 1);
+    assert.equal(code.sessions.length, 2);
+  });
+
+  it("object activations - calls past the waiting limit are refused with ObjectBusy and a retry time", async () => {
+    const code = objectCode();
+    const a = await startHost("host-busy", code, { maxPending: 4 });
+    const object = fresh();
+    const waiting = once(code.events, "waiting");
+    const first = a.objects.call(object, "wait", []);
+    await waiting;
+    const queued = [1, 2, 3].map(() => a.objects.call(object, "inc", []));
+    const busy = await rejected(() => a.objects.call(object, "inc", []));
+    assert.equal(busy.status, 429);
+    assert.equal(busy._tag, "ObjectBusy");
+    assert.equal(busy.body.retryAfterSeconds, 1);
+    code.release();
+    assert.equal(answerValue(await first), "done");
+    assert.deepEqual((await Promise.all(queued)).map(answerValue), [1, 2, 3]);
+  });
+
+  it("object activations - a call that never answers times out, and the next call activates the object afresh", async () => {
+    const code = objectCode();
+    const a = await startHost("host-timeout", code, { callTimeoutMs: 500 });
+    const object = fresh();
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
+    const timedOut = await a.objects.call(object, "hang", []);
+    assert.equal(timedOut.status, 504);
+    assert.equal((answerValue(timedOut) as { error: { _tag: string } }).error._tag, "ObjectCallTimeout");
+    assert.deepEqual(a.objects.activeHere(), []);
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 2);
+    assert.equal(code.sessions.length, 2);
+  });
+
+  it("object activations - an idle object is evicted (lease released) and reactivated with its storage", async () => {
+    const code = objectCode(1);
+    const a = await startHost("host-idle", code);
+    const object = fresh();
+    const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
+    const key = objectKey(object);
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
+    assert.equal(leaseOwner((await leases.get(key)).value), "host-idle", "leased while active");
+    // Eviction stops the instance first, then releases the lease.
+    await until(async () => a.objects.activeHere().length === 0 && !leaseOwner((await leases.get(key)).value));
+    assert.equal(await a.objects.activeOn(object), undefined);
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 2);
+    assert.equal(code.sessions.length, 2);
+  });
+
+  it("object activations - at its most active objects a host evicts the least recently called idle one", async () => {
+    const code = objectCode();
+    const a = await startHost("host-full", code, { maxActive: 2 });
+    const [first, second, third] = [fresh(), fresh(), fresh()];
+    assert.equal(answerValue(await a.objects.call(first, "inc", [])), 1);
+    assert.equal(answerValue(await a.objects.call(second, "inc", [])), 1);
+    assert.equal(answerValue(await a.objects.call(first, "inc", [])), 2);
+    assert.equal(answerValue(await a.objects.call(third, "inc", [])), 1);
+    const names = () => a.objects.activeHere().map((o) => o.name);
+    assert.deepEqual(names().sort(), [first.name, third.name].sort(), "the second, least recently called, went");
+    assert.equal(answerValue(await a.objects.call(second, "inc", [])), 2);
+    assert.equal(a.objects.activeHere().length, 2);
+  });
+
+  it("object activations - a host gone silent is taken over within the lease bound, storage kept", async () => {
+    const code = objectCode();
+    const a = await startHost("host-dies", code);
+    const b = await startHost("host-lives", code);
+    const object = fresh();
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
+    assert.equal(await b.objects.activeOn(object), "host-dies");
+    // Its connection ends without a word: no release, no renewal, nobody on its relay subject.
+    await a.handle.close();
+    const started = performance.now();
+    assert.equal(answerValue(await b.objects.call(object, "inc", [])), 2);
+    const took = performance.now() - started;
+    assert.ok(took < 3 * 1_000 + 2_000, `taken over in ${Math.round(took)} ms`);
+    assert.equal(await b.objects.activeOn(object), "host-lives");
+  });
+
+  it("object activations - a superseded holder's write is refused and its activation stopped", async () => {
+    const code = objectCode();
+    // Renewals far apart: the write below finds the lease taken before a renewal does.
+    const a = await startHost("host-old", code, { leaseTtlMs: 30_000 });
+    const object = fresh();
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
+    // Another host took the lease over (as after this one was paused past its lease).
+    const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
+    const key = objectKey(object);
+    await leases.put(key, JSON.stringify({ owner: "host-new", ttlMs: 1_000 }), (await leases.get(key)).revision);
+    const refused = await a.objects.call(object, "inc", []).then(
+      () => assert.fail("the write went through"),
+      (err: unknown) => err,
+    );
+    assert.ok(refused instanceof ObjectError);
+    assert.equal(refused._tag, "ActivationSuperseded");
+    const storage = code.sessions[0]!.storage;
+    await until(() => a.objects.activeHere().length === 0);
+    assert.equal(await storage.get("n"), 1, "nothing written by the superseded activation");
+  });
+
+  it("object activations - ImageNotFound and NotAnObject, and the lease is not kept", async () => {
+    const code = objectCode();
+    const a = await startHost("host-errors", code);
+    const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
+    const missing = fresh("alice", "missing");
+    const plain = fresh("alice", "plain");
+    const notFound = await rejected(() => a.objects.call(missing, "inc", []));
+    assert.equal(notFound.status, 404);
+    assert.equal(notFound._tag, "ImageNotFound");
+    const notObject = await rejected(() => a.objects.call(plain, "inc", []));
+    assert.equal(notObject.status, 400);
+    assert.equal(notObject._tag, "NotAnObject");
+    assert.equal(leaseOwner((await leases.get(objectKey(plain))).value), undefined);
+    assert.deepEqual(a.objects.activeHere(), []);
+  });
+
+  it("object activations - a due alarm activates the object and runs its alarm, also after a host restart", async () => {
+    const code = objectCode();
+    const first = await startHost("host-alarm", code);
+    const object = fresh();
+    const alarms = objectAlarms(first.handle.requester);
+    const firing = await startAlarmFiring(first.handle.nc, first.objects.fireAlarm);
+    const ran = once(code.events, "alarm");
+    await alarms.set(object, Date.now());
+    assert.deepEqual((await ran)[0], object);
+    await firing.close();
+    await first.objects.close();
+
+    // The alarm set while no host fires alarms runs once one starts.
+    const other = fresh();
+    await alarms.set(other, Date.now());
+    const again = await startHost("host-alarm", code);
+    const ranAgain = once(code.events, "alarm");
+    const firingAgain = await startAlarmFiring(again.handle.nc, again.objects.fireAlarm);
+    defer(() => firingAgain.close());
+    assert.deepEqual((await ranAgain)[0], other);
+    assert.equal(await code.sessions.at(-1)!.storage.get("alarmed"), true);
+  });
+});

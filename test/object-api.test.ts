@@ -1,0 +1,119 @@
+// The object operations end to end: a real microVM host running objects in instances (its
+// default provider), behind the microVM API with API keys. Calls through the typed stub, the
+// directory's view of an active object (host, bytes, alarm), delete, and principals kept apart.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { httpClient } from "../client/index.ts";
+import { newApiKey, parseApiKeys } from "../gateway/index.ts";
+import { microvmApi } from "../schemas/index.ts";
+import { isRpcError, object, type ObjectShape } from "../vm-runtime/index.ts";
+import { bundleImageModule } from "../vm-runtime/service/index.ts";
+import type tallyImage from "./images/object-tally.ts";
+import { lifo } from "./helpers/defer.ts";
+import { startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
+
+const defer = lifo(after);
+const alice = newApiKey("alice");
+const bob = newApiKey("bob");
+const keys = parseApiKeys(`${alice.line}\n${bob.line}\n`);
+type Tally = ObjectShape<typeof tallyImage>;
+
+/** A plain image (not an object): `defineImage` inlined as a bundler would. */
+const plainImage =
+  `const defineImage = (d) => Object.freeze({ kind: "typed-service/microvm-image", methods: d.methods, ` +
+  `fetch: () => new Response("no", { status: 404 }) });\n` +
+  `export default defineImage({ methods: { hello: { handler: () => "hi" } } });\n`;
+
+let svc: MicrovmService;
+const tally = (name: string, key = alice.key) => object<Tally>("tally", name, { url: svc.microvmUrl, apiKey: key });
+const objectsUrl = () => `${svc.microvmUrl}/2025-09-09/objects`;
+
+type Answer = Record<string, unknown> & { items?: { name: string }[] };
+
+/** A request to the object API as `key`'s principal: status and parsed body. */
+async function http(method: string, path: string, key = alice.key) {
+  const res = await fetch(`${objectsUrl()}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(method === "POST" ? { "content-type": "application/json" } : {}) },
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? (JSON.parse(text) as Answer) : undefined };
+}
+
+before(async () => {
+  svc = await startMicrovmService(defer, { hostId: "objects-a" }, { apiKeys: keys });
+  const module = await bundleImageModule(fileURLToPath(new URL("./images/object-tally.ts", import.meta.url)));
+  for (const key of [alice.key, bob.key])
+    await httpClient(microvmApi, svc.microvmUrl, { apiKey: key }).createImage({ name: "tally", module });
+  await httpClient(microvmApi, svc.microvmUrl, { apiKey: alice.key }).createImage({
+    name: "plain",
+    module: plainImage,
+  });
+});
+
+describe("object API", () => {
+  it("object API - calls run the object's code; get and list show it active here, with its bytes and alarm", async () => {
+    const counter = tally("seen");
+    assert.equal(await counter.inc(2), 2);
+    assert.equal(await counter.inc(), 3);
+    const at = await counter.alarmIn(3_600_000);
+    const got = await http("GET", "/tally/seen");
+    assert.equal(got.status, 200, JSON.stringify(got.body));
+    assert.deepEqual(got.body, {
+      image: "tally",
+      name: "seen",
+      active: true,
+      activeOn: svc.host.hostId,
+      // The key "n" (token "bg") and the value 3.
+      storageBytes: 3,
+      alarmAt: at,
+    });
+    const listed = await http("GET", "?image=tally&limit=1000");
+    assert.ok(
+      (listed.body?.items ?? []).some((item) => item.name === "seen"),
+      JSON.stringify(listed.body),
+    );
+  });
+
+  it("object API - an unknown method is a 404 of the object's wire; a plain image NotAnObject; none ImageNotFound", async () => {
+    const unknown = await http("POST", "/tally/wire/rpc/nosuch");
+    assert.equal(unknown.status, 404, JSON.stringify(unknown.body));
+    const plain = await object<{ hello(): Promise<string> }>("plain", "p", { url: svc.microvmUrl, apiKey: alice.key })
+      .hello()
+      .catch((e: unknown) => e);
+    assert.ok(isRpcError(plain, "NotAnObject"), String(plain));
+    assert.equal(plain.status, 400);
+    const missing = await object<Tally>("nosuch", "m", { url: svc.microvmUrl, apiKey: alice.key })
+      .inc()
+      .catch((e: unknown) => e);
+    assert.ok(isRpcError(missing, "ImageNotFound"), String(missing));
+    assert.equal((await http("GET", "/plain/p")).status, 404);
+  });
+
+  it("object API - delete stops the activation, clears storage and alarm; the next call starts from nothing", async () => {
+    const counter = tally("doomed");
+    assert.equal(await counter.inc(5), 5);
+    await counter.alarmIn(3_600_000);
+    assert.equal((await http("DELETE", "/tally/doomed")).status, 204);
+    const ref = { principal: "alice", image: "tally", name: "doomed" };
+    assert.equal(await svc.host.objects.activeOn(ref), undefined);
+    assert.equal((await http("GET", "/tally/doomed")).status, 404);
+    assert.equal(await counter.inc(), 1);
+    const again = await http("GET", "/tally/doomed");
+    assert.equal(again.body?.alarmAt, undefined);
+  });
+
+  it("object API - another principal's object of the same image and name is another object, unseen", async () => {
+    assert.equal(await tally("shared name").inc(7), 7);
+    assert.equal(await tally("shared name", bob.key).inc(1), 1);
+    assert.equal((await http("GET", "/tally/seen", bob.key)).status, 404);
+    assert.equal((await http("DELETE", "/tally/seen", bob.key)).status, 404);
+    const bobs = (await http("GET", "?limit=1000", bob.key)).body?.items ?? [];
+    assert.deepEqual(
+      bobs.map((item) => item.name),
+      ["shared name"],
+    );
+    assert.equal(await tally("shared name").read(), 7);
+  });
+});

@@ -1,0 +1,132 @@
+// One running activation of an object on this host: its image resolved (name or name@digest, as
+// its principal sees it), an instance started with the host's provider, and the session over the
+// instance's runtime socket through which calls go in and storage and alarm requests come out.
+import { randomUUID } from "node:crypto";
+import { ImageNotFound, NotAnObject } from "../../schemas/index.ts";
+import { log } from "../../platform/index.ts";
+import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider, type Upstream } from "../host/provider.ts";
+import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
+import type { ObjectAlarms } from "./alarms.ts";
+import type { ObjectRef } from "./keys.ts";
+import type { ObjectStorage } from "./storage.ts";
+import type { ObjectAnswer, ObjectTraits } from "./types.ts";
+
+/** What activations use of a session with a running activation (`ObjectSession` of session.ts). */
+export interface ActivationSession {
+  readonly traits: ObjectTraits;
+  call(method: string, args: unknown[], signal?: AbortSignal): Promise<ObjectAnswer>;
+  alarm(signal?: AbortSignal): Promise<ObjectAnswer>;
+  /** Settles when the channel to the runtime closed (the instance ended, or `close`). */
+  readonly closed: Promise<void>;
+  close(): void | Promise<void>;
+}
+
+/** What a session is opened with (`openObjectSession`'s options). */
+export interface SessionRequest {
+  readonly upstream: Upstream;
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly object: ObjectRef;
+  readonly storage: ObjectStorage;
+  readonly alarms: ObjectAlarms;
+  readonly onSuperseded?: (err: unknown) => void;
+}
+
+export type OpenSession = (request: SessionRequest) => Promise<ActivationSession>;
+
+/** The images an activation may run: the registry's, as its principal sees them. */
+export type ObjectImages = Pick<ImageStore, "latest" | "version" | "fetch">;
+
+export interface LaunchDeps {
+  readonly images: ObjectImages;
+  readonly provider: MicrovmProvider;
+  readonly openSession: OpenSession;
+  /** Time for the instance to start and its session to open. */
+  readonly startTimeoutMs: number;
+}
+
+/** An object's activation running here. */
+export interface RunningObject {
+  readonly object: ObjectRef;
+  readonly session: ActivationSession;
+  readonly handle: MicrovmHandle;
+  /** Stops the instance and lets its module go; once, however often asked. */
+  stop(): Promise<void>;
+  /** Settles when the instance or its session ended by itself (or `stop`). */
+  readonly ended: Promise<void>;
+}
+
+/**
+ * Starts `object`'s image in an instance and opens its session, with `storage` and `alarms`
+ * bound to it. ImageNotFound when the principal has no such image; NotAnObject when it is not an object.
+ */
+export async function launchObject(
+  deps: LaunchDeps,
+  object: ObjectRef,
+  storage: ObjectStorage,
+  alarms: ObjectAlarms,
+  onSuperseded: (err: unknown) => void,
+): Promise<RunningObject> {
+  const module = await resolveModule(deps.images, object);
+  const signal = AbortSignal.timeout(deps.startTimeoutMs);
+  let handle: MicrovmHandle | undefined;
+  try {
+    handle = await deps.provider.start({ microvmId: `object-${randomUUID()}`, image: module.path }, signal);
+    const upstream = deps.provider.upstream?.(handle, RUNTIME_PORT) ?? upstreamOf(handle, RUNTIME_PORT);
+    if (!upstream) throw new Error("the instance has no runtime port");
+    const session = await deps
+      .openSession({
+        upstream,
+        ...(handle.upstreamHeaders === undefined ? {} : { headers: handle.upstreamHeaders }),
+        object,
+        storage,
+        alarms,
+        onSuperseded,
+      })
+      .catch((err: unknown) => {
+        throw isNotAnObject(err) ? NotAnObject.make({ image: object.image }) : err;
+      });
+    return running(deps.provider, object, session, handle, module);
+  } catch (err) {
+    if (handle) await deps.provider.terminate(handle, 0).catch(() => undefined);
+    module.release();
+    throw err;
+  }
+}
+
+function running(
+  provider: MicrovmProvider,
+  object: ObjectRef,
+  session: ActivationSession,
+  handle: MicrovmHandle,
+  module: HeldModule,
+): RunningObject {
+  let stopped: Promise<void> | undefined;
+  const stop = () =>
+    (stopped ??= (async () => {
+      await Promise.resolve(session.close()).catch(() => undefined);
+      await provider.terminate(handle, 1_000).catch((err: unknown) => log.warn({ err }, "stopping an object failed"));
+      module.release();
+    })());
+  // The instance may end by itself (it crashed, the wall died): the session closes with it.
+  const exited = provider.exited?.(handle).then(() => undefined) ?? new Promise<void>(() => undefined);
+  const ended = Promise.race([session.closed.catch(() => undefined), exited]);
+  return { object, session, handle, stop, ended };
+}
+
+/** The module of the object's image (latest, or the digest it names), held until released. */
+async function resolveModule(images: ObjectImages, object: ObjectRef): Promise<HeldModule> {
+  const parsed = parseImageIdentifier(object.image);
+  const record =
+    parsed &&
+    (parsed.digest === undefined
+      ? await images.latest(object.principal, parsed.name)
+      : await images.version(object.principal, parsed.name, parsed.digest));
+  const module = record && (await images.fetch(record));
+  if (!module) throw ImageNotFound.make({ imageIdentifier: object.image });
+  return module;
+}
+
+/** Whether the session refused the instance as no object (its readiness probe declared no traits). */
+const isNotAnObject = (err: unknown): boolean =>
+  (err as { _tag?: unknown } | null)?._tag === "NotAnObject" ||
+  (err as { name?: unknown } | null)?.name === "NotAnObject";

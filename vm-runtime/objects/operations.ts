@@ -1,0 +1,119 @@
+// The object operations as handlers of one microVM host: a call runs on the object's one
+// activation (wherever the host's activations find it) and its RPC answer is relayed as it is;
+// list and get read the directory and describe each object; delete stops and clears one.
+import {
+  ObjectNotFound,
+  RelayedAnswer,
+  DEFAULT_OBJECT_PAGE,
+  ApiError,
+  ServiceUnavailable,
+  type objectApi,
+} from "../../schemas/index.ts";
+import type { ApiHandlers } from "../../actors/serve.ts";
+import { RPC_ERROR_TAG } from "../wire/rpc.ts";
+import type { ObjectAlarms } from "./alarms.ts";
+import type { ObjectDirectory } from "./directory.ts";
+import { objectKey, type ObjectRef } from "./keys.ts";
+import type { ObjectStores } from "./storage.ts";
+import type { ObjectActivations, ObjectAnswer, ObjectItem } from "./types.ts";
+
+/** What the object operations of a host use. */
+export interface ObjectOperationDeps {
+  readonly activations: ObjectActivations;
+  readonly directory: ObjectDirectory;
+  readonly stores: ObjectStores;
+  readonly alarms: ObjectAlarms;
+}
+
+export type ObjectHandlers = ApiHandlers<typeof objectApi>;
+
+/** Refusals of a call that leave no object behind: the directory forgets one listed for that call. */
+const NO_OBJECT = new Set(["ImageNotFound", "NotAnObject"]);
+/** Bytes of an error answer read for its `_tag`, at most. */
+const TAG_READ_BYTES = 64 * 1024;
+
+export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
+  const { activations, directory, stores, alarms } = deps;
+
+  const describe = async (object: ObjectRef): Promise<ObjectItem> => {
+    const [activeOn, storageBytes, alarmAt] = await Promise.all([
+      activations.activeOn(object),
+      stores.usage.objectBytes(objectKey(object)),
+      alarms.get(object),
+    ]);
+    return {
+      image: object.image,
+      name: object.name,
+      active: activeOn !== undefined,
+      ...(activeOn === undefined ? {} : { activeOn }),
+      storageBytes: Math.max(0, storageBytes),
+      ...(alarmAt === null ? {} : { alarmAt }),
+    };
+  };
+
+  const listed = async (object: ObjectRef): Promise<void> => {
+    if (!(await directory.has(object))) throw ObjectNotFound.make({ image: object.image, name: object.name });
+  };
+
+  return {
+    async callObject({ image, name, method, args }, { principal }) {
+      const object = { principal, image, name };
+      // Listed before its code runs: an object that stores anything is in its principal's list.
+      const listedNow = await directory.enter(object);
+      const answer = await activations.call(object, method, args ?? []).catch(async (err: unknown) => {
+        // Listed for this call alone, and there is no such object: unlisted again.
+        if (listedNow && err instanceof ApiError && NO_OBJECT.has(err._tag))
+          await directory.remove(object).catch(() => undefined);
+        throw err;
+      });
+      return new RelayedAnswer(answer.status, answer.body, tagOf(answer));
+    },
+    async listObjects(input, { principal }) {
+      const page = await directory.page(principal, {
+        ...(input.image === undefined ? {} : { image: input.image }),
+        limit: Number(input.limit ?? DEFAULT_OBJECT_PAGE),
+        ...(input.cursor === undefined ? {} : { cursor: Number(input.cursor) }),
+      });
+      const items = await Promise.all(page.objects.map(describe));
+      return page.cursor === undefined ? { items } : { items, cursor: page.cursor };
+    },
+    async getObject({ image, name }, { principal }) {
+      const object = { principal, image, name };
+      await listed(object);
+      return describe(object);
+    },
+    /**
+     * Stops the activation, then removes the storage a page at a time, the alarm and last the
+     * record: a delete cut short leaves the object listed, and deleting it again goes on.
+     */
+    async deleteObject({ image, name }, { principal }) {
+      const object = { principal, image, name };
+      await listed(object);
+      await activations.deactivate(object);
+      while (!(await stores.purgePage(object))) {}
+      await alarms.delete(object);
+      await directory.remove(object);
+      return null;
+    },
+  };
+}
+
+/** The `_tag` of an answer that is not a success (the RPC wire's envelope tag unless it says another). */
+function tagOf(answer: ObjectAnswer): string {
+  if (answer.status >= 200 && answer.status <= 299) return "";
+  if (answer.body.length > TAG_READ_BYTES) return RPC_ERROR_TAG;
+  try {
+    const tag = (JSON.parse(Buffer.from(answer.body).toString("utf8")) as { _tag?: unknown } | null)?._tag;
+    return typeof tag === "string" && tag !== "" ? tag : RPC_ERROR_TAG;
+  } catch {
+    return RPC_ERROR_TAG;
+  }
+}
+
+/** Activations of a host that runs none: a call is a 503 (no object is ever active here). */
+export const noActivations: ObjectActivations = {
+  call: () => Promise.reject(ServiceUnavailable.make({ message: "this host does not run objects" })),
+  deactivate: () => Promise.resolve(),
+  activeOn: () => Promise.resolve(undefined),
+  close: () => Promise.resolve(),
+};
