@@ -1,6 +1,7 @@
 // An object's code in a real instance (each isolating provider) with its storage and alarm in a
 // real NATS, through the host's session: calls, durable storage a fresh instance continues on,
-// list pages, alarms, bounds, a superseded activation's writes, and a flood of storage calls.
+// list pages, alarms, bounds, a superseded activation's writes, floods and forged channel lines
+// of hostile images, a gVisor checkpoint with the channel open; and a runtime on a TCP port.
 import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -20,6 +21,7 @@ import {
   type ObjectStores,
 } from "../vm-runtime/objects/index.ts";
 import {
+  createProcessProvider,
   RUNTIME_PORT,
   upstreamOf,
   type IsolatedProvider,
@@ -88,6 +90,27 @@ function tryUpgrade(upstream: Upstream, headers: Record<string, string>, name: s
 }
 
 for (const kind of await isolatedProviders()) describeProvider(kind);
+
+test("object session (process) - a runtime on a TCP port is reached the same way", async (t) => {
+  const provider = createProcessProvider();
+  t.after(() => provider.close());
+  const handle = await provider.start({ microvmId: "obj-process", image: testImages.objectCounter });
+  const object = fresh();
+  const lease = testLease(host, object, "host-a");
+  await lease.claim();
+  const upstream = upstreamOf(handle, RUNTIME_PORT)!;
+  assert.ok("port" in upstream, "a TCP upstream");
+  const session = await openObjectSession({
+    upstream,
+    headers: handle.upstreamHeaders ?? {},
+    object,
+    storage: stores.open(object, lease.fence),
+    alarms: objectAlarms(host.requester),
+  });
+  t.after(() => session.close());
+  assert.equal(await value(session.call("inc", [2])), 2);
+  assert.equal(await stores.open(object, lease.fence).get("n"), 2);
+});
 
 function describeProvider(kind: ProviderKind): void {
   let provider: IsolatedProvider;
