@@ -78,22 +78,7 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
   const agent = new Agent({ keepAlive: true });
   const target = targetOf(options.upstream, options.headers);
   try {
-    const probe = await exchange(
-      target,
-      agent,
-      "GET",
-      RPC_HEALTH_PATH,
-      undefined,
-      PROBE_ANSWER_BYTES,
-      timeout(openTimeout),
-    );
-    const traits = probe.status === 200 ? objectTraitsOf(parseJson(probe.body)) : undefined;
-    if (!traits)
-      throw new ObjectError(
-        "NotAnObject",
-        400,
-        `the image of ${options.object.image} is not an object (use defineObject)`,
-      );
+    const traits = await probeTraits(target, agent, options.object, openTimeout);
     const { socket, head } = await upgrade(target, options.object.name, openTimeout);
     const closed = serveChannel(socket, head, {
       object: options.object,
@@ -119,6 +104,23 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
     agent.destroy();
     throw err;
   }
+}
+
+/** The object's traits from the runtime's readiness answer; NotAnObject when it declares none. */
+async function probeTraits(target: Target, agent: Agent, object: ObjectRef, timeoutMs: number): Promise<ObjectTraits> {
+  const probe = await exchange(
+    target,
+    agent,
+    "GET",
+    RPC_HEALTH_PATH,
+    undefined,
+    PROBE_ANSWER_BYTES,
+    timeout(timeoutMs),
+  );
+  const traits = probe.status === 200 ? objectTraitsOf(parseJson(probe.body)) : undefined;
+  if (!traits)
+    throw new ObjectError("NotAnObject", 400, `the image of ${object.image} is not an object (use defineObject)`);
+  return traits;
 }
 
 /** The host's log, naming the object (never what its code stored). */
