@@ -28,6 +28,7 @@ import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from 
 import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
 import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
 import { formatLaunchRows, launchTargets, measureLaunchRows } from "./microvm-launch-rows.ts";
+import { formatObjectRows, measureObjects, objectTargets } from "./microvm-objects.ts";
 import { formatLaunchFromSnapshot, measureLaunchFromSnapshot } from "./microvm-launch-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
 import type { BenchOptions, BenchRun } from "./options.ts";
@@ -174,13 +175,14 @@ microVM rows skipped: gvisor cannot run here (${gvisor.reason})`);
   const settings: SnapshotSettings = { samples: options.quick ? 5 : 10, suspended: 10, concurrency: 4 };
   const load = loadavg();
   console.log("");
-  const { snapshots, launches } = await withMicrovmEnvironment(
+  const { snapshots, launches, objects } = await withMicrovmEnvironment(
     { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
     `the microVM rows: ${settings.samples} cold launches and suspend/resume cycles taking turns, then ` +
       `${settings.suspended} instances suspended together, 10 launches at once, 10 idle instances`,
     async (env) => ({
       snapshots: await measureSnapshots(env, settings),
       launches: await measureLaunchRows(env, settings.samples),
+      objects: await measureObjects(env, settings.samples),
     }),
   );
   const verdict = (name: string, p50: number, target: number) =>
@@ -199,8 +201,9 @@ snapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots
   console.log(
     `\nlaunches and memory on the gvisor provider (sandbox image):\n\n${formatLaunchRows(launches, snapshots.coldFirstRpc)}`,
   );
+  console.log(`\nobjects on the gvisor provider:\n\n${formatObjectRows(objects)}`);
   await saveResults(
-    { ...header, settings, snapshots, snapshotTargets, launches, launchTargets },
+    { ...header, settings, snapshots, snapshotTargets, launches, launchTargets, objects, objectTargets },
     startedAt,
     "microvm-default",
     "",

@@ -65,7 +65,8 @@ direct NATS requests, and prints
 the median over rounds. Then, once those stacks are gone, the microVM rows (gVisor, where runsc
 runs): 10 suspend/resume cycles against the cold launch beside each (--quick 5), the bytes a
 snapshot stores, 10 instances suspended together, launches with and without a wall booted
-ahead and 10 at once, the machine memory per idle instance, and the targets' verdicts.
+ahead and 10 at once, the machine memory per idle instance, the object rows (a call to an
+active object, an activation, storage operations and alarms per second), and the targets' verdicts.
 Results go to bench/results/<timestamp>.json and latest.json.
 
 Options:
