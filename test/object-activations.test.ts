@@ -5,7 +5,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { EventEmitter, once } from "node:events";
-import { OBJECTS_BUCKET, versionedStore, type NatsHandle } from "../platform/index.ts";
+import { microvmObjectsBusy, OBJECTS_BUCKET, versionedStore, type NatsHandle } from "../platform/index.ts";
 import { ApiError } from "../schemas/index.ts";
 import { leaseOwner } from "../placement/index.ts";
 import { builtinImages, createSandboxProvider, type SandboxProvider } from "../vm-runtime/service/index.ts";
@@ -180,7 +180,9 @@ describe("object activations", () => {
     const first = a.objects.call(object, "wait", []);
     await waiting;
     const queued = [1, 2, 3].map(() => a.objects.call(object, "inc", []));
+    const busyBefore = (await microvmObjectsBusy.get()).values[0]?.value ?? 0;
     const busy = await rejected(() => a.objects.call(object, "inc", []));
+    assert.equal((await microvmObjectsBusy.get()).values[0]?.value, busyBefore + 1, "counted");
     assert.equal(busy.status, 429);
     assert.equal(busy._tag, "ObjectBusy");
     assert.equal(busy.body.retryAfterSeconds, 1);

@@ -7,7 +7,14 @@
 import { performance } from "node:perf_hooks";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { LeaseLost, leaseOwner, Placement } from "../../placement/index.ts";
-import { log, OBJECTS_BUCKET, versionedStore, type Requester, type VersionedStore } from "../../platform/index.ts";
+import {
+  log,
+  microvmObjectsBusy,
+  OBJECTS_BUCKET,
+  versionedStore,
+  type Requester,
+  type VersionedStore,
+} from "../../platform/index.ts";
 import { ApiError, ImageNotFound, NotAnObject, ObjectBusy, ServiceUnavailable } from "../../schemas/index.ts";
 import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
@@ -103,7 +110,11 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     // The name placement gives is the lease key (an object key).
     busy: (key, pending) => objectBusy(key, pending),
     // The task objects' metrics are theirs alone.
-    metrics: { activations: () => undefined, queueDepth: () => undefined, busy: () => undefined },
+    metrics: {
+      activations: () => undefined,
+      queueDepth: () => undefined,
+      busy: () => microvmObjectsBusy.inc(),
+    },
     // A lease lost or lapsed (the host was cut off): its instance stops at once.
     onActivation: (event) => held.ended(event),
   });
