@@ -18,35 +18,11 @@ import {
   findRunsc,
   type IsolatedProvider,
 } from "../vm-runtime/service/index.ts";
+import { pssKiB, roleOf, usedKiB } from "./gvisor-parts.ts";
+import { IDLE_GC_AFTER_MS } from "../vm-runtime/runtime/idle-gc.ts";
 import { percentiles, pause } from "./stats.ts";
 
 const MiB = 1024 * 1024;
-
-function memAvailableKiB(): number {
-  const text = readFileSync("/proc/meminfo", "utf8");
-  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+)`, "m").exec(text)?.[1] ?? 0);
-  return field("MemTotal") - field("MemAvailable");
-}
-
-function pssKiB(pid: number): number {
-  try {
-    return Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, "utf8"))?.[1] ?? 0);
-  } catch {
-    return 0;
-  }
-}
-
-function roleOf(pid: number): string {
-  try {
-    const argv = readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0");
-    if (argv[0] === "runsc-sandbox") return "sentry";
-    if (argv[0] === "runsc-gofer") return "gofer";
-    if (argv.includes("run") || argv.includes("restore")) return "runsc run";
-    return argv[0] === "" ? "stub" : argv[0]!.split("/").pop()!;
-  } catch {
-    return "gone";
-  }
-}
 
 /** PSS by role summed over every instance's cgroup, and the cgroups' charge, MiB per instance. */
 function parts(provider: IsolatedProvider): Record<string, number> {
@@ -120,10 +96,11 @@ async function main(): Promise<void> {
     console.log("10 at once, no warm wall:", percentiles(burst), "ratio", ratio(burst, times.bare));
     await Promise.all(cold.live().map((handle) => cold.terminate(handle)));
     await pause(2_000);
-    const before = memAvailableKiB();
+    const before = usedKiB();
     for (let i = 0; i < instances; i++) await startAndAnswer(cold, `idle-${i}`);
-    await pause(5_000);
-    const after = memAvailableKiB();
+    // Past the runtime's collection once idle.
+    await pause(IDLE_GC_AFTER_MS + 5_000);
+    const after = usedKiB();
     const eachMiB = (after - before) / 1024 / instances;
     const measured = parts(cold);
     const totalMiB = Number(/^MemTotal:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1]) / 1024;

@@ -1,11 +1,13 @@
 // The launch rows of the default run (issue 55's targets), through the service as a user sees
 // them: 10 RunMicrovm → first RPC at once, then what 10 idle instances add to the machine's used
-// memory (MemTotal - MemAvailable: every process of theirs, the host's side included), and on a
-// second service with no wall booted ahead, launches one after another.
+// memory (MemTotal - MemAvailable: every process of theirs, the host's side included, read once
+// their runtimes' collection once idle ran), and on a second service with no wall booted ahead,
+// launches one after another.
 import { readFileSync } from "node:fs";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { withMicrovmEnvironment } from "./microvm-environment.ts";
 import { launchAndCall, terminate } from "./microvm-instances.ts";
+import { IDLE_GC_AFTER_MS } from "../vm-runtime/runtime/idle-gc.ts";
 import { pause, percentiles, type Percentiles } from "./stats.ts";
 
 /** Issue 55's launch and memory targets (p50/p95 ms, MiB per idle instance). */
@@ -23,6 +25,8 @@ export interface LaunchRows {
 
 /** Settling time before a memory reading: the pool's wall refilled, page cache writes done. */
 const SETTLE_MS = 3_000;
+/** Idle instances are read once their runtime's collection once idle has run. */
+const IDLE_MS = IDLE_GC_AFTER_MS + SETTLE_MS;
 
 const usedKiB = () => {
   const text = readFileSync("/proc/meminfo", "utf8");
@@ -41,7 +45,7 @@ export async function measureLaunchRows(env: MicrovmEnvironment, launches: numbe
   const before = usedKiB();
   const idle = [];
   for (let i = 0; i < idleInstances; i++) idle.push(await launchAndCall(env.api));
-  await pause(SETTLE_MS);
+  await pause(IDLE_MS);
   const idleMachineMiB = +((usedKiB() - before) / 1024 / idleInstances).toFixed(1);
   for (const vm of idle) await terminate(env.api, vm.microvmId);
   const noWarm = await withMicrovmEnvironment(

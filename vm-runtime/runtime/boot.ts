@@ -7,6 +7,7 @@ import type { Server } from "node:http";
 import type { Image } from "../image.ts";
 import { createRuntimeServer, type RuntimeOptions } from "./server.ts";
 import { CHECKPOINT_SIGNAL } from "../wire/rpc.ts";
+import { collectWhenIdle } from "./idle-gc.ts";
 
 /** Key of the one JSON line on stdout announcing the listening port. */
 export const READY_KEY = "~microvm/runtime";
@@ -24,6 +25,8 @@ export interface BootOptions extends RuntimeOptions {
   readonly socketPath?: string;
   /** Exit when stdin ends: the host holds it open, so EOF means the host died. */
   readonly exitWhenStdinEnds?: boolean;
+  /** Quiet time before the heap is compacted and its free pages returned (default IDLE_GC_AFTER_MS). */
+  readonly idleGcAfterMs?: number;
 }
 
 /**
@@ -66,6 +69,7 @@ export async function bootRuntime(image: Image, options: BootOptions = {}): Prom
     process.stdout.write(`${JSON.stringify(ready)}\n`);
   }
   installShutdown(server, options.exitWhenStdinEnds ?? false);
+  collectWhenIdle(server, options.idleGcAfterMs);
   if (options.socketPath !== undefined) installCheckpointToggle(server, options.socketPath);
   return server;
 }

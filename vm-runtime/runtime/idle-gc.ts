@@ -1,0 +1,44 @@
+// Memory handed back once an instance goes quiet: IDLE_GC_AFTER_MS after its last request ended
+// (none in flight), one memory-reducing V8 collection, compacting, that returns the heap's free
+// pages to the host (measured: 4 MiB less per idle gVisor instance). Once per quiet spell.
+import type { Server } from "node:http";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+
+/** Quiet time before the collection: long enough that a steady caller rarely meets it. */
+export const IDLE_GC_AFTER_MS = 10_000;
+
+type IsolateGc = (options: { type: "major"; execution: "sync"; flavor: "last-resort" }) => void;
+
+/** V8's gc() taken from a context of its own: the image's global never holds one. */
+function isolateGc(): IsolateGc | undefined {
+  const exposed: unknown = (globalThis as { gc?: unknown }).gc;
+  if (typeof exposed === "function") return exposed as IsolateGc;
+  setFlagsFromString("--expose-gc");
+  try {
+    const gc: unknown = runInNewContext("typeof gc === 'function' ? gc : undefined");
+    return typeof gc === "function" ? (gc as IsolateGc) : undefined;
+  } finally {
+    setFlagsFromString("--no-expose-gc");
+  }
+}
+
+/**
+ * Collects `afterMs` after the server's requests all ended; the next collection waits for a
+ * request. A collection takes tens of ms of the instance's CPU (more under a busy host).
+ */
+export function collectWhenIdle(server: Server, afterMs = IDLE_GC_AFTER_MS): void {
+  const gc = isolateGc();
+  if (!gc) return;
+  let inFlight = 0;
+  let timer: NodeJS.Timeout | undefined;
+  server.on("request", (_req, res) => {
+    inFlight++;
+    clearTimeout(timer);
+    res.once("close", () => {
+      if (--inFlight > 0) return;
+      timer = setTimeout(() => gc({ type: "major", execution: "sync", flavor: "last-resort" }), afterMs);
+      timer.unref();
+    });
+  });
+}
