@@ -74,6 +74,15 @@ function memoryStat(pid: number): Record<string, number> {
   }
 }
 
+/** Host threads of a process (each counts against the kernel's pid_max). */
+function threadsOf(pid: number): number {
+  try {
+    return Number(/^Threads:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
 /** A runsc that adds the variant's flags: its own before runsc's, node's after `--no-warnings`. */
 function wrapper(dir: string, name: string, variant: Variant): string {
   const path = join(dir, `runsc-${name.replace(/[^a-z0-9.=-]/gi, "_")}`);
@@ -119,7 +128,10 @@ async function idleRound(provider: IsolatedProvider, instances: number, round: n
     const [first] = group.pids();
     for (const [key, mib] of Object.entries(first === undefined ? {} : memoryStat(first)))
       parts[`cg.${key}`] = (parts[`cg.${key}`] ?? 0) + mib / instances;
-    for (const pid of group.pids()) parts[roleOf(pid)] = (parts[roleOf(pid)] ?? 0) + pssKiB(pid) / 1024 / instances;
+    for (const pid of group.pids()) {
+      parts[roleOf(pid)] = (parts[roleOf(pid)] ?? 0) + pssKiB(pid) / 1024 / instances;
+      parts.threads = (parts.threads ?? 0) + threadsOf(pid) / instances;
+    }
   }
   await Promise.all(provider.live().map((handle) => provider.terminate(handle)));
   return { machineMiB, chargedMiB: charged / MiB / instances, startMs: median(starts), parts };
