@@ -24,6 +24,8 @@ interface Variant {
   readonly nodeFlags?: readonly string[];
   /** Environment of runsc and what it starts (Go's GOGC, ...). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Environment variables added to the instance's process (`NAME=value`). */
+  readonly instanceEnv?: readonly string[];
   /** A sed expression run over the runtime bundle in the instance's root (`s|a|b|`). */
   readonly runtimeSed?: string;
 }
@@ -39,6 +41,8 @@ const idleSizeGc =
 /** Candidates by name; `base` is the provider's own command line. */
 const variants: Record<string, Variant> = {
   base: {},
+  "malloc-arena-1": { instanceEnv: ["MALLOC_ARENA_MAX=1"] },
+  "malloc-trim-64k": { instanceEnv: ["MALLOC_TRIM_THRESHOLD_=65536"] },
   "no-idle-gc": { runtimeSed: "s|collectWhenIdle(server, options.idleGcAfterMs);|;|" },
   "max-lazy": { nodeFlags: ["--max-lazy"] },
   "no-opt": { nodeFlags: ["--no-opt"] },
@@ -94,6 +98,8 @@ function wrapper(dir: string, name: string, variant: Variant): string {
     nodeJson &&
       `[ -n "$bundle" ] && sed -i 's|"--no-warnings"|"--no-warnings",${sedSafe.replace(/'/g, "'\\''")}|' "$bundle/config.json"`,
     ...Object.entries(variant.env ?? {}).map(([key, value]) => `export ${key}=${value}`),
+    variant.instanceEnv?.length &&
+      `[ -n "$bundle" ] && sed -i 's|"env":\\[|"env":[${variant.instanceEnv.map((entry) => JSON.stringify(entry)).join(",")},|' "$bundle/config.json"`,
     variant.runtimeSed && `[ -n "$bundle" ] && sed -i '${variant.runtimeSed}' "$bundle/rootfs/app/image.mjs"`,
     `exec ${findRunsc()} ${(variant.runscFlags ?? []).join(" ")} "$@"`,
   ].filter(Boolean);
