@@ -3,8 +3,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { once } from "node:events";
+import { connect, type AddressInfo } from "node:net";
 import { constants, PerformanceObserver } from "node:perf_hooks";
+import type { Duplex } from "node:stream";
 import { collectWhenIdle } from "../vm-runtime/runtime/idle-gc.ts";
 
 /** What a `gc` performance entry tells of its collection. */
@@ -41,4 +43,33 @@ test("idle gc - the heap is compacted once the server's requests have ended", as
 test("idle gc - image code never gets V8's gc()", () => {
   collectWhenIdle(createServer());
   assert.equal((globalThis as { gc?: unknown }).gc, undefined);
+});
+
+test("idle gc - an open object channel holds the collection off until it closes", async (t) => {
+  const server = createServer((_req, res) => res.end("ok"));
+  const channels: Duplex[] = [];
+  server.on("upgrade", (_req, socket: Duplex) => {
+    channels.push(socket.resume().once("end", () => socket.end()));
+    socket.write("HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: test\r\n\r\n");
+  });
+  let collections = 0;
+  const collected = new Promise<void>((resolve) => {
+    collectWhenIdle(server, 1, () => {
+      collections++;
+      resolve();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  t.after(() => server.close());
+  const { port } = server.address() as AddressInfo;
+  const client = connect(port, "127.0.0.1");
+  client.write("GET / HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: test\r\n\r\n");
+  await once(client, "data");
+  assert.equal(await (await fetch(`http://127.0.0.1:${port}/`)).text(), "ok");
+  // Had the request's end armed the collection, its 1 ms timer would fire before this one.
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(collections, 0);
+  client.destroy();
+  await collected;
+  assert.equal(collections, 1);
 });
