@@ -2,12 +2,16 @@
 // connection with its own owner id (as separate processes would be), with the default lease TTL:
 // a shorter one (600 ms) lapsed whenever a busy machine held a renewal back for 300 ms.
 import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, afterEach, before, describe, it } from "node:test";
 import { Kvm } from "@nats-io/kv";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { gatewayDispatch, Placement, startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
+import { dispatcher } from "../placement/index.ts";
 import {
   CONFLICT,
   connectNats,
@@ -15,6 +19,7 @@ import {
   recordStores,
   registry,
   leaseBucketFor,
+  startNatsServer,
   type NatsHandle,
   type RecordStores,
 } from "../platform/index.ts";
@@ -558,6 +563,33 @@ describe("placement", () => {
     assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name)), { "twice-a": frozenAt }), []);
     await b.actors.close();
+  });
+
+  it("placement - a gateway whose NATS connection is down answers an owned request 503 without trying its owner", async () => {
+    // A connection of its own to a server of its own, which then stops: the connection stays
+    // down, reconnecting. Every request attempt then fails at once without anything to wait on;
+    // a hedge that tried again and again would hold the event loop (the reconnect with it) for
+    // the whole budget.
+    const storeDir = await mkdtemp(join(tmpdir(), "placement-down-"));
+    defer(() => rm(storeDir, { recursive: true, force: true }));
+    const server = await startNatsServer({ storeDir });
+    const handle = await connectNats({ servers: server.url, name: "placement-down" });
+    defer(() => handle.close());
+    await server.stop();
+    await waitFor(() => !handle.connected(), 10_000);
+    let attempts = 0;
+    const sender = { ...handle, connected: () => (attempts++, handle.connected()) };
+    let lookups = 0;
+    const dispatch = dispatcher(sender, "", { byName: async () => (lookups++, "placement-down-owner") });
+    await assert.rejects(
+      dispatch(taskApi.getTaskDO, { id: "x", name: "down" }, {}, { timeoutMs: 5_000, attemptMs: 1_500 }),
+      (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable",
+    );
+    assert.ok(
+      attempts <= 2,
+      `the connection was checked ${attempts} times: the request was tried, not refused at once`,
+    );
+    assert.equal(lookups, 0, "no owner looked up");
   });
 });
 
