@@ -22,6 +22,7 @@ export {
   parseLease,
   type Activation,
   type ActivationEvent,
+  type PlacementMetrics,
   type PlacementOptions,
 } from "./leases.ts";
 export { Mailboxes } from "./mailbox.ts";

@@ -63,7 +63,22 @@ export interface PlacementOptions {
    * The refusal of a request past `maxPending` (default 429 TaskObjectBusy): each kind of owned thing names its own.
    */
   busy?: (name: string, pending: number) => Error;
+  /** Where activations, queue depths and refusals are counted (default: the task objects' metrics). */
+  metrics?: PlacementMetrics;
 }
+
+/** The metrics a placement reports to. */
+export interface PlacementMetrics {
+  activations(count: number): void;
+  queueDepth(depth: number): void;
+  busy(): void;
+}
+
+const taskObjectMetrics: PlacementMetrics = {
+  activations: setActivations,
+  queueDepth: recordQueueDepth,
+  busy: recordBusy,
+};
 
 /** A name held by another process, as last read here. */
 interface Sighting {
@@ -97,6 +112,8 @@ export class Activation {
   lastUsed = performance.now();
   /** Requests routed here and not finished (queued in the mailbox or running). */
   pending = 0;
+  /** Kept however long it is idle: its holder releases it itself (`Placement.release`). */
+  pinned = false;
   ended = false;
   renewing = false;
   renewFailures = 0;
@@ -185,6 +202,7 @@ export class Placement {
   readonly #logWrites: boolean;
   readonly #maxPending: number;
   readonly #busy: (name: string, pending: number) => Error;
+  readonly #metrics: PlacementMetrics;
   readonly #mailboxes = new Mailboxes();
   readonly #active = new Map<string, Activation>();
   readonly #elsewhere = new Map<string, Sighting>();
@@ -205,6 +223,7 @@ export class Placement {
     this.#logWrites = options.logWrites ?? false;
     this.#maxPending = options.maxPending ?? DEFAULT_MAX_PENDING;
     this.#busy = options.busy ?? taskObjectBusy;
+    this.#metrics = options.metrics ?? taskObjectMetrics;
     this.#timer = setInterval(() => this.#tick(), Math.min(250, Math.floor(this.#renewMs / 2))).unref();
   }
 
@@ -247,9 +266,9 @@ export class Placement {
     work: (activation: Activation) => Promise<T>,
     { exclusive = true } = {},
   ): Promise<T> {
-    recordQueueDepth(activation.pending);
+    this.#metrics.queueDepth(activation.pending);
     if (activation.pending >= this.#maxPending) {
-      recordBusy();
+      this.#metrics.busy();
       throw this.#busy(activation.name, activation.pending);
     }
     activation.pending++;
@@ -404,7 +423,7 @@ export class Placement {
     const activation = new Activation(key, written, sentAt, this.#ttlMs, value);
     this.#elsewhere.delete(key);
     this.#active.set(key, activation);
-    setActivations(this.#active.size);
+    this.#metrics.activations(this.#active.size);
     this.#emit({ event: "start", name: activation.name, key, owner: this.ownerId, revision: written, at: Date.now() });
     return { kind: "local", activation };
   }
@@ -438,7 +457,7 @@ export class Placement {
     if (activation.ended) return;
     activation.ended = true;
     if (this.#active.get(activation.key) === activation) this.#active.delete(activation.key);
-    setActivations(this.#active.size);
+    this.#metrics.activations(this.#active.size);
     const lastServing = Math.min(performance.now(), activation.deadline);
     this.#emit({
       event: "end",
@@ -458,6 +477,7 @@ export class Placement {
         this.#end(activation, "expired");
       } else if (
         activation.pending === 0 &&
+        !activation.pinned &&
         now - activation.lastUsed >= this.#idleMs &&
         !this.#resolving.has(activation.key)
       ) {

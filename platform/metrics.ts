@@ -45,6 +45,18 @@ export const microvmInstances = new Gauge({
 });
 
 /** Filled at scrape time by the microVM host, when its provider boots walls (sandbox, gVisor). */
+/** Objects active on this microVM host (each running its instance), and calls refused as busy. */
+export const microvmObjectsActive = new Gauge({
+  name: "microvm_objects_active",
+  help: "Objects whose activation runs on this microVM host",
+  registers: [registry],
+});
+export const microvmObjectsBusy = new Counter({
+  name: "microvm_objects_busy_total",
+  help: "Object calls refused with 429 ObjectBusy (more calls waiting than one object takes)",
+  registers: [registry],
+});
+
 export const microvmBoots = new Gauge({
   name: "microvm_boots",
   help: "Walls of this host booting now (running) and launches waiting for a boot slot (waiting)",

@@ -5,7 +5,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { EventEmitter, once } from "node:events";
-import { OBJECTS_BUCKET, versionedStore, type NatsHandle } from "../platform/index.ts";
+import { microvmObjectsBusy, OBJECTS_BUCKET, versionedStore, type NatsHandle } from "../platform/index.ts";
 import { ApiError } from "../schemas/index.ts";
 import { leaseOwner } from "../placement/index.ts";
 import { builtinImages, createSandboxProvider, type SandboxProvider } from "../vm-runtime/service/index.ts";
@@ -64,7 +64,10 @@ function objectCode(idleSeconds = 60) {
       async call(method) {
         if (method === "inc") {
           const next = (((await storage.get("n")) as number | undefined) ?? 0) + 1;
-          await storage.put("n", next);
+          await storage.put("n", next).catch((err: unknown) => {
+            events.emit("refused", err);
+            throw err;
+          });
           return json(200, next);
         }
         if (method === "wait") {
@@ -177,7 +180,9 @@ describe("object activations", () => {
     const first = a.objects.call(object, "wait", []);
     await waiting;
     const queued = [1, 2, 3].map(() => a.objects.call(object, "inc", []));
+    const busyBefore = (await microvmObjectsBusy.get()).values[0]?.value ?? 0;
     const busy = await rejected(() => a.objects.call(object, "inc", []));
+    assert.equal((await microvmObjectsBusy.get()).values[0]?.value, busyBefore + 1, "counted");
     assert.equal(busy.status, 429);
     assert.equal(busy._tag, "ObjectBusy");
     assert.equal(busy.body.retryAfterSeconds, 1);
@@ -228,6 +233,20 @@ describe("object activations", () => {
     assert.equal(a.objects.activeHere().length, 2);
   });
 
+  it("object activations - deactivate through another host stops the activation where it runs; storage stays", async () => {
+    const code = objectCode();
+    const a = await startHost("host-holds", code);
+    const b = await startHost("host-asks", code);
+    const object = fresh();
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
+    assert.equal(await b.objects.activeOn(object), "host-holds");
+    await b.objects.deactivate(object);
+    assert.deepEqual(a.objects.activeHere(), []);
+    assert.equal(await b.objects.activeOn(object), undefined);
+    assert.equal(answerValue(await b.objects.call(object, "inc", [])), 2);
+    assert.equal(await a.objects.activeOn(object), "host-asks");
+  });
+
   it("object activations - a host gone silent is taken over within the lease bound, storage kept", async () => {
     const code = objectCode();
     const a = await startHost("host-dies", code);
@@ -254,15 +273,14 @@ describe("object activations", () => {
     const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
     const key = objectKey(object);
     await leases.put(key, JSON.stringify({ owner: "host-new", ttlMs: 1_000 }), (await leases.get(key)).revision);
-    const refused = await a.objects.call(object, "inc", []).then(
-      () => assert.fail("the write went through"),
-      (err: unknown) => err,
-    );
-    assert.ok(refused instanceof ObjectError);
-    assert.equal(refused._tag, "ActivationSuperseded");
-    const storage = code.sessions[0]!.storage;
-    await until(() => a.objects.activeHere().length === 0);
-    assert.equal(await storage.get("n"), 1, "nothing written by the superseded activation");
+    const refused = once(code.events, "refused");
+    // The write of the activation superseded is refused; the call then runs where the object is
+    // now: once the taker's lease lapses unused, a new activation here, on the storage as it was.
+    assert.equal(answerValue(await a.objects.call(object, "inc", [])), 2);
+    const [err] = (await refused) as [ObjectError];
+    assert.ok(err instanceof ObjectError);
+    assert.equal(err._tag, "ActivationSuperseded");
+    assert.equal(code.sessions.length, 2, "the superseded activation was replaced");
   });
 
   it("object activations - ImageNotFound and NotAnObject, and the lease is not kept", async () => {

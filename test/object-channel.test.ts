@@ -1,13 +1,14 @@
 // The host's side of the object channel against a hostile runtime: a fake runtime on a unix
 // socket answers the readiness probe as an object and then writes raw bytes on the channel.
 // Garbage and over-long lines close the channel, requests past the in-flight bound are
-// answered with an error, unknown operations and bad fields are answered, and the host goes on.
+// answered with an error, unknown operations and bad fields are answered, a runtime that does
+// not read its answers is not read either, answers of calls are bounded, and the host goes on.
 import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { Socket } from "node:net";
+import { Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -224,6 +225,47 @@ describe("object channel", () => {
     await assert.rejects(opened.call("cut", []), /closed its answer before it ended|aborted|socket hang up/);
     const alarm = await opened.alarm();
     assert.equal(alarm.status, 502, "the session goes on");
+  });
+
+  test("object channel - a runtime that does not read its answers is not read either, until it reads", async (t) => {
+    const big = "x".repeat(100 * 1024);
+    const requests = 200;
+    let served = 0;
+    let allServed = () => {};
+    const storage: ObjectStorage = {
+      ...memoryStorage().storage,
+      get: async () => {
+        if (++served === requests) allServed();
+        return big;
+      },
+    };
+    // The host stops reading the channel (it pauses its socket) once its unread answers pile up.
+    const piledUp = new Promise<number>((resolve) => {
+      const pause = Socket.prototype.pause;
+      t.after(() => {
+        Socket.prototype.pause = pause;
+      });
+      Socket.prototype.pause = function (this: Socket) {
+        if (this.writableLength > 1024 * 1024) resolve(this.writableLength);
+        return pause.call(this);
+      };
+    });
+    const { script, opened } = channel();
+    await session(t, await fakeRuntime(t, script), storage);
+    const { socket } = await opened;
+    // Padded requests, so that the host reads them a few at a time.
+    const pad = "p".repeat(64 * 1024);
+    for (let id = 0; id < requests; id++) socket.write(`{"id":${id},"op":"get","key":"k","pad":"${pad}"}\n`);
+    // A host that read on would serve them all, the answers piling up in its memory.
+    const unread = await Promise.race([
+      piledUp,
+      new Promise<never>((_, reject) => (allServed = () => reject(new Error("every request was served unread")))),
+    ]);
+    assert.ok(unread < 8 * 1024 * 1024, `${unread} bytes of answers held`);
+    assert.ok(served < requests, `${served} of ${requests} served before the runtime read`);
+    const all = await answers(socket, requests);
+    assert.equal(all.length, requests, "once read, every request is answered");
+    assert.ok(all.some((reply) => reply.ok));
   });
 
   test("object channel - a superseded write is answered as such and reported once", async (t) => {

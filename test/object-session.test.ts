@@ -1,6 +1,7 @@
 // An object's code in a real instance (each isolating provider) with its storage and alarm in a
 // real NATS, through the host's session: calls, durable storage a fresh instance continues on,
-// list pages, alarms, bounds, a superseded activation's writes, and a flood of storage calls.
+// list pages, alarms, bounds, a superseded activation's writes, floods and forged channel lines
+// of hostile images, a gVisor checkpoint with the channel open; and a runtime on a TCP port.
 import { after, before, describe, test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -20,6 +21,7 @@ import {
   type ObjectStores,
 } from "../vm-runtime/objects/index.ts";
 import {
+  createProcessProvider,
   RUNTIME_PORT,
   upstreamOf,
   type IsolatedProvider,
@@ -89,6 +91,27 @@ function tryUpgrade(upstream: Upstream, headers: Record<string, string>, name: s
 
 for (const kind of await isolatedProviders()) describeProvider(kind);
 
+test("object session (process) - a runtime on a TCP port is reached the same way", async (t) => {
+  const provider = createProcessProvider();
+  t.after(() => provider.close());
+  const handle = await provider.start({ microvmId: "obj-process", image: testImages.objectCounter });
+  const object = fresh();
+  const lease = testLease(host, object, "host-a");
+  await lease.claim();
+  const upstream = upstreamOf(handle, RUNTIME_PORT)!;
+  assert.ok("port" in upstream, "a TCP upstream");
+  const session = await openObjectSession({
+    upstream,
+    headers: handle.upstreamHeaders ?? {},
+    object,
+    storage: stores.open(object, lease.fence),
+    alarms: objectAlarms(host.requester),
+  });
+  t.after(() => session.close());
+  assert.equal(await value(session.call("inc", [2])), 2);
+  assert.equal(await stores.open(object, lease.fence).get("n"), 2);
+});
+
 function describeProvider(kind: ProviderKind): void {
   let provider: IsolatedProvider;
   let started = 0;
@@ -123,8 +146,9 @@ function describeProvider(kind: ProviderKind): void {
       object: ObjectRef,
       lease: TestLease,
       storage: ObjectStorage = stores.open(object, lease.fence),
+      handle?: MicrovmHandle,
     ): Promise<Activated> {
-      const handle = await instance(t);
+      handle ??= await instance(t);
       const superseded: ObjectError[] = [];
       const session = await openObjectSession({
         upstream: provider.upstream(handle, RUNTIME_PORT) ?? upstreamOf(handle, RUNTIME_PORT)!,
@@ -278,6 +302,44 @@ function describeProvider(kind: ProviderKind): void {
       assert.equal(await value(again.call("visits", [])), 2, "memory kept");
       assert.equal(await value(again.call("inc", [])), 2, "storage reached again");
       assert.equal(await value(again.call("name", [])), object.name);
+    });
+
+    for (const forged of ["broken", "huge"] as const)
+      test(`object session (${kind.name}) - an image writing a ${forged} line loses its channel, the host goes on`, async (t) => {
+        const { object, lease } = await claimed();
+        const hostile = await instance(t, testImages.objectHostile);
+        const first = await activate(t, object, lease, undefined, hostile);
+        assert.equal(await value(first.session.call("put", ["k", 1])), null);
+        assert.equal(await value(first.session.call("forge", [forged])), "ObjectChannelClosed");
+        await first.session.closed;
+        const again = await activate(t, object, lease, undefined, hostile);
+        assert.equal(await value(again.session.call("get", ["k"])), 1, "a new channel serves it again");
+      });
+
+    test(`object session (${kind.name}) - an image forging a hundred requests at once is served a bounded number`, async (t) => {
+      const { object, lease } = await claimed();
+      const real = stores.open(object, lease.fence);
+      let inFlight = 0;
+      let most = 0;
+      let answered = 0;
+      const counted: ObjectStorage = {
+        ...real,
+        get: async (key) => {
+          most = Math.max(most, ++inFlight);
+          try {
+            return await real.get(key);
+          } finally {
+            inFlight--;
+            answered++;
+          }
+        },
+      };
+      const hostile = await instance(t, testImages.objectHostile);
+      const { session } = await activate(t, object, lease, counted, hostile);
+      assert.equal(await value(session.call("forge", ["flood"])), "answered");
+      assert.ok(most <= 32, `at most ${most} gets at once`);
+      assert.ok(answered < 101, `${answered} of the 101 gets served`);
+      assert.equal(await value(session.call("get", ["k"])), null, "the channel serves on");
     });
 
     test(`object session (${kind.name}) - storage without a channel, and an image that is not an object`, async (t) => {

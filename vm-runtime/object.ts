@@ -23,7 +23,12 @@ export interface StoredListOptions {
   readonly cursor?: string;
 }
 
-/** `ctx.storage`: JSON values (≤ 128 KiB as JSON) under string keys (≤ 512 bytes), durable once a write resolves. */
+/**
+ * `ctx.storage`: JSON values (≤ 128 KiB as JSON) under string keys (≤ 512 bytes), durable once a
+ * write resolves. A refused call throws an Error with a `_tag` and an HTTP `status` (uncaught, it
+ * answers the call with them): StorageKeyInvalid, StorageValueInvalid, StorageQuotaExceeded,
+ * ActivationSuperseded (another activation holds the object now), ObjectChannelClosed.
+ */
 export interface ObjectStorageApi {
   /** The key's value; undefined when none is stored. */
   get<T = unknown>(key: string): Promise<T | undefined>;

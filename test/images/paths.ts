@@ -11,4 +11,5 @@ export const testImages = {
   entropy: here("./entropy.ts"),
   heavyInit: here("./heavy-init.ts"),
   objectCounter: here("./object-counter.ts"),
+  objectHostile: here("./object-hostile.ts"),
 } as const;

@@ -65,6 +65,7 @@ export function serveChannel(socket: Socket, head: Buffer, serving: ChannelServi
     return { _tag: err._tag, message: err.message, status: err.status };
   };
   const onLine = (line: string) => {
+    if (socket.destroyed) return;
     const request = parseLine(line);
     if (request === undefined) return drop("a line that is not a request");
     if (inFlight >= limit) return answer({ id: request.id, ok: false, error: channelBusy(limit) });
@@ -80,6 +81,7 @@ export function serveChannel(socket: Socket, head: Buffer, serving: ChannelServi
   const read = lineReader(serving.lineBytes ?? MAX_REQUEST_LINE_BYTES, onLine, () => drop("a line over the limit"));
   socket.on("data", read);
   socket.on("error", () => socket.destroy());
+  socket.once("end", () => socket.destroy());
   if (head.length > 0) read(head);
   return closed;
 }

@@ -120,6 +120,8 @@ export function instanceChannel(): InstanceChannel {
       upgraded.setNoDelay(true);
       upgraded.on("data", read);
       upgraded.on("error", () => upgraded.destroy());
+      // The server's sockets allow half-open: the host's end is the channel's.
+      upgraded.once("end", () => upgraded.destroy());
       upgraded.once("close", () => closed(upgraded));
       if (head.length > 0) read(head);
       return true;

@@ -27,6 +27,9 @@ export type RelayRequest =
   /** Answered 200 `true` when the object is active at the host asked. */
   | { readonly op: "active"; readonly object: ObjectRef };
 
+/** A request that runs the object's code: a method, or its alarm. */
+export type CallRequest = Extract<RelayRequest, { op: "call" | "alarm" }>;
+
 /** The holder does not hold the object (any more): read its lease again. */
 export const MOVED = "moved";
 /** Nobody takes the holder's subject: the host is gone (its lease lapses, then another takes it). */

@@ -78,22 +78,7 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
   const agent = new Agent({ keepAlive: true });
   const target = targetOf(options.upstream, options.headers);
   try {
-    const probe = await exchange(
-      target,
-      agent,
-      "GET",
-      RPC_HEALTH_PATH,
-      undefined,
-      PROBE_ANSWER_BYTES,
-      timeout(openTimeout),
-    );
-    const traits = probe.status === 200 ? objectTraitsOf(parseJson(probe.body)) : undefined;
-    if (!traits)
-      throw new ObjectError(
-        "NotAnObject",
-        400,
-        `the image of ${options.object.image} is not an object (use defineObject)`,
-      );
+    const traits = await probeTraits(target, agent, options.object, openTimeout);
     const { socket, head } = await upgrade(target, options.object.name, openTimeout);
     const closed = serveChannel(socket, head, {
       object: options.object,
@@ -104,7 +89,6 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
       ...(limits.inFlight ? { inFlight: limits.inFlight } : {}),
       ...(limits.requestLineBytes ? { lineBytes: limits.requestLineBytes } : {}),
     });
-    void closed.then(() => agent.destroy());
     return {
       traits,
       call: (method, args, signal) =>
@@ -120,6 +104,23 @@ export async function openObjectSession(options: ObjectSessionOptions): Promise<
     agent.destroy();
     throw err;
   }
+}
+
+/** The object's traits from the runtime's readiness answer; NotAnObject when it declares none. */
+async function probeTraits(target: Target, agent: Agent, object: ObjectRef, timeoutMs: number): Promise<ObjectTraits> {
+  const probe = await exchange(
+    target,
+    agent,
+    "GET",
+    RPC_HEALTH_PATH,
+    undefined,
+    PROBE_ANSWER_BYTES,
+    timeout(timeoutMs),
+  );
+  const traits = probe.status === 200 ? objectTraitsOf(parseJson(probe.body)) : undefined;
+  if (!traits)
+    throw new ObjectError("NotAnObject", 400, `the image of ${object.image} is not an object (use defineObject)`);
+  return traits;
 }
 
 /** The host's log, naming the object (never what its code stored). */
@@ -172,7 +173,7 @@ function exchange(
     const onAbort = () => req.destroy(signal?.reason instanceof Error ? signal.reason : new Error("aborted"));
     signal?.addEventListener("abort", onAbort, { once: true });
     req.once("close", () => signal?.removeEventListener("abort", onAbort));
-    req.once("error", reject);
+    req.on("error", reject);
     req.end(body);
   });
 }
@@ -188,7 +189,7 @@ function readAnswer(res: IncomingMessage, maxBytes: number): Promise<ObjectAnswe
       resolve(tooLarge(maxBytes));
     });
     res.once("end", () => resolve({ status: res.statusCode ?? 502, body: Buffer.concat(chunks) }));
-    res.once("error", reject);
+    res.on("error", reject);
     res.once("close", () => {
       if (!res.complete) reject(new Error("the object's runtime closed its answer before it ended"));
     });
@@ -232,7 +233,7 @@ function upgrade(target: Target, name: string, timeoutMs: number): Promise<{ soc
       res.resume();
       reject(new Error(`the object's runtime refused its channel (${res.statusCode})`));
     });
-    req.once("error", (err) => {
+    req.on("error", (err) => {
       clearTimeout(timer);
       reject(err);
     });

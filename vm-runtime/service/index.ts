@@ -16,6 +16,7 @@ import {
   microvmBoots,
   microvmInstances,
   microvmLogWaits,
+  microvmObjectsActive,
   onScrape,
   provisionBuckets,
   provisionObjectStreams,
@@ -369,6 +370,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     microvmInstances.reset();
     for (const hosted of host.instances.values()) microvmInstances.inc({ state: hosted.state() });
     microvmLogWaits.set(logs.waiting);
+    microvmObjectsActive.set(objects.activeHere().length);
     if ("boots" in provider) {
       const { running, waiting } = provider.boots();
       microvmBoots.set({ state: "running" }, running);
