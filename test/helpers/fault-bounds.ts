@@ -2,8 +2,13 @@
 // local-process cluster (test/faults/placement-cluster.test.ts) and compose in Docker
 // (test/containers/compose.test.ts).
 
-/** Failover target: a silent owner noticed (≤ 1 s) + lease TTL + 0.5 s margin, rounded up. */
-export const FAILOVER_BOUND_MS = 5_000;
+/**
+ * A killed owner: found gone (≤ 1 s: its subject has no responders, or a direct attempt and a
+ * hedge time out) + lease TTL 2 s + margin 0.5 s = 3.5 s on an idle machine, doubled for timers
+ * a saturated CPU delays, as the bounds below. The compose test beside a CPU hog (load ~25) saw
+ * a name unanswered for 5.96 s once, past the 5 s this bound was before without that allowance.
+ */
+export const FAILOVER_BOUND_MS = 7_000;
 /**
  * A paused (SIGSTOPped) owner: its requests are hedged to the process that takes each name over
  * once the lease may be claimed (found silent ≈ 0.5 s + lease TTL 2 s + margin 0.5 s), on timers
