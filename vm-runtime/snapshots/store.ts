@@ -235,6 +235,13 @@ export class SnapshotStore {
     });
   }
 
+  /** The digest and size of `owner`'s stored snapshot of `microvmId`; undefined when there is none. */
+  async stored(owner: string, microvmId: string): Promise<Pick<StoredSnapshot, "digest" | "bytes"> | undefined> {
+    const info = await this.objects.info(objectName(owner, microvmId));
+    const digest = info && !info.deleted ? parseDigest(info.digest) : undefined;
+    return info && digest ? { digest: `sha256:${digest.toString("hex")}`, bytes: info.size } : undefined;
+  }
+
   /** Deletes `owner`'s snapshot of `microvmId`; nothing when there is none. */
   async delete(owner: string, microvmId: string): Promise<void> {
     const name = objectName(owner, microvmId);
