@@ -4,6 +4,7 @@
 // when the object is deleted. An object with `hibernate: "none"` starts afresh.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { fileURLToPath } from "node:url";
 import { snapshotObjectBucket } from "../platform/index.ts";
@@ -44,9 +45,12 @@ const call = async (host: MicrovmHost, object: ObjectRef, method: string, args: 
   return JSON.parse(body) as unknown;
 };
 
+/** The name of the object's snapshot in the snapshot store. */
+const snapshotName = (object: ObjectRef) => `${nameToken(object.principal)}/${nameToken(snapshotIdOf(object))}`;
+
 /** Whether the object's snapshot is stored. */
 const stored = async (object: ObjectRef) => {
-  const info = await snapshots.info(`${nameToken(object.principal)}/${nameToken(snapshotIdOf(object))}`);
+  const info = await snapshots.info(snapshotName(object));
   return info !== null && !info.deleted;
 };
 
@@ -68,12 +72,14 @@ before(async () => {
 after(() => assertNoInstanceLeft());
 
 describe("objects hibernating", { skip }, () => {
-  it("objects hibernating - an idle object keeps its memory to its next call; the snapshot goes once it runs", async () => {
+  it("objects hibernating - an idle object keeps its memory to its next call; the snapshot goes once it runs", async (t) => {
     const object = fresh();
     assert.equal(await call(a, object, "visits"), 1);
     assert.equal(await call(a, object, "inc", [1]), 1);
     await hibernated(a, object);
+    const started = performance.now();
     assert.equal(await call(a, object, "visits"), 2, "memory kept");
+    t.diagnostic(`the first call restoring it took ${Math.round(performance.now() - started)} ms`);
     assert.equal(await call(a, object, "read"), 1, "storage kept");
     assert.equal(await stored(object), false, "the snapshot is deleted once it runs");
     // And again: each eviction saves the memory of the last activation.
@@ -109,11 +115,35 @@ describe("objects hibernating", { skip }, () => {
     assert.equal(await call(a, object, "visits"), 1, "a new object");
   });
 
-  it("objects hibernating - an object with hibernate none loses its memory when evicted", async () => {
+  it("objects hibernating - a damaged snapshot: the object starts afresh with its storage, and the snapshot goes", async () => {
+    const object = fresh();
+    assert.equal(await call(a, object, "inc", [2]), 2);
+    await hibernated(a, object);
+    await snapshots.putBlob({ name: snapshotName(object) }, randomBytes(64 * 1024));
+    assert.equal(await call(a, object, "visits"), 1, "started afresh");
+    assert.equal(await call(a, object, "read"), 2, "storage kept");
+    assert.equal(await stored(object), false);
+  });
+
+  it("objects hibernating - past its principal's snapshot quota an object is evicted as with hibernate none", async () => {
+    const tight = (await svc.addHost({ ...hostOptions, snapshotQuotaMiB: 1 })).host;
+    const object = fresh();
+    assert.equal(await call(tight, object, "visits"), 1);
+    assert.equal(await call(tight, object, "inc", [1]), 1);
+    await until(async () => (await tight.objects.activeOn(object)) === undefined);
+    assert.equal(await stored(object), false, "no snapshot");
+    assert.equal(await call(tight, object, "visits"), 1, "memory lost");
+    assert.equal(await call(tight, object, "read"), 1, "storage kept");
+    await tight.close();
+  });
+
+  it("objects hibernating - an object with hibernate none loses its memory when evicted", async (t) => {
     const object = fresh("brief");
     assert.equal(await call(a, object, "visits"), 1);
     await until(async () => (await a.objects.activeOn(object)) === undefined);
     assert.equal(await stored(object), false, "no snapshot");
+    const started = performance.now();
     assert.equal(await call(a, object, "visits"), 1, "memory lost");
+    t.diagnostic(`the first call starting it afresh took ${Math.round(performance.now() - started)} ms`);
   });
 });

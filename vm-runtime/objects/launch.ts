@@ -2,6 +2,7 @@
 // its principal sees it), an instance started with the host's provider, and the session over the
 // instance's runtime socket through which calls go in and storage and alarm requests come out.
 import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
 import { ImageNotFound, NotAnObject } from "../../schemas/index.ts";
 import { log } from "../../platform/index.ts";
 import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider, type Upstream } from "../host/provider.ts";
@@ -122,8 +123,10 @@ function running(
   /** Checkpoints the instance into the object's snapshot (the runtime closes the session); false when it could not. */
   const saved = async (): Promise<boolean> => {
     if (!hibernation || session.traits.hibernate !== "snapshot") return false;
+    const started = performance.now();
     try {
       await hibernation.save(object, handle);
+      log.info({ object: objectKey(object), ms: Math.round(performance.now() - started) }, "object hibernated");
       return true;
     } catch (err) {
       log.warn({ object: objectKey(object), err }, "an object could not hibernate: its memory is lost");
