@@ -77,6 +77,8 @@ describe("objects hibernating", { skip }, () => {
     assert.equal(await call(a, object, "visits"), 1);
     assert.equal(await call(a, object, "inc", [1]), 1);
     await hibernated(a, object);
+    const bytes = (await snapshots.info(snapshotName(object)))?.size ?? 0;
+    t.diagnostic(`its snapshot holds ${(bytes / 2 ** 20).toFixed(1)} MiB`);
     const started = performance.now();
     assert.equal(await call(a, object, "visits"), 2, "memory kept");
     t.diagnostic(`the first call restoring it took ${Math.round(performance.now() - started)} ms`);

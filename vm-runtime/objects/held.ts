@@ -130,6 +130,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     }
     held.set(activation.key, h);
     activation.pinned = true;
+    await run.established();
     const current = h;
     // Ended by itself (not stopped here): the lease goes too.
     void run.ended.then(() => (current.retired ? undefined : retire(current, "instance ended")));

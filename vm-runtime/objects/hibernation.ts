@@ -15,15 +15,17 @@ import { objectKey, type ObjectRef } from "./keys.ts";
 /** The snapshots of a host's hibernating objects. */
 export interface ObjectHibernation {
   /**
-   * Checkpoints the object's instance `handle` into its snapshot; the instance ends either way.
-   * Rejects when nothing was stored (no room in the quota, a checkpoint that failed).
+   * Checkpoints the object's instance `handle`, running the image version `imageDigest`, into
+   * its snapshot; the instance ends either way. Rejects when nothing was stored (no room in the
+   * quota, a checkpoint that failed).
    */
-  save(object: ObjectRef, handle: MicrovmHandle): Promise<void>;
+  save(object: ObjectRef, handle: MicrovmHandle, imageDigest: string): Promise<void>;
   /**
    * Restores the object's instance from its snapshot: undefined when it has none; rejects when
-   * it has one that cannot be restored (damaged, this host's provider cannot restore).
+   * it has one that cannot be restored (damaged, of another image version than `imageDigest`,
+   * this host's provider cannot restore).
    */
-  restore(object: ObjectRef, signal: AbortSignal): Promise<MicrovmHandle | undefined>;
+  restore(object: ObjectRef, imageDigest: string, signal: AbortSignal): Promise<MicrovmHandle | undefined>;
   /** Deletes the object's snapshot, if any. */
   discard(object: ObjectRef): Promise<void>;
 }
@@ -46,7 +48,7 @@ export function objectHibernation(options: ObjectHibernationOptions): ObjectHibe
     return mkdtemp(join(parent, "object-"));
   };
   return {
-    async save(object, handle) {
+    async save(object, handle, imageDigest) {
       const { checkpoint } = provider;
       if (!checkpoint) throw new Error("this host's provider cannot checkpoint an instance");
       const id = snapshotIdOf(object);
@@ -56,16 +58,18 @@ export function objectHibernation(options: ObjectHibernationOptions): ObjectHibe
         const dir = await imageDir();
         try {
           await checkpoint.call(provider, handle, dir);
-          await store.save(object.principal, id, dir);
+          await store.save(object.principal, id, dir, undefined, imageDigest);
         } finally {
           await rm(dir, { recursive: true, force: true });
         }
       });
     },
-    async restore(object, signal) {
+    async restore(object, imageDigest, signal) {
       const id = snapshotIdOf(object);
       const stored = await store.stored(object.principal, id);
       if (!stored) return undefined;
+      // Its memory holds the code it ran: a newer version of the image starts afresh.
+      if (stored.description !== imageDigest) throw new Error("the snapshot is of another version of the image");
       if (!provider.restore) throw new Error("this host's provider cannot restore an instance");
       const dir = await imageDir();
       try {
@@ -96,11 +100,12 @@ export interface Restored {
 export async function restoredOrFresh(
   hibernation: ObjectHibernation | undefined,
   object: ObjectRef,
+  imageDigest: string,
   signal: AbortSignal,
 ): Promise<Restored> {
   if (!hibernation) return { snapshot: false };
   try {
-    const handle = await hibernation.restore(object, signal);
+    const handle = await hibernation.restore(object, imageDigest, signal);
     return handle ? { handle, snapshot: true } : { snapshot: false };
   } catch (err) {
     log.warn({ object: objectKey(object), err }, "an object's snapshot could not be restored: it starts afresh");

@@ -61,12 +61,16 @@ export interface RunningObject {
   stop(options?: { readonly hibernate?: boolean }): Promise<void>;
   /** Settles when the instance or its session ended by itself (or `stop`). */
   readonly ended: Promise<void>;
+  /**
+   * Its activation holds the object: the snapshot it started from (restored or not) is deleted,
+   * so that no older memory comes back. Until then a failed start leaves the snapshot.
+   */
+  established(): Promise<void>;
 }
 
 /**
  * Starts `object`'s image in an instance (restored from its snapshot when it hibernated) and
- * opens its session, with `storage` and `alarms` bound to it; its snapshot is deleted once the
- * session is open. ImageNotFound when the principal has no such image; NotAnObject when it is not an object.
+ * opens its session, with `storage` and `alarms` bound to it. ImageNotFound when the principal has no such image; NotAnObject when it is not an object.
  */
 export async function launchObject(
   deps: LaunchDeps,
@@ -79,7 +83,7 @@ export async function launchObject(
   const signal = AbortSignal.timeout(deps.startTimeoutMs);
   let handle: MicrovmHandle | undefined;
   try {
-    const restored = await restoredOrFresh(deps.hibernation, object, signal);
+    const restored = await restoredOrFresh(deps.hibernation, object, module.digest, signal);
     handle =
       restored.handle ??
       (await deps.provider.start({ microvmId: `object-${randomUUID()}`, image: module.path }, signal));
@@ -97,12 +101,7 @@ export async function launchObject(
       .catch((err: unknown) => {
         throw isNotAnObject(err) ? NotAnObject.make({ image: object.image }) : err;
       });
-    // Running again: its memory from now on is the one to keep, and the snapshot counts against the quota.
-    if (restored.snapshot)
-      await deps.hibernation
-        ?.discard(object)
-        .catch((err: unknown) => log.warn({ object: objectKey(object), err }, "an object's snapshot was not deleted"));
-    return running(deps, object, session, handle, module);
+    return running(deps, object, session, handle, module, restored.snapshot);
   } catch (err) {
     if (handle) await deps.provider.terminate(handle, 0).catch(() => undefined);
     module.release();
@@ -116,6 +115,7 @@ function running(
   session: ActivationSession,
   handle: MicrovmHandle,
   module: HeldModule,
+  fromSnapshot: boolean,
 ): RunningObject {
   let stopped: Promise<void> | undefined;
   const terminate = () =>
@@ -125,7 +125,7 @@ function running(
     if (!hibernation || session.traits.hibernate !== "snapshot") return false;
     const started = performance.now();
     try {
-      await hibernation.save(object, handle);
+      await hibernation.save(object, handle, module.digest);
       log.info({ object: objectKey(object), ms: Math.round(performance.now() - started) }, "object hibernated");
       return true;
     } catch (err) {
@@ -143,7 +143,14 @@ function running(
   // The instance may end by itself (it crashed, the wall died): the session closes with it.
   const exited = provider.exited?.(handle).then(() => undefined) ?? new Promise<void>(() => undefined);
   const ended = Promise.race([session.closed.catch(() => undefined), exited]);
-  return { object, session, handle, stop, ended };
+  // Running again: its memory from now on is the one to keep, and the snapshot counts against the quota.
+  const established = async () => {
+    if (!fromSnapshot || !hibernation) return;
+    await hibernation
+      .discard(object)
+      .catch((err: unknown) => log.warn({ object: objectKey(object), err }, "an object's snapshot was not deleted"));
+  };
+  return { object, session, handle, stop, ended, established };
 }
 
 /** The module of the object's image (latest, or the digest it names), held until released. */
