@@ -23,7 +23,11 @@ import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "
 import { gvisorSkip } from "./helpers/providers.ts";
 
 const image = (file: string) => fileURLToPath(new URL(`./images/${file}`, import.meta.url));
-const images = { hibernating: image("object-tally-hibernating.ts"), brief: image("object-tally-brief.ts") };
+const images = {
+  hibernating: image("object-tally-hibernating.ts"),
+  long: image("object-tally-hibernating-long.ts"),
+  brief: image("object-tally-brief.ts"),
+};
 const hostOptions: Partial<MicrovmHostOptions> = { images, objects: { leaseTtlMs: 1_000 } };
 
 const skip = await gvisorSkip();
@@ -115,6 +119,18 @@ describe("objects hibernating", { skip }, () => {
     await handlers.deleteObject({ image: object.image, name: object.name }, context);
     assert.equal(await stored(object), false, "snapshot deleted");
     assert.equal(await call(a, object, "visits"), 1, "a new object");
+  });
+
+  it("objects hibernating - an object evicted to make room for another hibernates too", async () => {
+    const small = (await svc.addHost({ ...hostOptions, objects: { leaseTtlMs: 1_000, maxActive: 1 } })).host;
+    const first = fresh("long");
+    const second = fresh("long");
+    assert.equal(await call(small, first, "visits"), 1);
+    assert.equal(await call(small, second, "visits"), 1);
+    assert.ok(await stored(first), "the first hibernated to make room");
+    assert.equal(await call(small, first, "visits"), 2, "memory kept");
+    assert.equal(await call(small, second, "visits"), 2, "memory kept");
+    await small.close();
   });
 
   it("objects hibernating - a damaged snapshot: the object starts afresh with its storage, and the snapshot goes", async () => {

@@ -1,5 +1,5 @@
 // The methods and alarm of the test tally objects (object-tally.ts, object-tally-brief.ts,
-// object-tally-hibernating.ts).
+// object-tally-hibernating.ts, object-tally-hibernating-long.ts).
 import type { ObjectContext } from "../../vm-runtime/index.ts";
 
 /** Calls of `visits` in this instance's memory, not its storage (what a hibernation keeps). */

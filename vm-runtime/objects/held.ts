@@ -102,7 +102,10 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       throw ServiceUnavailable.make({
         message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
       });
-    await retire(oldest, "evicted to make room", true, true);
+    // In its mailbox: a call that comes meanwhile waits for its snapshot, not a fresh start.
+    const evicted = oldest;
+    const evict = () => retire(evicted, "evicted to make room", true, true);
+    await placement.run(evicted.activation, evict).catch(evict);
   }
 
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
