@@ -116,4 +116,20 @@ describe("object API", () => {
     );
     assert.equal(await tally("shared name").read(), 7);
   });
+
+  it("object API - 40 concurrent calls through two gateways and two hosts run one at a time on one activation", async () => {
+    const second = await svc.addHost({ hostId: "objects-b" });
+    const gateways = [svc.microvmUrl, await svc.addGateway({})];
+    const crowd = (i: number) => object<Tally>("tally", "crowd", { url: gateways[i % 2]!, apiKey: alice.key });
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => crowd(i).inc(1)));
+    assert.deepEqual(
+      answers.map(Number).sort((x, y) => x - y),
+      Array.from({ length: 40 }, (_, i) => i + 1),
+      "each call saw the one before it: one at a time, on one storage",
+    );
+    const holding = [svc.host, second.host].filter((host) =>
+      host.objects.activeHere().some((held) => held.name === "crowd" && held.principal === "alice"),
+    );
+    assert.equal(holding.length, 1, "one activation");
+  });
 });
