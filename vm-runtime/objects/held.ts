@@ -3,8 +3,8 @@
 // instance first if none runs; past its timeout the instance is stopped. An activation is
 // retired (instance stopped, lease released, storage kept) when idle for its image's
 // `idleSeconds` or to make room for another (evicted: an object with `hibernate: "snapshot"`
-// is checkpointed into its snapshot instead of stopped), when its instance ends, when it is superseded or
-// its lease lapses, when it is deactivated, and when the host stops.
+// is checkpointed into its snapshot instead of stopped), when its instance ends, when it is
+// superseded or its lease lapses, when it is deactivated, and when the host stops.
 import { performance } from "node:perf_hooks";
 import { LeaseLost, type Activation, type ActivationEvent, type Placement } from "../../placement/index.ts";
 import { log } from "../../platform/index.ts";

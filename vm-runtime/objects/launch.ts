@@ -70,7 +70,8 @@ export interface RunningObject {
 
 /**
  * Starts `object`'s image in an instance (restored from its snapshot when it hibernated) and
- * opens its session, with `storage` and `alarms` bound to it. ImageNotFound when the principal has no such image; NotAnObject when it is not an object.
+ * opens its session, with `storage` and `alarms` bound to it. ImageNotFound when the principal
+ * has no such image; NotAnObject when it is not an object.
  */
 export async function launchObject(
   deps: LaunchDeps,
