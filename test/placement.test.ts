@@ -375,6 +375,39 @@ describe("placement", () => {
     assert.equal(puts, 2);
   });
 
+  it("placement - a renewal whose answer was lost keeps the lease, and a release after one deletes it", async () => {
+    const { taskObjectLeases } = recordStores(client.requester);
+    // The next write is applied by the server, but its answer never comes (as a timeout).
+    let loseNextAnswer = false;
+    const lossy = async (written: Promise<number | "conflict">) => {
+      const result = await written;
+      if (!loseNextAnswer) return result;
+      loseNextAnswer = false;
+      throw new Error("the request timed out");
+    };
+    const leases = {
+      ...taskObjectLeases,
+      put: (key: string, value: string, revision: number) => lossy(taskObjectLeases.put(key, value, revision)),
+      delete: (key: string, revision: number) => lossy(taskObjectLeases.delete(key, revision)),
+    };
+    const placement = new Placement({ ownerId: "lost-answer", leases, ttlMs: 60_000 });
+    defer(() => placement.close());
+    const key = taskObjectLeaseKey("lost-answer-name")!;
+    const route = await placement.route(key);
+    if (route.kind !== "local") throw new Error(`not claimed here: ${route.kind}`);
+    const { activation } = route;
+    loseNextAnswer = true;
+    await assert.rejects(placement.fence(activation), /timed out/);
+    // The key moved past the revision the activation knew, with its own value: still its lease.
+    await placement.fence(activation);
+    assert.ok(activation.live, "the lease is still held");
+    assert.equal((await taskObjectLeases.get(key)).revision, activation.revision);
+    loseNextAnswer = true;
+    await assert.rejects(placement.fence(activation), /timed out/);
+    await placement.release(activation);
+    assert.equal((await taskObjectLeases.get(key)).value, undefined, "the release deleted the key");
+  });
+
   it("placement - a gateway sends a name's requests straight to its owner, and past a silent one", async () => {
     const a = await actorProcess("gw-a");
     const api = await taskGateway();
