@@ -18,6 +18,7 @@ import {
   snapshotIdOf,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
+import { until } from "./helpers/objects.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
 import { gvisorSkip } from "./helpers/providers.ts";
@@ -58,11 +59,6 @@ const stored = async (object: ObjectRef) => {
   const info = await snapshots.info(snapshotName(object));
   return info !== null && !info.deleted;
 };
-
-/** Resolves once `condition` holds (checked every 100 ms). */
-async function until(condition: () => boolean | Promise<boolean>): Promise<void> {
-  while (!(await condition())) await new Promise((r) => setTimeout(r, 100));
-}
 
 /** Resolves once no host holds `object` and its snapshot is stored (its idle eviction hibernated it). */
 const hibernated = (host: MicrovmHost, object: ObjectRef) =>
