@@ -116,6 +116,13 @@ export function ownerRouting(nats: Sender, policy: RoutingPolicy, prefix: string
     return reply;
   }
 
+  /**
+   * Whether a request can leave now. While the connection is down `send` refuses at once,
+   * without awaiting anything but promises: attempts made in a loop then never yield to the
+   * event loop, and would hold it (and with it the reconnect) for the whole budget.
+   */
+  const canSend = () => !nats.connected || nats.connected();
+
   /** A process that answered lately and is not suspect, other than `not`. */
   function someAnswering(not: string | undefined): string | undefined {
     const candidates = [...answering.keys()].filter((o) => o !== not && !suspects.has(o));
@@ -145,7 +152,7 @@ export function ownerRouting(nats: Sender, policy: RoutingPolicy, prefix: string
   ) {
     let target = someAnswering(silent);
     let taking = false;
-    while (left() > 1) {
+    while (left() > 1 && canSend()) {
       const budget = Math.floor(taking ? left() : Math.min(left(), HEDGE_ATTEMPT_MS));
       const hedged = { ...headers, [SUSPECT_HEADER]: silent, [BUDGET_HEADER]: String(budget) };
       // The shared subject the gateway may send on: its copy, where the principal is believed.
@@ -177,7 +184,8 @@ export function ownerRouting(nats: Sender, policy: RoutingPolicy, prefix: string
     async tryOwner(op, input, body, headers, budgetMs) {
       const kind = op.placement.kind;
       const find = kind === "stateless" ? undefined : policy[kind];
-      if (!find) return undefined;
+      // Not connected: the caller's own send answers 503 at once (see `canSend`).
+      if (!find || !canSend()) return undefined;
       const started = performance.now();
       const left = () => budgetMs - (performance.now() - started);
       const key = ownerKey(op, input);

@@ -119,6 +119,11 @@ export class Activation {
   renewFailures = 0;
   /** The next fence's compare-and-set while it is not yet sent: fences asked for meanwhile join it. */
   nextFence: Promise<void> | undefined;
+  /**
+   * The last write of the lease key failed without an answer (a timeout): the server may have
+   * applied it, moving the key past `revision` with this activation's own value.
+   */
+  unanswered = false;
   #casChain: Promise<unknown> = Promise.resolve();
   #leaseWrites = 0;
 
@@ -434,7 +439,14 @@ export class Placement {
       onSend?.();
       if (!activation.live) throw new LeaseLost(activation.name);
       const sentAt = performance.now();
-      const written = await this.#leases.put(activation.key, activation.value, activation.revision);
+      let written = await this.#leaseWrite(activation, () =>
+        this.#leases.put(activation.key, activation.value, activation.revision),
+      );
+      // A renewal whose answer was lost (it timed out, yet the server applied it) moved the key
+      // with this activation's own value: still held, renewed again at the revision it left.
+      const moved = written === CONFLICT ? await this.#ownRevision(activation) : undefined;
+      if (moved !== undefined)
+        written = await this.#leaseWrite(activation, () => this.#leases.put(activation.key, activation.value, moved));
       if (written === CONFLICT) {
         this.#end(activation, "lost");
         throw new LeaseLost(activation.name);
@@ -448,9 +460,37 @@ export class Placement {
   async #release(activation: Activation, reason: "released" | "closed"): Promise<void> {
     this.#end(activation, reason);
     await activation.serialize(async () => {
-      const deleted = await this.#leases.delete(activation.key, activation.revision);
+      let deleted = await this.#leaseWrite(activation, () => this.#leases.delete(activation.key, activation.revision));
+      // Moved by a renewal of its own whose answer was lost: deleted at the revision that left.
+      const moved = deleted === CONFLICT ? await this.#ownRevision(activation) : undefined;
+      if (moved !== undefined) deleted = await this.#leases.delete(activation.key, moved);
       if (deleted === CONFLICT) log.warn({ name: activation.name }, "task-object lease moved before its release");
     });
+  }
+
+  /** A write of the lease key, noting whether it went unanswered (`Activation.unanswered`). */
+  async #leaseWrite(activation: Activation, write: () => Promise<number | typeof CONFLICT>) {
+    try {
+      const written = await write();
+      // A refusal leaves the question open: the refused write's key may hold what went unanswered.
+      if (written !== CONFLICT) activation.unanswered = false;
+      return written;
+    } catch (err) {
+      activation.unanswered = true;
+      throw err;
+    }
+  }
+
+  /**
+   * After a refused write: the key's revision when an unanswered write of this activation left
+   * it holding this very activation's lease value (its owner and claim time: no other activation
+   * writes it), else undefined: someone else moved it (read only after an unanswered write).
+   */
+  async #ownRevision(activation: Activation): Promise<number | undefined> {
+    if (!activation.unanswered) return undefined;
+    const entry = await this.#leases.get(activation.key);
+    const value = entry.value === undefined ? undefined : Buffer.from(entry.value).toString("utf8");
+    return value === activation.value && entry.revision !== activation.revision ? entry.revision : undefined;
   }
 
   #end(activation: Activation, reason: NonNullable<ActivationEvent["reason"]>): void {

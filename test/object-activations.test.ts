@@ -19,7 +19,7 @@ import type { ObjectImages, OpenSession, SessionRequest } from "../vm-runtime/ob
 import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
 import type { ImageRecord } from "../vm-runtime/registry/store.ts";
 import { lifo } from "./helpers/defer.ts";
-import { objectsNats, type ObjectsNats } from "./helpers/objects.ts";
+import { objectsNats, type ObjectsNats, until } from "./helpers/objects.ts";
 
 const defer = lifo(after);
 let env: ObjectsNats;
@@ -129,11 +129,6 @@ async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
   );
   assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
   return err;
-}
-
-/** Resolves once `condition` holds (checked every 50 ms). */
-async function until(condition: () => boolean | Promise<boolean>): Promise<void> {
-  while (!(await condition())) await new Promise((r) => setTimeout(r, 50));
 }
 
 before(async () => {

@@ -15,6 +15,7 @@ import { ApiError } from "../schemas/index.ts";
 import { builtinImages, type MicrovmHost, type MicrovmHostOptions } from "../vm-runtime/service/index.ts";
 import { DEFAULT_START_TIMEOUT_MS, objectStores, type ObjectRef } from "../vm-runtime/objects/index.ts";
 import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
+import { until } from "./helpers/objects.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
 
@@ -95,11 +96,6 @@ async function hostProcess(object: ObjectRef, hostId: string) {
       child.stdin.write(`${JSON.stringify(command)}\n`);
     },
   };
-}
-
-/** Resolves once `condition` holds (checked every 100 ms). */
-async function until(condition: () => boolean | Promise<boolean>): Promise<void> {
-  while (!(await condition())) await new Promise((r) => setTimeout(r, 100));
 }
 
 before(async () => {

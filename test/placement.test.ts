@@ -2,12 +2,16 @@
 // connection with its own owner id (as separate processes would be), with the default lease TTL:
 // a shorter one (600 ms) lapsed whenever a busy machine held a renewal back for 300 ms.
 import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, afterEach, before, describe, it } from "node:test";
 import { Kvm } from "@nats-io/kv";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import { gatewayDispatch, Placement, startActors, type ActivationEvent, type ActorsHandle } from "../actors/index.ts";
 import { httpClient, natsClient } from "../client/index.ts";
 import { createGateways } from "../gateway/index.ts";
+import { dispatcher } from "../placement/index.ts";
 import {
   CONFLICT,
   connectNats,
@@ -15,6 +19,7 @@ import {
   recordStores,
   registry,
   leaseBucketFor,
+  startNatsServer,
   type NatsHandle,
   type RecordStores,
 } from "../platform/index.ts";
@@ -370,6 +375,39 @@ describe("placement", () => {
     assert.equal(puts, 2);
   });
 
+  it("placement - a renewal whose answer was lost keeps the lease, and a release after one deletes it", async () => {
+    const { taskObjectLeases } = recordStores(client.requester);
+    // The next write is applied by the server, but its answer never comes (as a timeout).
+    let loseNextAnswer = false;
+    const lossy = async (written: Promise<number | "conflict">) => {
+      const result = await written;
+      if (!loseNextAnswer) return result;
+      loseNextAnswer = false;
+      throw new Error("the request timed out");
+    };
+    const leases = {
+      ...taskObjectLeases,
+      put: (key: string, value: string, revision: number) => lossy(taskObjectLeases.put(key, value, revision)),
+      delete: (key: string, revision: number) => lossy(taskObjectLeases.delete(key, revision)),
+    };
+    const placement = new Placement({ ownerId: "lost-answer", leases, ttlMs: 60_000 });
+    defer(() => placement.close());
+    const key = taskObjectLeaseKey("lost-answer-name")!;
+    const route = await placement.route(key);
+    if (route.kind !== "local") throw new Error(`not claimed here: ${route.kind}`);
+    const { activation } = route;
+    loseNextAnswer = true;
+    await assert.rejects(placement.fence(activation), /timed out/);
+    // The key moved past the revision the activation knew, with its own value: still its lease.
+    await placement.fence(activation);
+    assert.ok(activation.live, "the lease is still held");
+    assert.equal((await taskObjectLeases.get(key)).revision, activation.revision);
+    loseNextAnswer = true;
+    await assert.rejects(placement.fence(activation), /timed out/);
+    await placement.release(activation);
+    assert.equal((await taskObjectLeases.get(key)).value, undefined, "the release deleted the key");
+  });
+
   it("placement - a gateway sends a name's requests straight to its owner, and past a silent one", async () => {
     const a = await actorProcess("gw-a");
     const api = await taskGateway();
@@ -558,6 +596,33 @@ describe("placement", () => {
     assert.deepEqual(await api.getTaskDO({ id: task.id, name }), task);
     assert.deepEqual(overlaps(activationIntervals(events.filter((e) => e.name === name)), { "twice-a": frozenAt }), []);
     await b.actors.close();
+  });
+
+  it("placement - a gateway whose NATS connection is down answers an owned request 503 without trying its owner", async () => {
+    // A connection of its own to a server of its own, which then stops: the connection stays
+    // down, reconnecting. Every request attempt then fails at once without anything to wait on;
+    // a hedge that tried again and again would hold the event loop (the reconnect with it) for
+    // the whole budget.
+    const storeDir = await mkdtemp(join(tmpdir(), "placement-down-"));
+    defer(() => rm(storeDir, { recursive: true, force: true }));
+    const server = await startNatsServer({ storeDir });
+    const handle = await connectNats({ servers: server.url, name: "placement-down" });
+    defer(() => handle.close());
+    await server.stop();
+    await waitFor(() => !handle.connected(), 10_000);
+    let attempts = 0;
+    const sender = { ...handle, connected: () => (attempts++, handle.connected()) };
+    let lookups = 0;
+    const dispatch = dispatcher(sender, "", { byName: async () => (lookups++, "placement-down-owner") });
+    await assert.rejects(
+      dispatch(taskApi.getTaskDO, { id: "x", name: "down" }, {}, { timeoutMs: 5_000, attemptMs: 1_500 }),
+      (err: Error & { _tag?: string }) => err._tag === "ServiceUnavailable",
+    );
+    assert.ok(
+      attempts <= 2,
+      `the connection was checked ${attempts} times: the request was tried, not refused at once`,
+    );
+    assert.equal(lookups, 0, "no owner looked up");
   });
 });
 

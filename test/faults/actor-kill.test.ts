@@ -60,7 +60,8 @@ describe("faults: actor kill", () => {
         assert.ok(Date.now() - since < 10_000, "no actor process logged the task object's activation");
       killedAt = Date.now();
       await owner.stop("SIGKILL");
-      await sleep(7_000);
+      // The load goes on 2 s past the failover bound: the task object must answer again then.
+      await sleep(FAILOVER_BOUND_MS + 2_000);
     } finally {
       await load.stop();
     }

@@ -11,7 +11,13 @@ import {
   type NatsHandle,
   type VersionedStore,
 } from "../../platform/index.ts";
-import { objectKey, type ActivationFence, type ObjectRef } from "../../vm-runtime/objects/index.ts";
+import {
+  DEFAULT_CALL_TIMEOUT_MS,
+  DEFAULT_START_TIMEOUT_MS,
+  objectKey,
+  type ActivationFence,
+  type ObjectRef,
+} from "../../vm-runtime/objects/index.ts";
 import type { Defer } from "./defer.ts";
 import { testNats, type TestNats, type TestRole } from "./nats.ts";
 
@@ -55,7 +61,7 @@ export async function objectsNats(defer: Defer): Promise<ObjectsNats> {
       });
       defer(() => server.stop());
       // The connections made before reconnect within their reconnect wait.
-      for (const handle of handles) await until(() => handle.connected() || handle.nc.isClosed());
+      for (const handle of handles) await reconnected(() => handle.connected() || handle.nc.isClosed());
     },
   };
 }
@@ -94,7 +100,22 @@ export function testLease(handle: NatsHandle, object: ObjectRef, owner: string):
 }
 
 /** Resolves once `condition` holds (checked every 20 ms, for at most 15 s). */
-async function until(condition: () => boolean): Promise<void> {
+async function reconnected(condition: () => boolean): Promise<void> {
   for (const end = Date.now() + 15_000; !condition(); await new Promise((r) => setTimeout(r, 20)))
     if (Date.now() > end) throw new Error("the connection did not come back within 15 s");
+}
+
+/**
+ * The longest an object's state may take to settle in these tests: a start's deadline and a
+ * call's timeout, and 5 s of margin. A wait past it waits for nothing: it fails instead of hanging.
+ */
+export const OBJECT_SETTLE_MS = DEFAULT_START_TIMEOUT_MS + DEFAULT_CALL_TIMEOUT_MS + 5_000;
+
+/** Resolves once `condition` holds, checked every `everyMs`; fails after `OBJECT_SETTLE_MS`. */
+export async function until(condition: () => boolean | Promise<boolean>, everyMs = 100): Promise<void> {
+  const deadline = performance.now() + OBJECT_SETTLE_MS;
+  while (!(await condition())) {
+    if (performance.now() > deadline) throw new Error(`the condition did not hold within ${OBJECT_SETTLE_MS} ms`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
 }

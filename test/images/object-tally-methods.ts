@@ -1,5 +1,9 @@
-// The methods and alarm of the test tally objects (object-tally.ts, object-tally-brief.ts).
+// The methods and alarm of the test tally objects (object-tally.ts, object-tally-brief.ts,
+// object-tally-hibernating.ts, object-tally-hibernating-long.ts).
 import type { ObjectContext } from "../../vm-runtime/index.ts";
+
+/** Calls of `visits` in this instance's memory, not its storage (what a hibernation keeps). */
+let visits = 0;
 
 const count = async (ctx: ObjectContext, key: string) => (await ctx.storage.get<number>(key)) ?? 0;
 
@@ -25,6 +29,7 @@ export const tallyMethods = {
   alarmIn: { handler: (ctx: ObjectContext, ms: number) => ctx.setAlarm(Date.now() + ms) },
   alarms: { handler: (ctx: ObjectContext) => count(ctx, "alarms") },
   hang: { handler: () => new Promise<never>(() => undefined) },
+  visits: { handler: () => ++visits },
 };
 
 export async function tallyAlarm(ctx: ObjectContext): Promise<void> {

@@ -19,6 +19,7 @@ import { ApiError, ImageNotFound, NotAnObject, ObjectBusy, ServiceUnavailable } 
 import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 import { answerJson, heldObjects } from "./held.ts";
+import type { ObjectHibernation } from "./hibernation.ts";
 import type { LaunchDeps } from "./launch.ts";
 import { GONE, MOVED, relay, relayWatched, serveRelay, SILENT, type CallRequest, type RelayRequest } from "./relay.ts";
 import { objectStores, type ObjectStores } from "./storage.ts";
@@ -36,7 +37,7 @@ export const DEFAULT_START_TIMEOUT_MS = 30_000;
 /** Objects active on one host at once; past it the least recently called idle one is evicted. */
 export const DEFAULT_MAX_ACTIVE = 50;
 
-export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeoutMs"> {
+export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeoutMs" | "hibernation"> {
   readonly nc: NatsConnection;
   /** Carries lease, storage and alarm writes. */
   readonly requester: Requester;
@@ -55,6 +56,8 @@ export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeout
   readonly leaseTtlMs?: number;
   /** Time for a relayed request's answer, its wait in the holder's mailbox included (default 65 s). */
   readonly relayTimeoutMs?: number;
+  /** Snapshots of objects with `hibernate: "snapshot"`; without, they are evicted as `"none"`. */
+  readonly hibernation?: ObjectHibernation;
 }
 
 /** The activations of one host, with what the host itself uses of them. */
@@ -97,6 +100,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     provider: options.provider,
     openSession: options.openSession,
     startTimeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
+    ...(options.hibernation === undefined ? {} : { hibernation: options.hibernation }),
   };
   const leases: VersionedStore = versionedStore(options.requester, OBJECTS_BUCKET);
   let closing = false;
@@ -228,6 +232,10 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
         }
         throw err;
       }
+    },
+
+    discardSnapshot: async (object) => {
+      await options.hibernation?.discard(object);
     },
 
     activeHere: () => held.objects(),

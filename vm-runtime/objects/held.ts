@@ -2,8 +2,9 @@
 // and session, and its idle timer. A call runs in its activation's mailbox, starting the
 // instance first if none runs; past its timeout the instance is stopped. An activation is
 // retired (instance stopped, lease released, storage kept) when idle for its image's
-// `idleSeconds`, to make room for another, when its instance ends, when it is superseded or
-// its lease lapses, when it is deactivated, and when the host stops.
+// `idleSeconds` or to make room for another (evicted: an object with `hibernate: "snapshot"`
+// is checkpointed into its snapshot instead of stopped), when its instance ends, when it is
+// superseded or its lease lapses, when it is deactivated, and when the host stops.
 import { performance } from "node:perf_hooks";
 import { LeaseLost, type Activation, type ActivationEvent, type Placement } from "../../placement/index.ts";
 import { log } from "../../platform/index.ts";
@@ -59,15 +60,17 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
 
   /**
    * Stops the activation's instance, once, and releases its lease (storage stays) unless
-   * `release` is false: then the activation's next call starts a new instance.
+   * `release` is false: then the activation's next call starts a new instance. An eviction
+   * (`evicted`) hibernates an object with `hibernate: "snapshot"`: its snapshot is stored
+   * before its lease is released.
    */
-  function retire(h: Held, reason: string | undefined, release = true): Promise<void> {
+  function retire(h: Held, reason: string | undefined, release = true, evicted = false): Promise<void> {
     h.retired ??= (async () => {
       if (held.get(h.activation.key) === h) held.delete(h.activation.key);
       h.activation.pinned = false;
       clearTimeout(h.idle);
       log.info({ object: h.activation.key, reason }, "object deactivated");
-      await h.run.stop();
+      await h.run.stop({ hibernate: evicted });
     })();
     if (!release) return h.retired;
     return h.retired.then(() =>
@@ -99,7 +102,10 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       throw ServiceUnavailable.make({
         message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
       });
-    await retire(oldest, "evicted to make room");
+    // In its mailbox: a call that comes meanwhile waits for its snapshot, not a fresh start.
+    const evicted = oldest;
+    const evict = () => retire(evicted, "evicted to make room", true, true);
+    await placement.run(evicted.activation, evict).catch(evict);
   }
 
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
@@ -127,6 +133,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     }
     held.set(activation.key, h);
     activation.pinned = true;
+    await run.established();
     const current = h;
     // Ended by itself (not stopped here): the lease goes too.
     void run.ended.then(() => (current.retired ? undefined : retire(current, "instance ended")));
@@ -138,7 +145,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       // In the mailbox: a call that came meanwhile re-armed the timer, and this one gives way.
       placement
         .run(h.activation, async () => {
-          if (h.idle === timer) await retire(h, "idle");
+          if (h.idle === timer) await retire(h, "idle", true, true);
         })
         .catch((err: unknown) => {
           if (!(err instanceof LeaseLost) && !(err instanceof ApiError)) log.warn({ err }, "object eviction failed");

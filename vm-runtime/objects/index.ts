@@ -63,4 +63,10 @@ export {
   type HostObjectActivations,
   type ObjectActivationsOptions,
 } from "./activations.ts";
+export {
+  objectHibernation,
+  snapshotIdOf,
+  type ObjectHibernation,
+  type ObjectHibernationOptions,
+} from "./hibernation.ts";
 export type { ActivationSession, ObjectImages, OpenSession, SessionRequest } from "./launch.ts";

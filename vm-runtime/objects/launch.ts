@@ -2,12 +2,14 @@
 // its principal sees it), an instance started with the host's provider, and the session over the
 // instance's runtime socket through which calls go in and storage and alarm requests come out.
 import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
 import { ImageNotFound, NotAnObject } from "../../schemas/index.ts";
 import { log } from "../../platform/index.ts";
 import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider, type Upstream } from "../host/provider.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { ObjectAlarms } from "./alarms.ts";
-import type { ObjectRef } from "./keys.ts";
+import { restoredOrFresh, type ObjectHibernation } from "./hibernation.ts";
+import { objectKey, type ObjectRef } from "./keys.ts";
 import type { ObjectStorage } from "./storage.ts";
 import type { ObjectAnswer, ObjectTraits } from "./types.ts";
 
@@ -42,6 +44,8 @@ export interface LaunchDeps {
   readonly openSession: OpenSession;
   /** Time for the instance to start and its session to open. */
   readonly startTimeoutMs: number;
+  /** Snapshots of objects with `hibernate: "snapshot"` (where the provider checkpoints). */
+  readonly hibernation?: ObjectHibernation;
 }
 
 /** An object's activation running here. */
@@ -49,15 +53,25 @@ export interface RunningObject {
   readonly object: ObjectRef;
   readonly session: ActivationSession;
   readonly handle: MicrovmHandle;
-  /** Stops the instance and lets its module go; once, however often asked. */
-  stop(): Promise<void>;
+  /**
+   * Stops the instance and lets its module go; once, however often asked. With `hibernate`, an
+   * object with `hibernate: "snapshot"` is checkpointed into its snapshot instead (where the
+   * host can): its next activation restores it.
+   */
+  stop(options?: { readonly hibernate?: boolean }): Promise<void>;
   /** Settles when the instance or its session ended by itself (or `stop`). */
   readonly ended: Promise<void>;
+  /**
+   * Its activation holds the object: the snapshot it started from (restored or not) is deleted,
+   * so that no older memory comes back. Until then a failed start leaves the snapshot.
+   */
+  established(): Promise<void>;
 }
 
 /**
- * Starts `object`'s image in an instance and opens its session, with `storage` and `alarms`
- * bound to it. ImageNotFound when the principal has no such image; NotAnObject when it is not an object.
+ * Starts `object`'s image in an instance (restored from its snapshot when it hibernated) and
+ * opens its session, with `storage` and `alarms` bound to it. ImageNotFound when the principal
+ * has no such image; NotAnObject when it is not an object.
  */
 export async function launchObject(
   deps: LaunchDeps,
@@ -70,7 +84,10 @@ export async function launchObject(
   const signal = AbortSignal.timeout(deps.startTimeoutMs);
   let handle: MicrovmHandle | undefined;
   try {
-    handle = await deps.provider.start({ microvmId: `object-${randomUUID()}`, image: module.path }, signal);
+    const restored = await restoredOrFresh(deps.hibernation, object, module.digest, signal);
+    handle =
+      restored.handle ??
+      (await deps.provider.start({ microvmId: `object-${randomUUID()}`, image: module.path }, signal));
     const upstream = deps.provider.upstream?.(handle, RUNTIME_PORT) ?? upstreamOf(handle, RUNTIME_PORT);
     if (!upstream) throw new Error("the instance has no runtime port");
     const session = await deps
@@ -85,7 +102,7 @@ export async function launchObject(
       .catch((err: unknown) => {
         throw isNotAnObject(err) ? NotAnObject.make({ image: object.image }) : err;
       });
-    return running(deps.provider, object, session, handle, module);
+    return running(deps, object, session, handle, module, restored.snapshot);
   } catch (err) {
     if (handle) await deps.provider.terminate(handle, 0).catch(() => undefined);
     module.release();
@@ -94,23 +111,47 @@ export async function launchObject(
 }
 
 function running(
-  provider: MicrovmProvider,
+  { provider, hibernation }: LaunchDeps,
   object: ObjectRef,
   session: ActivationSession,
   handle: MicrovmHandle,
   module: HeldModule,
+  fromSnapshot: boolean,
 ): RunningObject {
   let stopped: Promise<void> | undefined;
-  const stop = () =>
+  const terminate = () =>
+    provider.terminate(handle, 1_000).catch((err: unknown) => log.warn({ err }, "stopping an object failed"));
+  /** Checkpoints the instance into the object's snapshot (the runtime closes the session); false when it could not. */
+  const saved = async (): Promise<boolean> => {
+    if (!hibernation || session.traits.hibernate !== "snapshot") return false;
+    const started = performance.now();
+    try {
+      await hibernation.save(object, handle, module.digest);
+      log.info({ object: objectKey(object), ms: Math.round(performance.now() - started) }, "object hibernated");
+      return true;
+    } catch (err) {
+      log.warn({ object: objectKey(object), err }, "an object could not hibernate: its memory is lost");
+      return false;
+    }
+  };
+  const stop = (options: { readonly hibernate?: boolean } = {}) =>
     (stopped ??= (async () => {
+      const hibernated = options.hibernate === true && (await saved());
       await Promise.resolve(session.close()).catch(() => undefined);
-      await provider.terminate(handle, 1_000).catch((err: unknown) => log.warn({ err }, "stopping an object failed"));
+      if (!hibernated) await terminate();
       module.release();
     })());
   // The instance may end by itself (it crashed, the wall died): the session closes with it.
   const exited = provider.exited?.(handle).then(() => undefined) ?? new Promise<void>(() => undefined);
   const ended = Promise.race([session.closed.catch(() => undefined), exited]);
-  return { object, session, handle, stop, ended };
+  // Running again: its memory from now on is the one to keep, and the snapshot counts against the quota.
+  const established = async () => {
+    if (!fromSnapshot || !hibernation) return;
+    await hibernation
+      .discard(object)
+      .catch((err: unknown) => log.warn({ object: objectKey(object), err }, "an object's snapshot was not deleted"));
+  };
+  return { object, session, handle, stop, ended, established };
 }
 
 /** The module of the object's image (latest, or the digest it names), held until released. */

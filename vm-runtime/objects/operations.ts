@@ -83,13 +83,14 @@ export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
       return describe(object);
     },
     /**
-     * Stops the activation, then removes the storage a page at a time, the alarm and last the
-     * record: a delete cut short leaves the object listed, and deleting it again goes on.
+     * Stops the activation, then removes its snapshot, the storage a page at a time, the alarm
+     * and last the record: a delete cut short leaves the object listed, and deleting it again goes on.
      */
     async deleteObject({ image, name }, { principal }) {
       const object = { principal, image, name };
       await listed(object);
       await activations.deactivate(object);
+      await activations.discardSnapshot?.(object);
       while (!(await stores.purgePage(object))) {}
       await alarms.delete(object);
       await directory.remove(object);

@@ -42,6 +42,8 @@ export interface ObjectActivations {
   call(object: ObjectRef, method: string, args: unknown[], signal?: AbortSignal): Promise<ObjectAnswer>;
   /** Stops the object's activation wherever it runs (storage stays). */
   deactivate(object: ObjectRef): Promise<void>;
+  /** Deletes the object's hibernation snapshot, if it has one (after `deactivate`, to delete it). */
+  discardSnapshot?(object: ObjectRef): Promise<void>;
   /** Whether, and where, the object is active now. */
   activeOn(object: ObjectRef): Promise<string | undefined>;
   close(): Promise<void>;

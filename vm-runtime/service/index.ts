@@ -25,6 +25,7 @@ import {
 import {
   objectAlarms,
   objectDirectory,
+  objectHibernation,
   objectStores,
   openObjectSession,
   startAlarmFiring,
@@ -268,6 +269,10 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     stores: objectStorage,
     alarms,
     openSession: options.objects?.openSession ?? openObjectSession,
+    // Hibernating objects keep their memory where instances are suspended into snapshots.
+    ...(snapshots && provider.checkpoint
+      ? { hibernation: objectHibernation({ store: snapshots, provider, workDir }) }
+      : {}),
   });
   const host: HostState = {
     nc,

@@ -147,7 +147,14 @@ export class SnapshotStore {
    * snapshots and this one would pass the quota; nothing is stored then. `progress` is called
    * whenever a chunk of any transfer moved, this one's or those it waits behind.
    */
-  async save(owner: string, microvmId: string, imageDir: string, progress?: () => void): Promise<StoredSnapshot> {
+  async save(
+    owner: string,
+    microvmId: string,
+    imageDir: string,
+    progress?: () => void,
+    /** Kept beside it (`stored` reads it back). */
+    description?: string,
+  ): Promise<StoredSnapshot> {
     const packed = await packSnapshot(imageDir);
     const why = await this.overQuota(owner, microvmId, packed.bytes);
     if (why) throw new SnapshotQuotaExceeded(why, packed.bytes, this.quotaBytes);
@@ -175,7 +182,14 @@ export class SnapshotStore {
       { highWaterMark: 0 },
     );
     const info = await this.#transfer(progress, () =>
-      this.objects.put({ name: objectName(owner, microvmId), options: { max_chunk_size: CHUNK_BYTES } }, body),
+      this.objects.put(
+        {
+          name: objectName(owner, microvmId),
+          ...(description === undefined ? {} : { description }),
+          options: { max_chunk_size: CHUNK_BYTES },
+        },
+        body,
+      ),
     );
     if (info.size !== packed.bytes) throw new SnapshotError(`the snapshot of ${microvmId} changed while it was stored`);
     // The store's own SHA-256 of what it holds, the one a load checks the chunks against.
@@ -233,6 +247,20 @@ export class SnapshotStore {
         throw cause;
       }
     });
+  }
+
+  /**
+   * The digest, size and description (as `save` was given it) of `owner`'s stored snapshot of
+   * `microvmId`; undefined when there is none.
+   */
+  async stored(
+    owner: string,
+    microvmId: string,
+  ): Promise<(Pick<StoredSnapshot, "digest" | "bytes"> & { readonly description: string }) | undefined> {
+    const info = await this.objects.info(objectName(owner, microvmId));
+    const digest = info && !info.deleted ? parseDigest(info.digest) : undefined;
+    if (!info || !digest) return undefined;
+    return { digest: `sha256:${digest.toString("hex")}`, bytes: info.size, description: info.description ?? "" };
   }
 
   /** Deletes `owner`'s snapshot of `microvmId`; nothing when there is none. */
