@@ -19,7 +19,7 @@ import type { ObjectImages, OpenSession, SessionRequest } from "../vm-runtime/ob
 import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
 import type { ImageRecord } from "../vm-runtime/registry/store.ts";
 import { lifo } from "./helpers/defer.ts";
-import { objectsNats, type ObjectsNats, until } from "./helpers/objects.ts";
+import { objectsNats, type ObjectsNats, rejected, until } from "./helpers/objects.ts";
 
 const defer = lifo(after);
 let env: ObjectsNats;
@@ -120,15 +120,6 @@ async function startHost(
   // Closing twice is harmless: the second finds nothing held and the relay drained.
   defer(() => objects.close());
   return { objects, handle };
-}
-
-async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
-  const err = await fn().then(
-    () => assert.fail("expected a rejection"),
-    (e: unknown) => e,
-  );
-  assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
-  return err;
 }
 
 before(async () => {

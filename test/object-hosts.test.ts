@@ -15,7 +15,7 @@ import { ApiError } from "../schemas/index.ts";
 import { builtinImages, type MicrovmHost, type MicrovmHostOptions } from "../vm-runtime/service/index.ts";
 import { DEFAULT_START_TIMEOUT_MS, objectStores, type ObjectRef } from "../vm-runtime/objects/index.ts";
 import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
-import { until } from "./helpers/objects.ts";
+import { rejected, until } from "./helpers/objects.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
 
@@ -49,15 +49,6 @@ const call = async (host: MicrovmHost, object: ObjectRef, method: string, args: 
   assert.equal(answer.status, 200, Buffer.from(answer.body).toString("utf8"));
   return answerValue(answer);
 };
-
-async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
-  const err = await fn().then(
-    () => assert.fail("expected a rejection"),
-    (e: unknown) => e,
-  );
-  assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
-  return err;
-}
 
 /** A microVM host in its own process (test/helpers/object-host-child.ts) that activates `object`. */
 async function hostProcess(object: ObjectRef, hostId: string) {

@@ -1,6 +1,8 @@
 // Objects on a real NATS for tests: the streams made by the provisioning user, a connection as
 // the microVM host role, a lease in the objects bucket standing in for placement's activation
 // (claim, renew, take over), and NATS stopped or killed and started again on its store.
+import assert from "node:assert/strict";
+import { ApiError } from "../../schemas/index.ts";
 import {
   CONFLICT,
   connectNats,
@@ -118,4 +120,14 @@ export async function until(condition: () => boolean | Promise<boolean>, everyMs
     if (performance.now() > deadline) throw new Error(`the condition did not hold within ${OBJECT_SETTLE_MS} ms`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** The ApiError `fn` rejects with; fails when it resolves or rejects with anything else. */
+export async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
+  const err = await fn().then(
+    () => assert.fail("expected a rejection"),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
+  return err;
 }

@@ -5,12 +5,13 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { ImageNotFound, NotAnObject } from "../../schemas/index.ts";
 import { log } from "../../platform/index.ts";
-import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider, type Upstream } from "../host/provider.ts";
+import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider } from "../host/provider.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import { restoredOrFresh, type ObjectHibernation } from "./hibernation.ts";
 import { objectKey, type ObjectRef } from "./keys.ts";
 import type { ObjectStorage } from "./storage.ts";
+import type { ObjectSessionOptions } from "./session.ts";
 import type { ObjectAnswer, ObjectTraits } from "./types.ts";
 
 /** What activations use of a session with a running activation (`ObjectSession` of session.ts). */
@@ -23,15 +24,11 @@ export interface ActivationSession {
   close(): void | Promise<void>;
 }
 
-/** What a session is opened with (`openObjectSession`'s options). */
-export interface SessionRequest {
-  readonly upstream: Upstream;
-  readonly headers?: Readonly<Record<string, string>>;
-  readonly object: ObjectRef;
-  readonly storage: ObjectStorage;
-  readonly alarms: ObjectAlarms;
-  readonly onSuperseded?: (err: unknown) => void;
-}
+/** What a session is opened with: `openObjectSession`'s options, its limits and log left at their defaults. */
+export type SessionRequest = Pick<
+  ObjectSessionOptions,
+  "upstream" | "headers" | "object" | "storage" | "alarms" | "onSuperseded"
+>;
 
 export type OpenSession = (request: SessionRequest) => Promise<ActivationSession>;
 
