@@ -88,7 +88,7 @@ const pidsIn = (dir: string): number[] =>
     .map(Number);
 
 /** The memory cgroup directory of `pid` (v1 `memory` hierarchy, or the v2 unified one). */
-function memoryCgroupOf(pid: number): string | undefined {
+export function memoryCgroupOf(pid: number): string | undefined {
   for (const line of read(`/proc/${pid}/cgroup`).split("\n")) {
     const [, controllers, path] = line.split(":");
     if (path === undefined) continue;
@@ -98,15 +98,35 @@ function memoryCgroupOf(pid: number): string | undefined {
   return undefined;
 }
 
-/** What a memory cgroup is charged, KiB: all of it (anon, page cache, tmpfs) and anon alone. */
-export function cgroupMemoryKiB(dir: string): { usage: number; anon: number } {
+/** What a memory cgroup is charged, KiB: all of it, and its parts (v1 and v2 name them apart). */
+export interface CgroupMemory {
+  /** Its whole charge (`memory.usage_in_bytes` / `memory.current`): every part below. */
+  usage: number;
+  /** Anonymous memory: for gVisor, the Go heaps and stacks of runsc, the gofer and the Sentry. */
+  anon: number;
+  /** Shared memory: for gVisor, the Sentry's memory file (the instance's own memory: node's heap, malloc). */
+  shmem: number;
+  /** Page cache beyond shmem (files its processes read first, charged to it). */
+  file: number;
+  /** Kernel memory (page tables, sockets, slab). */
+  kernel: number;
+}
+
+export function cgroupMemoryKiB(dir: string): CgroupMemory {
   const stat = read(join(dir, "memory.stat"));
   const field = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, "m").exec(stat)?.[1] ?? 0);
-  const usage = Number(read(join(dir, "memory.usage_in_bytes")) || read(join(dir, "memory.current")) || 0);
-  // v1 counts anonymous memory as `rss` (per group; `total_rss` with children), v2 as `anon`.
+  const v1 = existsSync(join(dir, "memory.usage_in_bytes"));
+  const usage = Number(read(join(dir, v1 ? "memory.usage_in_bytes" : "memory.current")) || 0);
+  const kib = (bytes: number) => Math.round(bytes / 1024);
+  // v1 counts anonymous memory as `rss` (per group; `total_rss` with children), page cache with
+  // shmem as `cache`, kernel memory apart; v2 as `anon`, `file` (shmem in it) and `kernel`.
+  const shmem = v1 ? field("total_shmem") : field("shmem");
   return {
-    usage: Math.round(usage / 1024),
-    anon: Math.round((field("total_rss") || field("rss") || field("anon")) / 1024),
+    usage: kib(usage),
+    anon: kib(v1 ? field("total_rss") : field("anon")),
+    shmem: kib(shmem),
+    file: kib((v1 ? field("total_cache") : field("file")) - shmem),
+    kernel: kib(v1 ? Number(read(join(dir, "memory.kmem.usage_in_bytes")) || 0) : field("kernel")),
   };
 }
 

@@ -27,7 +27,7 @@ import { targets } from "./microvm-report.ts";
 import { measureDirect, measureHostProxy, type RpcPath, type RpcSettings } from "./microvm-rpc.ts";
 import { formatImages, imageTargets, measureImages, type ImageResults } from "./microvm-images.ts";
 import { formatSnapshots, measureSnapshots, type SnapshotSettings } from "./microvm-snapshots.ts";
-import { formatLaunchRows, launchTargets, measureLaunchRows } from "./microvm-launch-rows.ts";
+import { formatLaunchRows, launchTargets, measureLaunchRows, measureWarmLaunches } from "./microvm-launch-rows.ts";
 import { formatObjectRows, measureObjects, objectTargets } from "./microvm-objects.ts";
 import { formatLaunchFromSnapshot, measureLaunchFromSnapshot } from "./microvm-launch-snapshots.ts";
 import { printProviderResults } from "./microvm-summary.ts";
@@ -178,7 +178,7 @@ microVM rows skipped: gvisor cannot run here (${gvisor.reason})`);
   const { snapshots, launches, objects } = await withMicrovmEnvironment(
     { provider: "gvisor", maxInstances: settings.suspended + 10, serviceEnv: snapshotServiceEnv },
     `the microVM rows: ${settings.samples} cold launches and suspend/resume cycles taking turns, then ` +
-      `${settings.suspended} instances suspended together, 10 launches at once, 10 idle instances`,
+      `${settings.suspended} instances suspended together, 10 launches at once`,
     async (env) => ({
       snapshots: await measureSnapshots(env, settings),
       launches: await measureLaunchRows(env, settings.samples),
@@ -209,6 +209,33 @@ snapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots
     "",
   );
 }
+
+/**
+ * `--microvm-launches`: the default run's launch and memory rows alone, its "a wall booted ahead"
+ * row from launches of their own (one after another, each with the wall booted behind the last).
+ */
+export const runLaunchBench: BenchRun = async (options, header, startedAt) => {
+  const gvisor = await checkGvisor();
+  if (!gvisor.ok) throw new Error(`gvisor cannot run here: ${gvisor.reason}`);
+  const samples = options.quick ? 5 : 10;
+  const load = loadavg();
+  const { warm, launches } = await withMicrovmEnvironment(
+    { provider: "gvisor", maxInstances: 20 },
+    `${samples} launches with a wall booted ahead, then 10 launches at once`,
+    async (env) => ({
+      warm: await measureWarmLaunches(env, samples),
+      launches: await measureLaunchRows(env, samples),
+    }),
+  );
+  console.log(
+    `
+launches and memory on the gvisor provider (sandbox image; load average before ` +
+      `${load.map((n) => n.toFixed(2)).join(" ")}):
+
+${formatLaunchRows(launches, warm)}`,
+  );
+  await saveResults({ ...header, samples, warm, launches, launchTargets }, startedAt, "microvm-launches", "");
+};
 
 /** `--microvm-images`: the image rows only, on one sandbox-provider service. */
 export const runImageBench: BenchRun = async (options, header, startedAt) => {

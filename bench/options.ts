@@ -32,6 +32,8 @@ export interface BenchOptions {
   microvmImages: boolean;
   /** Only the snapshot rows of the microVM bench, on the gvisor provider (bench/microvm-snapshots.ts). */
   microvmSnapshots: boolean;
+  /** Only the default run's launch and memory rows (gVisor). */
+  microvmLaunches: boolean;
   /** The default run without its microVM rows. */
   noMicrovm: boolean;
   /** The CLI start-up bench instead (bench/cli-start.ts). */
@@ -65,7 +67,8 @@ direct NATS requests, and prints
 the median over rounds. Then, once those stacks are gone, the microVM rows (gVisor, where runsc
 runs): 10 suspend/resume cycles against the cold launch beside each (--quick 5), the bytes a
 snapshot stores, 10 instances suspended together, launches with and without a wall booted
-ahead and 10 at once, the machine memory per idle instance, the object rows (a call to an
+ahead, 10 at once (with one wall and with 10 booted ahead), the memory per idle instance
+(its cgroup's charge and parts), the object rows (a call to an
 active object, an activation, storage operations and alarms per second), and the targets' verdicts.
 Results go to bench/results/<timestamp>.json and latest.json.
 
@@ -157,6 +160,9 @@ Options:
                        importing image (test/images/heavy-init.ts) restored from its launch
                        snapshot against cold on a second service with MICROVM_LAUNCH_SNAPSHOTS=0,
                        taking turns (10 each; --quick 5), their ratio and the snapshot's bytes
+  --microvm-launches   only the default run's launch and memory rows, on gvisor: launches with a
+                       wall booted ahead (10; --quick 5), 10 at once with the default pool and
+                       with 10 walls booted ahead, without a wall, what an idle instance costs
   --cli                taskctl's start-up instead: median wall time of node -e 0, taskctl
                        --help, taskctl tasks get to a closed port (and the same through tsx),
                        interleaved, --rounds runs each (default 15; --quick 5)
@@ -211,6 +217,7 @@ export function parseOptions(args: string[]): BenchOptions {
       burst: { type: "string" },
       "microvm-images": { type: "boolean" },
       "microvm-snapshots": { type: "boolean" },
+      "microvm-launches": { type: "boolean" },
       "no-microvm": { type: "boolean" },
       cli: { type: "boolean" },
       placement: { type: "boolean" },
@@ -250,6 +257,7 @@ export function parseOptions(args: string[]): BenchOptions {
     burst: Math.round(positive("burst", values.burst, 80)),
     microvmImages: values["microvm-images"] ?? false,
     microvmSnapshots: values["microvm-snapshots"] ?? false,
+    microvmLaunches: values["microvm-launches"] ?? false,
     noMicrovm: values["no-microvm"] ?? false,
     cli: values.cli ?? false,
     placement,

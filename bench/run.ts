@@ -9,7 +9,7 @@ import { runCliBench } from "./cli-start.ts";
 import { runGrowth } from "./growth.ts";
 import { benchCommand, describeMachine, formatMachine } from "./machine.ts";
 import { helpText, isUsageError, parseOptions, UsageError, type BenchOptions } from "./options.ts";
-import { runDefaultMicrovmRows, runImageBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
+import { runDefaultMicrovmRows, runImageBench, runLaunchBench, runMicrovmBench, runSnapshotBench } from "./microvm.ts";
 import { runMicrovmBurst } from "./microvm-burst.ts";
 import { runMicrovmFlags } from "./microvm-flags.ts";
 import { checkoutLabel, formatTwinPairs, natsServerLabel, twinPairs, type ComparedServer } from "./compared.ts";
@@ -73,6 +73,7 @@ async function main() {
   console.log(`command: ${command}\n${formatMachine(machine)}`);
   const header = { startedAt: startedAt.toISOString(), command, machine, options };
   if (options.microvmBurst) return runMicrovmBurst(options, header, startedAt);
+  if (options.microvmLaunches) return runLaunchBench(options, header, startedAt);
   if (options.microvm || options.microvmFlags || options.microvmImages || options.microvmSnapshots) {
     if (options.microvmImages) return runImageBench(options, header, startedAt);
     if (options.microvmSnapshots) return runSnapshotBench(options, header, startedAt);
