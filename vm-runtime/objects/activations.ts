@@ -4,9 +4,10 @@
 // lease is free or its holder gone past the lease's bound, this host claims it and runs the call
 // in its activation (held.ts). Calls to one object run one at a time in arrival order (the
 // activation's mailbox), at most `maxPending` waiting; storage writes carry the lease as their fence.
+// A delete is routed as a call and runs in the mailbox too: a call behind it finds a new object.
 import { performance } from "node:perf_hooks";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { LeaseLost, leaseOwner, Placement } from "../../placement/index.ts";
+import { LeaseLost, leaseOwner, Placement, type Activation } from "../../placement/index.ts";
 import {
   log,
   microvmObjectsBusy,
@@ -17,11 +18,21 @@ import {
 } from "../../platform/index.ts";
 import { ApiError, ImageNotFound, NotAnObject, ObjectBusy, ServiceUnavailable } from "../../schemas/index.ts";
 import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
+import { objectDirectory, type ObjectDirectory } from "./directory.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 import { answerJson, heldObjects } from "./held.ts";
 import type { ObjectHibernation } from "./hibernation.ts";
 import type { LaunchDeps } from "./launch.ts";
-import { GONE, MOVED, relay, relayWatched, serveRelay, SILENT, type CallRequest, type RelayRequest } from "./relay.ts";
+import {
+  GONE,
+  MOVED,
+  relay,
+  relayWatched,
+  serveRelay,
+  SILENT,
+  type HolderRequest,
+  type RelayRequest,
+} from "./relay.ts";
 import { objectStores, type ObjectStores } from "./storage.ts";
 import type { ObjectActivations, ObjectAnswer } from "./types.ts";
 
@@ -47,6 +58,8 @@ export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeout
   readonly hostId: string;
   readonly stores?: ObjectStores;
   readonly alarms?: ObjectAlarms;
+  /** Where the objects activated here are listed. */
+  readonly directory?: ObjectDirectory;
   readonly maxPending?: number;
   /** Objects active here at once (default 50): each holds an instance. */
   readonly maxActive?: number;
@@ -127,12 +140,19 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     launch: launchDeps,
     stores,
     alarms,
+    directory: options.directory ?? objectDirectory(options.requester),
     callTimeoutMs: options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS,
     maxActive: options.maxActive ?? DEFAULT_MAX_ACTIVE,
   });
 
+  /** Runs `request` in `activation`'s mailbox (placement's `run`: LeaseLost once it lapsed). */
+  const runHere = (activation: Activation, request: HolderRequest, signal?: AbortSignal) =>
+    placement.run(activation, (a) =>
+      request.op === "delete" ? held.remove(a, request.object) : held.run(a, request, signal),
+    );
+
   /** Runs `request` where the object lives: here (claiming it if free), or at its holder. */
-  async function atHolder(request: CallRequest, signal?: AbortSignal): Promise<ObjectAnswer> {
+  async function atHolder(request: HolderRequest, signal?: AbortSignal): Promise<ObjectAnswer> {
     const key = objectKey(request.object);
     let deadline = performance.now() + routeBudgetMs;
     let suspect: string | undefined;
@@ -141,7 +161,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       const route = await placement.route(key, suspect);
       if (route.kind === "local") {
         try {
-          return await placement.run(route.activation, (activation) => held.run(activation, request, signal));
+          return await runHere(route.activation, request, signal);
         } catch (err) {
           if (!(err instanceof LeaseLost)) throw err;
         }
@@ -180,7 +200,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     const route = await placement.route(key);
     if (route.kind !== "local") return MOVED;
     try {
-      return await placement.run(route.activation, (activation) => held.run(activation, request));
+      return await runHere(route.activation, request);
     } catch (err) {
       if (err instanceof LeaseLost) return MOVED;
       throw err;
@@ -191,6 +211,10 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
 
   return {
     call: (object, method, args, signal) => atHolder({ op: "call", object, method, args }, signal),
+
+    async delete(object) {
+      await atHolder({ op: "delete", object });
+    },
 
     async deactivate(object) {
       const key = objectKey(object);
@@ -232,10 +256,6 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
         }
         throw err;
       }
-    },
-
-    discardSnapshot: async (object) => {
-      await options.hibernation?.discard(object);
     },
 
     activeHere: () => held.objects(),

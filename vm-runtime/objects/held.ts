@@ -4,13 +4,16 @@
 // retired (instance stopped, lease released, storage kept) when idle for its image's
 // `idleSeconds` or to make room for another (evicted: an object with `hibernate: "snapshot"`
 // is checkpointed into its snapshot instead of stopped), when its instance ends, when it is
-// superseded or its lease lapses, when it is deactivated, and when the host stops.
+// superseded or its lease lapses, when it is deactivated, and when the host stops. An activation
+// lists its object when its instance starts; a delete runs in the mailbox too (no call interleaves).
 import { performance } from "node:perf_hooks";
 import { LeaseLost, type Activation, type ActivationEvent, type Placement } from "../../placement/index.ts";
 import { log } from "../../platform/index.ts";
 import { ApiError, ServiceUnavailable } from "../../schemas/index.ts";
 import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
+import { eraseObject } from "./deletion.ts";
+import type { ObjectDirectory } from "./directory.ts";
 import { activationFence } from "./fence.ts";
 import type { ObjectRef } from "./keys.ts";
 import { launchObject, type LaunchDeps, type RunningObject } from "./launch.ts";
@@ -23,6 +26,8 @@ export interface HeldObjectsDeps {
   readonly launch: LaunchDeps;
   readonly stores: ObjectStores;
   readonly alarms: ObjectAlarms;
+  /** Lists each object whose activation starts here. */
+  readonly directory: ObjectDirectory;
   readonly callTimeoutMs: number;
   /** Objects active here at once. */
   readonly maxActive: number;
@@ -32,6 +37,11 @@ export interface HeldObjectsDeps {
 export interface HeldObjects {
   /** Runs `request` in `activation` (call it in the activation's mailbox: `placement.run`). */
   run(activation: Activation, request: CallRequest, signal?: AbortSignal): Promise<ObjectAnswer>;
+  /**
+   * Deletes the object of `activation` (in its mailbox): stops its instance, if one runs, and
+   * removes its state; the calls queued behind start it afresh. Starts no instance.
+   */
+  remove(activation: Activation, object: ObjectRef): Promise<ObjectAnswer>;
   /** Placement's `onActivation`: an activation that ended (lease lost or lapsed) stops its instance. */
   ended(event: ActivationEvent): void;
   /** Ends the activation of lease key `key` here, after the calls queued before; false when none runs here. */
@@ -131,6 +141,13 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       await retire(h, "lease lost while starting");
       throw new LeaseLost(activation.name);
     }
+    // An object now (its image is one): listed before its code runs, so what it stores is seen.
+    try {
+      await deps.directory.enter(object);
+    } catch (err) {
+      await retire(h, "not listed");
+      throw err;
+    }
     held.set(activation.key, h);
     activation.pinned = true;
     await run.established();
@@ -200,6 +217,16 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     return callTimedOut(callTimeoutMs);
   }
 
+  async function remove(activation: Activation, object: ObjectRef): Promise<ObjectAnswer> {
+    const h = held.get(activation.key);
+    // Its memory goes with it: no hibernation.
+    if (h) await retire(h, "deleted", false);
+    const { hibernation } = deps.launch;
+    await eraseObject({ ...deps, ...(hibernation ? { hibernation } : {}) }, object, () => placement.fence(activation));
+    releaseUnlessUsed(activation);
+    return NO_CONTENT;
+  }
+
   /** Ends the object's activation here, after the calls queued before. */
   async function deactivate(key: string, reason: string): Promise<boolean> {
     const h = held.get(key);
@@ -214,6 +241,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
 
   return {
     run,
+    remove,
     ended(event) {
       const here = held.get(event.key);
       if (event.event === "end" && here?.activation.claimRevision === event.revision) void retire(here, event.reason);

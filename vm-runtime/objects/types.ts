@@ -42,8 +42,11 @@ export interface ObjectActivations {
   call(object: ObjectRef, method: string, args: unknown[], signal?: AbortSignal): Promise<ObjectAnswer>;
   /** Stops the object's activation wherever it runs (storage stays). */
   deactivate(object: ObjectRef): Promise<void>;
-  /** Deletes the object's hibernation snapshot, if it has one (after `deactivate`, to delete it). */
-  discardSnapshot?(object: ObjectRef): Promise<void>;
+  /**
+   * Deletes the object where it lives, in its mailbox (no call interleaves; those after it find
+   * a new object): stops its activation, removes its snapshot, storage, alarm and directory record.
+   */
+  delete(object: ObjectRef): Promise<void>;
   /** Whether, and where, the object is active now. */
   activeOn(object: ObjectRef): Promise<string | undefined>;
   close(): Promise<void>;

@@ -258,6 +258,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   undo.defer(() => requester.close());
   const objectStorage = objectStores(requester);
   const alarms = objectAlarms(requester);
+  const directory = objectDirectory(requester);
   const objects = startObjectActivations({
     ...options.objects,
     nc,
@@ -268,6 +269,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     provider,
     stores: objectStorage,
     alarms,
+    directory,
     openSession: options.objects?.openSession ?? openObjectSession,
     // Hibernating objects keep their memory where instances are suspended into snapshots.
     ...(snapshots && provider.checkpoint
@@ -290,7 +292,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       maxInstances: options.maxInstances ?? 50,
       quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     }),
-    objects: { activations: objects, directory: objectDirectory(requester), stores: objectStorage, alarms },
+    objects: { activations: objects, directory, stores: objectStorage, alarms },
     launch: {
       hostId,
       store,
