@@ -8,7 +8,12 @@ import { fileURLToPath } from "node:url";
 import { Kvm, type KV } from "@nats-io/kv";
 import { OBJECTS_BUCKET } from "../platform/index.ts";
 import { answerValue, type RelayedAnswer } from "../schemas/index.ts";
-import { builtinImages, type MicrovmHost, type MicrovmHostOptions } from "../vm-runtime/service/index.ts";
+import {
+  builtinImages,
+  bundleImageModule,
+  type MicrovmHost,
+  type MicrovmHostOptions,
+} from "../vm-runtime/service/index.ts";
 import {
   objectAlarms,
   objectDirectory,
@@ -106,18 +111,45 @@ describe("object deletes", () => {
     assert.equal(await a.objects.activeOn(object), undefined);
   });
 
-  it("object deletes - calls racing a delete through both hosts: a listed object with the storage of the calls after it, or nothing", async () => {
-    for (let round = 0; round < 4; round++) {
+  it("object deletes - an inactive object is deleted without starting it, even with its image gone", async () => {
+    // An image of the registry, its principal's (as the NATS API's internal caller).
+    const module = await bundleImageModule(images.tally);
+    await svc.overNats.createImage({ name: "tally-gone", module });
+    const object: ObjectRef = { principal: "nats:internal", image: "tally-gone", name: `object ${++n}` };
+    assert.equal(await call(onB, object, "inc", [3]), 3);
+    await b.objects.deactivate(object);
+    await svc.overNats.deleteImage({ name: "tally-gone" });
+    await remove(onA, object);
+    for (const host of [a, b])
+      assert.equal(await host.objects.activeOn(object), undefined, "not started by the delete");
+    assert.equal(await listed(object), false);
+    assert.equal((await storedKeys(object)).size, 0);
+  });
+
+  it("object deletes - calls racing a delete through both hosts: a listed object with the storage of the calls after it, or nothing", async (t) => {
+    for (let round = 0; round < 6; round++) {
       const object = fresh();
       // Before the delete the tally is past 100; the calls after it count again from 1.
       assert.equal(await call(round % 2 ? onB : onA, object, "inc", [100]), 100);
-      const calls = Array.from({ length: 8 }, (_, i) => call(i % 2 ? onA : onB, object, "inc", [1]));
-      const deleted = remove(round % 2 ? onA : onB, object);
-      const more = Array.from({ length: 4 }, (_, i) => call(i % 2 ? onA : onB, object, "inc", [1]));
-      await deleted;
-      const answers = (await Promise.all([...calls, ...more])) as number[];
+      // Calls one after another through each host while the delete runs (in odd rounds one more after it).
+      let deleting = true;
+      const calls = async (handlers: ObjectHandlers) => {
+        const answers: number[] = [];
+        do answers.push((await call(handlers, object, "inc", [1])) as number);
+        while (deleting);
+        if (round % 2) answers.push((await call(handlers, object, "inc", [1])) as number);
+        return answers;
+      };
+      const callers = [onA, onB, onA, onB].map(calls);
+      await remove(round % 2 ? onA : onB, object).finally(() => {
+        deleting = false;
+      });
+      const answers = (await Promise.all(callers)).flat();
       const after = answers.filter((value) => value < 100).sort((x, y) => x - y);
       const stored = await storedKeys(object);
+      t.diagnostic(
+        `round ${round}: ${answers.length - after.length} calls ran before the delete, ${after.length} after`,
+      );
       if (after.length === 0) {
         assert.equal(stored.size, 0, "no call after the delete: nothing stored");
         assert.equal(await listed(object), false);
