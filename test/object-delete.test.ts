@@ -23,7 +23,7 @@ import {
   type ObjectHandlers,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
-import { rejected } from "./helpers/objects.ts";
+import { rejected, withoutLogs } from "./helpers/objects.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
 
@@ -51,6 +51,7 @@ const handlersOf = (host: MicrovmHost, requester: MicrovmService["handle"]["requ
     directory: objectDirectory(requester),
     stores: objectStores(requester),
     alarms: objectAlarms(requester),
+    ...withoutLogs,
   });
 
 /** Calls `method` through `handlers`: its JSON answer (a 200). */

@@ -221,8 +221,9 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     const h = held.get(activation.key);
     // Its memory goes with it: no hibernation.
     if (h) await retire(h, "deleted", false);
-    const { hibernation } = deps.launch;
-    await eraseObject({ ...deps, ...(hibernation ? { hibernation } : {}) }, object, () => placement.fence(activation));
+    const { hibernation, output } = deps.launch;
+    const remains = { ...deps, ...(hibernation ? { hibernation } : {}), ...(output ? { output } : {}) };
+    await eraseObject(remains, object, () => placement.fence(activation));
     releaseUnlessUsed(activation);
     return NO_CONTENT;
   }
