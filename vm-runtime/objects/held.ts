@@ -3,12 +3,12 @@
 // instance first if none runs; past its timeout the instance is stopped. An activation is
 // retired (instance stopped, lease released, storage kept) when idle for its image's
 // `idleSeconds` or to make room for another (evicted: an object with `hibernate: "snapshot"`
-// is checkpointed into its snapshot instead of stopped), when its instance ends, when it is
-// superseded or its lease lapses, when it is deactivated, and when the host stops.
+// is checkpointed into its snapshot instead of stopped, as when the host stops), when its
+// instance ends, when it is superseded or its lease lapses, and when it is deactivated.
 import { performance } from "node:perf_hooks";
 import { LeaseLost, type Activation, type ActivationEvent, type Placement } from "../../placement/index.ts";
 import { log } from "../../platform/index.ts";
-import { ApiError, ServiceUnavailable } from "../../schemas/index.ts";
+import { ApiError, ObjectLimitExceeded, ServiceUnavailable } from "../../schemas/index.ts";
 import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import { activationFence } from "./fence.ts";
@@ -26,6 +26,10 @@ export interface HeldObjectsDeps {
   readonly callTimeoutMs: number;
   /** Objects active here at once. */
   readonly maxActive: number;
+  /** Objects of one principal active here at once. */
+  readonly maxActivePerPrincipal: number;
+  /** The longest a hibernation at the host's stop may take before the instance is stopped instead. */
+  readonly stopHibernateMs: number;
 }
 
 /** The activations running on this host. */
@@ -38,7 +42,10 @@ export interface HeldObjects {
   deactivate(key: string, reason: string): Promise<boolean>;
   has(key: string): boolean;
   objects(): ObjectRef[];
-  /** Retires every activation, each after the calls queued for it. */
+  /**
+   * Retires every activation, each after the calls queued for it: those with `hibernate:
+   * "snapshot"` hibernate, within `stopHibernateMs` each, and every lease is released.
+   */
   stopAll(): Promise<void>;
 }
 
@@ -51,12 +58,20 @@ interface Held {
   idle?: NodeJS.Timeout;
   /** When its last call ended (monotonic ms). */
   lastUsed: number;
+  /** Chosen for eviction (to make room): no other start picks it. */
+  evicting?: boolean;
   retired?: Promise<void>;
 }
 
+/** The wait an ObjectLimitExceeded names: the caller's calls under way end within a call timeout. */
+const LIMIT_RETRY_SECONDS = 1;
+
 export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
-  const { placement, stores, alarms, callTimeoutMs, maxActive } = deps;
+  const { placement, stores, alarms, callTimeoutMs, maxActive, maxActivePerPrincipal } = deps;
   const held = new Map<string, Held>();
+  // Room taken by activations whose instance is starting (not yet in `held`): all, and per principal.
+  let starting = 0;
+  const startingBy = new Map<string, number>();
 
   /**
    * Stops the activation's instance, once, and releases its lease (storage stays) unless
@@ -64,13 +79,20 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
    * (`evicted`) hibernates an object with `hibernate: "snapshot"`: its snapshot is stored
    * before its lease is released.
    */
-  function retire(h: Held, reason: string | undefined, release = true, evicted = false): Promise<void> {
+  function retire(
+    h: Held,
+    reason: string | undefined,
+    release = true,
+    evicted = false,
+    hibernateWithin?: number,
+  ): Promise<void> {
     h.retired ??= (async () => {
       if (held.get(h.activation.key) === h) held.delete(h.activation.key);
       h.activation.pinned = false;
       clearTimeout(h.idle);
       log.info({ object: h.activation.key, reason }, "object deactivated");
-      await h.run.stop({ hibernate: evicted });
+      const within = hibernateWithin === undefined ? {} : { signal: AbortSignal.timeout(hibernateWithin) };
+      await h.run.stop({ hibernate: evicted, ...within });
     })();
     if (!release) return h.retired;
     return h.retired.then(() =>
@@ -90,30 +112,76 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
   }
 
   /**
-   * Room for one more instance: at the most active objects, the least recently called one with
-   * no call waiting is evicted; none idle → 503 (the caller retries, or another host serves).
+   * Room for one more instance of `principal`'s, taken until the returned release is called
+   * (once the activation is held, or failed). At the principal's most active objects here, its
+   * own least recently called one with no call waiting is evicted, none idle → 429
+   * ObjectLimitExceeded: one principal never evicts another's objects to pass its own limit. At
+   * the host's most, the least recently called idle one of anyone's, none idle → 503 (the
+   * caller retries, or another host serves).
    */
-  async function makeRoom(): Promise<void> {
-    if (held.size < maxActive) return;
-    let oldest: Held | undefined;
-    for (const h of held.values())
-      if (h.activation.pending === 0 && (!oldest || h.lastUsed < oldest.lastUsed)) oldest = h;
-    if (!oldest)
-      throw ServiceUnavailable.make({
-        message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
+  async function makeRoom(principal: string): Promise<() => void> {
+    for (;;) {
+      const evicted = toEvict(principal);
+      if (!evicted) return reserve(principal);
+      evicted.evicting = true;
+      // In its mailbox: a call that comes meanwhile waits for its snapshot, not a fresh start.
+      const evict = () => retire(evicted, "evicted to make room", true, true);
+      await placement.run(evicted.activation, evict).catch(evict);
+    }
+  }
+
+  /** The activation to evict before `principal` starts one more; undefined when there is room. */
+  function toEvict(principal: string): Held | undefined {
+    const own = [...held.values()].filter((h) => h.run.object.principal === principal);
+    if (own.length + (startingBy.get(principal) ?? 0) >= maxActivePerPrincipal) {
+      const oldest = leastRecentIdle(own);
+      if (oldest) return oldest;
+      throw ObjectLimitExceeded.make({
+        limit: maxActivePerPrincipal,
+        retryAfterSeconds: LIMIT_RETRY_SECONDS,
+        message:
+          `your objects active on this host are ${maxActivePerPrincipal}, your most, each with a call under way ` +
+          `or starting: try again in ${LIMIT_RETRY_SECONDS} s`,
       });
-    // In its mailbox: a call that comes meanwhile waits for its snapshot, not a fresh start.
-    const evicted = oldest;
-    const evict = () => retire(evicted, "evicted to make room", true, true);
-    await placement.run(evicted.activation, evict).catch(evict);
+    }
+    if (held.size + starting < maxActive) return undefined;
+    const oldest = leastRecentIdle(held.values());
+    if (oldest) return oldest;
+    throw ServiceUnavailable.make({
+      message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
+    });
+  }
+
+  /** Takes room for one starting activation of `principal`'s; the release gives it back, once. */
+  function reserve(principal: string): () => void {
+    starting += 1;
+    startingBy.set(principal, (startingBy.get(principal) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      starting -= 1;
+      const left = startingBy.get(principal)! - 1;
+      if (left > 0) startingBy.set(principal, left);
+      else startingBy.delete(principal);
+    };
   }
 
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
   async function activate(activation: Activation, object: ObjectRef): Promise<Held> {
-    await makeRoom().catch(async (err: unknown) => {
+    const room = await makeRoom(object.principal).catch(async (err: unknown) => {
       await placement.release(activation).catch(() => undefined);
       throw err;
     });
+    try {
+      return await started(activation, object, room);
+    } finally {
+      room();
+    }
+  }
+
+  /** The object's instance started and held for `activation` (its `room` given back as `held` counts it). */
+  async function started(activation: Activation, object: ObjectRef, room: () => void): Promise<Held> {
     const storage = stores.open(object, activationFence(placement, activation));
     let h: Held | undefined;
     let run: RunningObject;
@@ -131,6 +199,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       await retire(h, "lease lost while starting");
       throw new LeaseLost(activation.name);
     }
+    room();
     held.set(activation.key, h);
     activation.pinned = true;
     await run.established();
@@ -222,11 +291,23 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     has: (key) => held.has(key),
     objects: () => [...held.values()].map((h) => h.run.object),
     async stopAll() {
+      // Each hibernates holding its lease (renewed meanwhile), then releases it: another host
+      // takes the object over at once, from its snapshot.
       await Promise.allSettled(
-        [...held.values()].map((h) => placement.run(h.activation, () => retire(h, "host stopping"))),
+        [...held.values()].map((h) =>
+          placement.run(h.activation, () => retire(h, "host stopping", true, true, deps.stopHibernateMs)),
+        ),
       );
     },
   };
+}
+
+/** The least recently called of `candidates` with no call waiting or running, not already being evicted. */
+function leastRecentIdle(candidates: Iterable<Held>): Held | undefined {
+  let oldest: Held | undefined;
+  for (const h of candidates)
+    if (h.activation.pending === 0 && !h.evicting && (!oldest || h.lastUsed < oldest.lastUsed)) oldest = h;
+  return oldest;
 }
 
 /**
