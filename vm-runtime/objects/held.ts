@@ -2,19 +2,20 @@
 // and session, and its idle timer. A call runs in its activation's mailbox, starting the
 // instance first if none runs; past its timeout the instance is stopped. An activation is
 // retired (instance stopped, lease released, storage kept) when idle for its image's
-// `idleSeconds` or to make room for another (evicted: an object with `hibernate: "snapshot"`
-// is checkpointed into its snapshot instead of stopped, as when the host stops), when its
-// instance ends, when it is superseded or its lease lapses, and when it is deactivated.
+// `idleSeconds`, to make room for another (room.ts) or when the host stops (in these three an
+// object with `hibernate: "snapshot"` is checkpointed into its snapshot instead of stopped),
+// when its instance ends, when it is superseded or its lease lapses, and when it is deactivated.
 import { performance } from "node:perf_hooks";
 import { LeaseLost, type Activation, type ActivationEvent, type Placement } from "../../placement/index.ts";
 import { log } from "../../platform/index.ts";
-import { ApiError, ObjectLimitExceeded, ServiceUnavailable } from "../../schemas/index.ts";
+import { ApiError } from "../../schemas/index.ts";
 import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import { activationFence } from "./fence.ts";
 import type { ObjectRef } from "./keys.ts";
 import { launchObject, type LaunchDeps, type RunningObject } from "./launch.ts";
 import type { CallRequest } from "./relay.ts";
+import { activationRoom, type Occupant } from "./room.ts";
 import type { ObjectStores } from "./storage.ts";
 import type { ObjectAnswer } from "./types.ts";
 
@@ -63,15 +64,11 @@ interface Held {
   retired?: Promise<void>;
 }
 
-/** The wait an ObjectLimitExceeded names: the caller's calls under way end within a call timeout. */
-const LIMIT_RETRY_SECONDS = 1;
-
 export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
-  const { placement, stores, alarms, callTimeoutMs, maxActive, maxActivePerPrincipal } = deps;
+  const { placement, stores, alarms, callTimeoutMs } = deps;
   const held = new Map<string, Held>();
-  // Room taken by activations whose instance is starting (not yet in `held`): all, and per principal.
-  let starting = 0;
-  const startingBy = new Map<string, number>();
+  // Counts the activations starting (not yet in `held`) and weighs those held.
+  const room = activationRoom<Occupant & { readonly h: Held }>(deps);
 
   /**
    * Stops the activation's instance, once, and releases its lease (storage stays) unless
@@ -112,17 +109,20 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
   }
 
   /**
-   * Room for one more instance of `principal`'s, taken until the returned release is called
-   * (once the activation is held, or failed). At the principal's most active objects here, its
-   * own least recently called one with no call waiting is evicted, none idle → 429
-   * ObjectLimitExceeded: one principal never evicts another's objects to pass its own limit. At
-   * the host's most, the least recently called idle one of anyone's, none idle → 503 (the
-   * caller retries, or another host serves).
+   * Room for one more instance of `principal`'s (room.ts), taken until the returned release is
+   * called (once the activation is held, or failed), after evicting what it takes.
    */
   async function makeRoom(principal: string): Promise<() => void> {
     for (;;) {
-      const evicted = toEvict(principal);
-      if (!evicted) return reserve(principal);
+      const running = [...held.values()].map((h) => ({
+        h,
+        principal: h.run.object.principal,
+        idle: h.activation.pending === 0,
+        lastUsed: h.lastUsed,
+        evicting: h.evicting === true,
+      }));
+      const evicted = room.toEvict(principal, running)?.h;
+      if (!evicted) return room.reserve(principal);
       evicted.evicting = true;
       // In its mailbox: a call that comes meanwhile waits for its snapshot, not a fresh start.
       const evict = () => retire(evicted, "evicted to make room", true, true);
@@ -130,53 +130,16 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     }
   }
 
-  /** The activation to evict before `principal` starts one more; undefined when there is room. */
-  function toEvict(principal: string): Held | undefined {
-    const own = [...held.values()].filter((h) => h.run.object.principal === principal);
-    if (own.length + (startingBy.get(principal) ?? 0) >= maxActivePerPrincipal) {
-      const oldest = leastRecentIdle(own);
-      if (oldest) return oldest;
-      throw ObjectLimitExceeded.make({
-        limit: maxActivePerPrincipal,
-        retryAfterSeconds: LIMIT_RETRY_SECONDS,
-        message:
-          `your objects active on this host are ${maxActivePerPrincipal}, your most, each with a call under way ` +
-          `or starting: try again in ${LIMIT_RETRY_SECONDS} s`,
-      });
-    }
-    if (held.size + starting < maxActive) return undefined;
-    const oldest = leastRecentIdle(held.values());
-    if (oldest) return oldest;
-    throw ServiceUnavailable.make({
-      message: `this host runs its most objects (${maxActive}), each with a call under way: retry`,
-    });
-  }
-
-  /** Takes room for one starting activation of `principal`'s; the release gives it back, once. */
-  function reserve(principal: string): () => void {
-    starting += 1;
-    startingBy.set(principal, (startingBy.get(principal) ?? 0) + 1);
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      starting -= 1;
-      const left = startingBy.get(principal)! - 1;
-      if (left > 0) startingBy.set(principal, left);
-      else startingBy.delete(principal);
-    };
-  }
-
   /** Starts the object's instance for `activation` (in its mailbox); a failure releases the lease. */
   async function activate(activation: Activation, object: ObjectRef): Promise<Held> {
-    const room = await makeRoom(object.principal).catch(async (err: unknown) => {
+    const taken = await makeRoom(object.principal).catch(async (err: unknown) => {
       await placement.release(activation).catch(() => undefined);
       throw err;
     });
     try {
-      return await started(activation, object, room);
+      return await started(activation, object, taken);
     } finally {
-      room();
+      taken();
     }
   }
 
@@ -300,14 +263,6 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       );
     },
   };
-}
-
-/** The least recently called of `candidates` with no call waiting or running, not already being evicted. */
-function leastRecentIdle(candidates: Iterable<Held>): Held | undefined {
-  let oldest: Held | undefined;
-  for (const h of candidates)
-    if (h.activation.pending === 0 && !h.evicting && (!oldest || h.lastUsed < oldest.lastUsed)) oldest = h;
-  return oldest;
 }
 
 /**
