@@ -13,6 +13,7 @@ import {
   RpcFailure,
 } from "./errors.ts";
 import { ImageName } from "./images.ts";
+import { LogPage, LogQuery, logWaitMs } from "./logs.ts";
 import { stateless } from "./placement.ts";
 import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
@@ -120,4 +121,20 @@ export const deleteObject = {
   summary: "Delete an object: its activation stopped, its storage and alarm gone",
 } as const satisfies Operation;
 
-export const objectApi = { callObject, listObjects, getObject, deleteObject } as const;
+export const getObjectLogs = {
+  name: "getObjectLogs",
+  api: "microvm",
+  http: { method: "GET", path: `${base}/:image/:name/logs` },
+  subject: "objects.logs",
+  placement: stateless,
+  params: ObjectParams,
+  query: LogQuery,
+  success: LogPage,
+  errors: [ObjectNotFound],
+  waitMsOf: logWaitMs,
+  follow: { items: "items", waitSeconds: 20 },
+  summary:
+    "Read what an object's code wrote (stdout and stderr, across its activations): the latest lines, or those after a cursor",
+} as const satisfies Operation;
+
+export const objectApi = { callObject, listObjects, getObject, deleteObject, getObjectLogs } as const;
