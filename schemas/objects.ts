@@ -3,7 +3,15 @@
 // `/2025-09-09/objects` on the microVM API; list, get and delete read and clear the directory.
 import { Type } from "@sinclair/typebox";
 import { Count } from "./counts.ts";
-import { ImageNotFound, NotAnObject, ObjectBusy, ObjectCallTimeout, ObjectNotFound, RpcFailure } from "./errors.ts";
+import {
+  ImageNotFound,
+  NotAnObject,
+  ObjectBusy,
+  ObjectCallTimeout,
+  ObjectLimitExceeded,
+  ObjectNotFound,
+  RpcFailure,
+} from "./errors.ts";
 import { ImageName } from "./images.ts";
 import { LogPage, LogQuery, logWaitMs } from "./logs.ts";
 import { stateless } from "./placement.ts";
@@ -57,7 +65,7 @@ export const callObject = {
   ),
   body: "args",
   success: Type.Unknown({ description: "the method's result, as JSON (undefined is null)" }),
-  errors: [ImageNotFound, NotAnObject, ObjectBusy, ObjectCallTimeout, RpcFailure],
+  errors: [ImageNotFound, NotAnObject, ObjectBusy, ObjectLimitExceeded, ObjectCallTimeout, RpcFailure],
   // An activation starts an instance first; the method may take its time.
   timeoutMs: 30_000,
   summary: "Call a method of an object (activating it); the answer is the RPC wire's, relayed",

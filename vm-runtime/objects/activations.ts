@@ -16,7 +16,14 @@ import {
   type Requester,
   type VersionedStore,
 } from "../../platform/index.ts";
-import { ApiError, ImageNotFound, NotAnObject, ObjectBusy, ServiceUnavailable } from "../../schemas/index.ts";
+import {
+  ApiError,
+  ImageNotFound,
+  NotAnObject,
+  ObjectBusy,
+  ServiceUnavailable,
+  SNAPSHOT_STEP_SECONDS,
+} from "../../schemas/index.ts";
 import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
 import { objectDirectory, type ObjectDirectory } from "./directory.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
@@ -47,6 +54,18 @@ export const DEFAULT_CALL_TIMEOUT_MS = 25_000;
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
 /** Objects active on one host at once; past it the least recently called idle one is evicted. */
 export const DEFAULT_MAX_ACTIVE = 50;
+/**
+ * Objects of one principal active on one host at once; past it that principal's least recently
+ * called idle one is evicted, or, all busy, the start refused (429 ObjectLimitExceeded).
+ */
+export const DEFAULT_MAX_ACTIVE_PER_PRINCIPAL = 10;
+/**
+ * The longest an object may take to hibernate when its host stops, before its instance is
+ * stopped instead (its memory lost): the deadline a microVM's suspend has for the same work, a
+ * checkpoint and its upload to the snapshot store (SNAPSHOT_STEP_SECONDS). Objects hibernate
+ * side by side, so a stop waits at most this long for them (after the calls queued for them).
+ */
+export const DEFAULT_STOP_HIBERNATE_MS = SNAPSHOT_STEP_SECONDS * 1000;
 
 export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeoutMs" | "hibernation"> {
   readonly nc: NatsConnection;
@@ -63,6 +82,10 @@ export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeout
   readonly maxPending?: number;
   /** Objects active here at once (default 50): each holds an instance. */
   readonly maxActive?: number;
+  /** Objects of one principal active here at once (default 10). */
+  readonly maxActivePerPrincipal?: number;
+  /** The longest an object's hibernation may take when the host stops (default 30 s). */
+  readonly stopHibernateMs?: number;
   readonly callTimeoutMs?: number;
   readonly startTimeoutMs?: number;
   /** A silent holder's lease is taken over this long (plus a margin) after its last renewal (default 3 s). */
@@ -144,6 +167,8 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     directory: options.directory ?? objectDirectory(options.requester),
     callTimeoutMs: options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS,
     maxActive: options.maxActive ?? DEFAULT_MAX_ACTIVE,
+    maxActivePerPrincipal: options.maxActivePerPrincipal ?? DEFAULT_MAX_ACTIVE_PER_PRINCIPAL,
+    stopHibernateMs: options.stopHibernateMs ?? DEFAULT_STOP_HIBERNATE_MS,
   });
 
   /** Runs `request` in `activation`'s mailbox (placement's `run`: LeaseLost once it lapsed). */

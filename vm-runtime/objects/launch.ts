@@ -55,6 +55,12 @@ export interface LaunchDeps {
   readonly hibernation?: ObjectHibernation;
 }
 
+export interface StopOptions {
+  readonly hibernate?: boolean;
+  /** Bounds the hibernation. */
+  readonly signal?: AbortSignal;
+}
+
 /** An object's activation running here. */
 export interface RunningObject {
   readonly object: ObjectRef;
@@ -63,9 +69,10 @@ export interface RunningObject {
   /**
    * Stops the instance and lets its module go; once, however often asked. With `hibernate`, an
    * object with `hibernate: "snapshot"` is checkpointed into its snapshot instead (where the
-   * host can): its next activation restores it.
+   * host can): its next activation restores it. A hibernation not done when `signal` aborts is
+   * given up: the instance is stopped and nothing of it stays stored.
    */
-  stop(options?: { readonly hibernate?: boolean }): Promise<void>;
+  stop(options?: StopOptions): Promise<void>;
   /** Settles when the instance or its session ended by itself (or `stop`). */
   readonly ended: Promise<void>;
   /**
@@ -133,22 +140,27 @@ function running(
   let stopped: Promise<void> | undefined;
   const terminate = () =>
     provider.terminate(handle, 1_000).catch((err: unknown) => log.warn({ err }, "stopping an object failed"));
-  /** Checkpoints the instance into the object's snapshot (the runtime closes the session); false when it could not. */
-  const saved = async (): Promise<boolean> => {
+  /**
+   * Checkpoints the instance into the object's snapshot (the runtime closes the session); false
+   * when it could not, or not before `signal` aborted.
+   */
+  const saved = async (signal?: AbortSignal): Promise<boolean> => {
     if (!hibernation || session.traits.hibernate !== "snapshot") return false;
     const started = performance.now();
     try {
-      await hibernation.save(object, handle, module.digest);
+      await untilAborted(hibernation.save(object, handle, module.digest, signal), signal);
       log.info({ object: objectKey(object), ms: Math.round(performance.now() - started) }, "object hibernated");
       return true;
     } catch (err) {
-      log.warn({ object: objectKey(object), err }, "an object could not hibernate: its memory is lost");
+      if (signal?.aborted)
+        log.warn({ object: objectKey(object) }, "an object did not hibernate in time: its memory is lost");
+      else log.warn({ object: objectKey(object), err }, "an object could not hibernate: its memory is lost");
       return false;
     }
   };
-  const stop = (options: { readonly hibernate?: boolean } = {}) =>
+  const stop = (options: StopOptions = {}) =>
     (stopped ??= (async () => {
-      const hibernated = options.hibernate === true && (await saved());
+      const hibernated = options.hibernate === true && (await saved(options.signal));
       await Promise.resolve(session.close()).catch(() => undefined);
       if (!hibernated) await terminate();
       module.release();
@@ -165,6 +177,18 @@ function running(
       .catch((err: unknown) => log.warn({ object: objectKey(object), err }, "an object's snapshot was not deleted"));
   };
   return { object, session, handle, stop, ended, established };
+}
+
+/** `work`, or a rejection with `signal`'s reason once it aborts (`work` goes on: it heeds the signal itself). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return work;
+  work.catch(() => undefined);
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    if (signal.aborted) return abort();
+    signal.addEventListener("abort", abort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
 }
 
 /** The module of the object's image (latest, or the digest it names), held until released. */

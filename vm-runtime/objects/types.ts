@@ -37,7 +37,8 @@ export interface ObjectActivations {
   /**
    * Runs `method` on the object's one activation (activating it here, or relaying to the host
    * that holds it); calls to one object run one at a time in arrival order. Rejects with an
-   * `ApiError`-shaped failure: ImageNotFound, NotAnObject, ObjectBusy.
+   * `ApiError`-shaped failure: ImageNotFound, NotAnObject, ObjectBusy,
+   * ObjectLimitExceeded (the caller's most objects active on this host, each busy).
    */
   call(object: ObjectRef, method: string, args: unknown[], signal?: AbortSignal): Promise<ObjectAnswer>;
   /** Stops the object's activation wherever it runs (storage stays). */

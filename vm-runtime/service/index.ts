@@ -194,7 +194,14 @@ export interface MicrovmHostOptions {
 export type ObjectHostOptions = Partial<
   Pick<
     ObjectActivationsOptions,
-    "maxPending" | "maxActive" | "callTimeoutMs" | "startTimeoutMs" | "leaseTtlMs" | "relayTimeoutMs"
+    | "maxPending"
+    | "maxActive"
+    | "maxActivePerPrincipal"
+    | "callTimeoutMs"
+    | "startTimeoutMs"
+    | "stopHibernateMs"
+    | "leaseTtlMs"
+    | "relayTimeoutMs"
   >
 > & {
   /** Opens the session with an object's instance (default `openObjectSession`). */
