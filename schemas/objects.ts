@@ -5,6 +5,7 @@ import { Type } from "@sinclair/typebox";
 import { Count } from "./counts.ts";
 import { ImageNotFound, NotAnObject, ObjectBusy, ObjectCallTimeout, ObjectNotFound, RpcFailure } from "./errors.ts";
 import { ImageName } from "./images.ts";
+import { LogPage, LogQuery, logWaitMs } from "./logs.ts";
 import { stateless } from "./placement.ts";
 import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
@@ -112,4 +113,20 @@ export const deleteObject = {
   summary: "Delete an object: its activation stopped, its storage and alarm gone",
 } as const satisfies Operation;
 
-export const objectApi = { callObject, listObjects, getObject, deleteObject } as const;
+export const getObjectLogs = {
+  name: "getObjectLogs",
+  api: "microvm",
+  http: { method: "GET", path: `${base}/:image/:name/logs` },
+  subject: "objects.logs",
+  placement: stateless,
+  params: ObjectParams,
+  query: LogQuery,
+  success: LogPage,
+  errors: [ObjectNotFound],
+  waitMsOf: logWaitMs,
+  follow: { items: "items", waitSeconds: 20 },
+  summary:
+    "Read what an object's code wrote (stdout and stderr, across its activations): the latest lines, or those after a cursor",
+} as const satisfies Operation;
+
+export const objectApi = { callObject, listObjects, getObject, deleteObject, getObjectLogs } as const;

@@ -18,7 +18,7 @@ import {
   snapshotIdOf,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
-import { until } from "./helpers/objects.ts";
+import { until, withoutLogs } from "./helpers/objects.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
 import { gvisorSkip } from "./helpers/providers.ts";
@@ -104,6 +104,7 @@ describe("objects hibernating", { skip }, () => {
 
   it("objects hibernating - deleting a hibernated object deletes its snapshot", async () => {
     const handlers = objectHandlers({
+      ...withoutLogs,
       activations: a.objects,
       directory: objectDirectory(svc.handle.requester),
       stores: objectStores(svc.handle.requester),

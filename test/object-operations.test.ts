@@ -30,7 +30,7 @@ import {
 } from "../vm-runtime/objects/index.ts";
 import { isRpcError, object } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { objectsNats, testLease, type ObjectsNats } from "./helpers/objects.ts";
+import { objectsNats, testLease, withoutLogs, type ObjectsNats } from "./helpers/objects.ts";
 
 const defer = lifo(after);
 const alice = newApiKey("alice");
@@ -88,6 +88,7 @@ before(async () => {
   host = await env.as("microvms");
   activations = fakeActivations(host);
   const handlers = objectHandlers({
+    ...withoutLogs,
     activations,
     directory: objectDirectory(host.requester),
     stores: objectStores(host.requester),
@@ -217,6 +218,7 @@ describe("object operations - calls", () => {
     await http("POST", `${path("counter", "kept")}/rpc/inc`, alice.key, "[1]");
     // Another host (its own directory, which has not seen the object) takes the call.
     const elsewhere = objectHandlers({
+      ...withoutLogs,
       activations,
       directory: objectDirectory(host.requester),
       stores: objectStores(host.requester),
@@ -348,6 +350,7 @@ describe("object operations - lists cost a page", () => {
 
     const counted = counting(host.requester);
     const handlers = objectHandlers({
+      ...withoutLogs,
       activations,
       directory: objectDirectory(counted.requester),
       stores: objectStores(counted.requester),

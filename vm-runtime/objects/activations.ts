@@ -101,6 +101,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     images: options.images,
     provider: options.provider,
     openSession: options.openSession,
+    ...(options.output === undefined ? {} : { output: options.output }),
     startTimeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
     ...(options.hibernation === undefined ? {} : { hibernation: options.hibernation }),
   };

@@ -9,7 +9,7 @@ import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider } fr
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import { restoredOrFresh, type ObjectHibernation } from "./hibernation.ts";
-import { objectKey, type ObjectRef } from "./keys.ts";
+import { objectKey, objectLogId, type ObjectRef } from "./keys.ts";
 import type { ObjectStorage } from "./storage.ts";
 import type { ObjectSessionOptions } from "./session.ts";
 import type { ObjectAnswer, ObjectTraits } from "./types.ts";
@@ -35,8 +35,16 @@ export type OpenSession = (request: SessionRequest) => Promise<ActivationSession
 /** The images an activation may run: the registry's, as its principal sees them. */
 export type ObjectImages = Pick<ImageStore, "latest" | "version" | "fetch">;
 
+/** Where an activation's output lines go: the host's instance logs, stored as the object's. */
+export interface ObjectOutput {
+  /** Stores the lines of instance `microvmId` as `owner`'s lines of `storedAs` until the returned function is called. */
+  keep(microvmId: string, owner: string, storedAs: string): () => void;
+}
+
 export interface LaunchDeps {
   readonly images: ObjectImages;
+  /** Without, an activation's output goes to the host's debug log only. */
+  readonly output?: ObjectOutput;
   readonly provider: MicrovmProvider;
   readonly openSession: OpenSession;
   /** Time for the instance to start and its session to open. */
@@ -80,11 +88,13 @@ export async function launchObject(
   const module = await resolveModule(deps.images, object);
   const signal = AbortSignal.timeout(deps.startTimeoutMs);
   let handle: MicrovmHandle | undefined;
+  let quiet = () => {};
   try {
     const restored = await restoredOrFresh(deps.hibernation, object, module.digest, signal);
-    handle =
-      restored.handle ??
-      (await deps.provider.start({ microvmId: `object-${randomUUID()}`, image: module.path }, signal));
+    // Its output is the object's from the first line (a fresh start's module code runs at boot).
+    const microvmId = restored.handle?.microvmId ?? `object-${randomUUID()}`;
+    if (deps.output) quiet = deps.output.keep(microvmId, object.principal, objectLogId(object));
+    handle = restored.handle ?? (await deps.provider.start({ microvmId, image: module.path }, signal));
     const upstream = deps.provider.upstream?.(handle, RUNTIME_PORT) ?? upstreamOf(handle, RUNTIME_PORT);
     if (!upstream) throw new Error("the instance has no runtime port");
     const session = await deps
@@ -99,10 +109,11 @@ export async function launchObject(
       .catch((err: unknown) => {
         throw isNotAnObject(err) ? NotAnObject.make({ image: object.image }) : err;
       });
-    return running(deps, object, session, handle, module, restored.snapshot);
+    return running(deps, object, session, handle, module, restored.snapshot, quiet);
   } catch (err) {
     if (handle) await deps.provider.terminate(handle, 0).catch(() => undefined);
     module.release();
+    quiet();
     throw err;
   }
 }
@@ -114,6 +125,8 @@ function running(
   handle: MicrovmHandle,
   module: HeldModule,
   fromSnapshot: boolean,
+  /** Stops storing its output. */
+  quiet: () => void,
 ): RunningObject {
   let stopped: Promise<void> | undefined;
   const terminate = () =>
@@ -137,6 +150,7 @@ function running(
       await Promise.resolve(session.close()).catch(() => undefined);
       if (!hibernated) await terminate();
       module.release();
+      quiet();
     })());
   // The instance may end by itself (it crashed, the wall died): the session closes with it.
   const exited = provider.exited?.(handle).then(() => undefined) ?? new Promise<void>(() => undefined);

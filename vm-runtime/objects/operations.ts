@@ -10,10 +10,12 @@ import {
   type objectApi,
 } from "../../schemas/index.ts";
 import type { ApiHandlers } from "../../actors/serve.ts";
+import type { HeldRequests } from "../../platform/index.ts";
+import type { InstanceLogs } from "../service/logs.ts";
 import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import type { ObjectDirectory } from "./directory.ts";
-import { objectKey, type ObjectRef } from "./keys.ts";
+import { objectKey, objectLogId, type ObjectRef } from "./keys.ts";
 import type { ObjectStores } from "./storage.ts";
 import type { ObjectActivations, ObjectAnswer, ObjectItem } from "./types.ts";
 
@@ -23,6 +25,10 @@ export interface ObjectOperationDeps {
   readonly directory: ObjectDirectory;
   readonly stores: ObjectStores;
   readonly alarms: ObjectAlarms;
+  /** Where the objects' output lines are stored and read. */
+  readonly logs: Pick<InstanceLogs, "read" | "has" | "purge">;
+  /** Long polls of the logs, ended when the gateway says their client left. */
+  readonly held: Pick<HeldRequests, "hold">;
 }
 
 export type ObjectHandlers = ApiHandlers<typeof objectApi>;
@@ -33,7 +39,7 @@ const NO_OBJECT = new Set(["ImageNotFound", "NotAnObject"]);
 const TAG_READ_BYTES = 64 * 1024;
 
 export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
-  const { activations, directory, stores, alarms } = deps;
+  const { activations, directory, stores, alarms, logs } = deps;
 
   const describe = async (object: ObjectRef): Promise<ObjectItem> => {
     const [activeOn, storageBytes, alarmAt] = await Promise.all([
@@ -93,8 +99,33 @@ export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
       await activations.discardSnapshot?.(object);
       while (!(await stores.purgePage(object))) {}
       await alarms.delete(object);
+      await logs.purge(principal, objectLogId(object));
       await directory.remove(object);
       return null;
+    },
+    /** The lines the object's activations wrote: any host reads them (they outlive each activation). */
+    async getObjectLogs(input, context) {
+      const object = { principal: context.principal, image: input.image, name: input.name };
+      const id = objectLogId(object);
+      const since = input.since === undefined ? undefined : Number(input.since);
+      const read = {
+        ...(input.limit === undefined ? {} : { limit: Number(input.limit) }),
+        ...(since === undefined ? {} : { since }),
+      };
+      // The caller's own lines, or a 404 for an object it does not have (or another's).
+      const mustExist = async () => {
+        if (!(await logs.has(object.principal, id))) await listed(object);
+      };
+      if (since !== undefined && input.waitSeconds !== undefined) {
+        const waitMs = Number(input.waitSeconds) * 1000;
+        return deps.held.hold(context.headers, async (signal) => {
+          await mustExist();
+          return logs.read(object.principal, id, { ...read, waitMs, ...(signal ? { signal } : {}) });
+        });
+      }
+      const page = await logs.read(object.principal, id, read);
+      if (page.items.length === 0) await mustExist();
+      return page;
     },
   };
 }

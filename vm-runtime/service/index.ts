@@ -282,11 +282,13 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     stores: objectStorage,
     alarms,
     openSession: options.objects?.openSession ?? openObjectSession,
+    output: logs,
     // Hibernating objects keep their memory where instances are suspended into snapshots.
     ...(snapshots && provider.checkpoint
       ? { hibernation: objectHibernation({ store: snapshots, provider, workDir }) }
       : {}),
   });
+  const held = new HeldRequests(nc, prefix);
   const host: HostState = {
     nc,
     prefix,
@@ -295,7 +297,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     tokenKey,
     images,
     logs,
-    held: new HeldRequests(nc, prefix),
+    held,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new HostInstances({
@@ -303,7 +305,14 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       maxInstances: options.maxInstances ?? 50,
       quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     }),
-    objects: { activations: objects, directory: objectDirectory(requester), stores: objectStorage, alarms },
+    objects: {
+      activations: objects,
+      directory: objectDirectory(requester),
+      stores: objectStorage,
+      alarms,
+      logs,
+      held,
+    },
     launch: {
       hostId,
       store,
