@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { httpClient } from "../client/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
-import { microvmApi } from "../schemas/index.ts";
+import { callObject, microvmApi, subscriptionSubject, viaGateway } from "../schemas/index.ts";
 import { isRpcError, object, type ObjectShape } from "../vm-runtime/index.ts";
 import { bundleImageModule } from "../vm-runtime/service/index.ts";
 import type tallyImage from "./images/object-tally.ts";
@@ -116,6 +116,36 @@ describe("object API", () => {
       ["shared name"],
     );
     assert.equal(await tally("shared name").read(), 7);
+  });
+
+  it("object API - a call to an object active beside the gateway skips NATS, answered as one over NATS", async () => {
+    const requests: string[] = [];
+    const sub = svc.handle.nc.subscribe(subscriptionSubject(viaGateway(callObject)), {
+      callback: (_err, msg) => {
+        requests.push(msg.subject);
+      },
+    });
+    defer(() => sub.unsubscribe());
+    await svc.handle.nc.flush();
+    const seenOverNats = async () => {
+      await svc.handle.nc.flush();
+      return requests.length;
+    };
+    // Active nowhere: over NATS, where any host may start it (here, the only one).
+    assert.equal(await tally("beside").inc(1), 1);
+    assert.equal(await seenOverNats(), 1);
+    assert.equal(await tally("beside").inc(1), 2);
+    const unknown = await http("POST", "/tally/beside/rpc/nosuch");
+    assert.equal(await seenOverNats(), 1, "calls to an object active beside the gateway stay in this process");
+    // The same calls through a gateway with no host beside it: over NATS, the same answers.
+    const far = await svc.addGateway({});
+    assert.equal(await object<Tally>("tally", "beside", { url: far, apiKey: alice.key }).inc(1), 3);
+    const res = await fetch(`${far}/2025-09-09/objects/tally/beside/rpc/nosuch`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${alice.key}`, "content-type": "application/json" },
+    });
+    assert.deepEqual({ status: res.status, body: await res.json() }, unknown);
+    assert.equal(await seenOverNats(), 3);
   });
 
   it("object API - an object's output lines are its principal's, kept across its activations, gone with it", async () => {

@@ -102,6 +102,8 @@ export interface HostObjectActivations extends ObjectActivations {
   fireAlarm(key: string): Promise<void>;
   /** Objects active on this host now. */
   activeHere(): ObjectRef[];
+  /** Whether `object` is active on this host now (its calls run here). */
+  holds(object: ObjectRef): boolean;
 }
 
 /** The refusal of a call to the object of lease key `key` while `pending` calls wait. */
@@ -285,6 +287,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     },
 
     activeHere: () => held.objects(),
+    holds: (object) => held.has(objectKey(object)),
 
     async close() {
       closing = true;

@@ -228,18 +228,24 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
   async function bounded(h: Held, request: CallRequest): Promise<ObjectAnswer> {
     const session = h.run.session;
     if (request.op === "alarm" && !session.traits.alarm) return NO_CONTENT;
-    const timeout = AbortSignal.timeout(callTimeoutMs);
-    const answer = request.op === "call" ? session.call(request.method, request.args, timeout) : session.alarm(timeout);
-    // The session's own abort, and this, should it not heed its signal.
+    // One timer per call: it aborts the session's exchange, and answers should the session not heed that.
+    const timeout = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<"late">((resolve) => {
-      timer = setTimeout(() => resolve("late"), callTimeoutMs);
+      timer = setTimeout(() => {
+        timeout.abort(new DOMException("the call timed out", "TimeoutError"));
+        resolve("late");
+      }, callTimeoutMs);
     });
+    const answer =
+      request.op === "call"
+        ? session.call(request.method, request.args, timeout.signal)
+        : session.alarm(timeout.signal);
     try {
       const settled = await Promise.race([answer, late]);
       if (settled !== "late") return settled;
     } catch (err) {
-      if (!timeout.aborted) throw err;
+      if (!timeout.signal.aborted) throw err;
     } finally {
       clearTimeout(timer);
       answer.catch(() => undefined);
