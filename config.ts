@@ -146,6 +146,11 @@ export function readConfig(env: NodeJS.ProcessEnv) {
     snapshots: !v.off("MICROVM_SNAPSHOTS"),
     snapshotQuotaMiB: v.positive("MICROVM_SNAPSHOT_QUOTA_MIB", 256),
     snapshotStoreMiB: v.positive("MICROVM_SNAPSHOT_STORE_MIB", 1024),
+    /** Objects active on this host at once, all principals' and one principal's (docs/objects.md). */
+    objects: {
+      maxActive: v.positive("MICROVM_OBJECTS_MAX_ACTIVE", 50),
+      maxActivePerPrincipal: v.positive("MICROVM_OBJECTS_PER_PRINCIPAL", 10),
+    },
     /** Instance logs: lines kept per instance, their age, the stream's size. */
     logLimits: {
       linesPerInstance: v.positive("MICROVM_LOG_LINES", 1000),

@@ -4,7 +4,12 @@ import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
 import { backfillIndexes, gatewayDispatch, NATS_INTERNAL, startActors } from "./actors/index.ts";
-import { ProviderUnavailable, provisionMicrovmStores, startMicrovmHost } from "./vm-runtime/service/index.ts";
+import {
+  ProviderUnavailable,
+  provisionMicrovmStores,
+  startMicrovmHost,
+  type MicrovmHost,
+} from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
 import { once } from "node:events";
@@ -330,6 +335,8 @@ async function main() {
   const closers = lifecycle.closers;
   const urls: string[] = [];
   let apis: ServiceApis | undefined;
+  // The microVM host of this process, when it runs one: the gateway beside it hands it calls directly.
+  let microvmHostHere: MicrovmHost | undefined;
 
   if (active.has("actors")) {
     const nats = await connectAs("actors");
@@ -369,6 +376,7 @@ async function main() {
     });
     // Closed last: it terminates its instances once the gateway no longer routes requests.
     if (host) closers.push(() => host.close());
+    microvmHostHere = host;
   }
   if (active.has("gateway")) {
     const nats = await connectAs("gateway");
@@ -382,7 +390,14 @@ async function main() {
     // gateway adds itself, an address HOST names (not a wildcard) and API_HOSTNAMES.
     const wildcard = config.host === "0.0.0.0" || config.host === "::";
     const hostNames = [...(wildcard ? [] : [config.host]), ...config.hostNames];
-    const gateways = createGateways({ nats, ...config, ...dispatch, apiKeys: keys, hostNames });
+    const gateways = createGateways({
+      nats,
+      ...config,
+      ...dispatch,
+      apiKeys: keys,
+      hostNames,
+      ...(microvmHostHere ? { inProcess: microvmHostHere.inProcess } : {}),
+    });
     closers.unshift(
       () => gateways.task.close(),
       () => gateways.job.close(),

@@ -34,6 +34,7 @@ import {
   StoredAnswer,
   RelayedAnswer,
   type Answer,
+  type OperationReply,
   ANONYMOUS,
   type SuccessOf,
   Unauthorized,
@@ -207,8 +208,7 @@ export function serveOperation<Op extends Operation>(
   };
   const handle = async (msg: Msg) => {
     const started = performance.now();
-    let status = 200;
-    let error: string | undefined;
+    let reply: EncodedReply;
     try {
       const input = decode(requestInput(readSubject, msg));
       const principal = options.principal ? options.principal(msg) : ANONYMOUS;
@@ -221,22 +221,16 @@ export function serveOperation<Op extends Operation>(
         principal,
       };
       // A child of the caller's span (the trace context in the request's headers).
-      const answer = await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context));
-      if (answer instanceof StoredAnswer) respond(msg, JSON.stringify(answer.value), storedHeaders(answer.stored));
-      else if (answer instanceof RelayedAnswer) {
-        const failed = answer.status < 200 || answer.status > 299;
-        if (failed) [status, error] = [answer.status, `${answer.status}:${answer.tag}`];
-        respond(msg, answer.body, failed ? relayedErrorHeaders(answer) : undefined);
-      } else respond(msg, JSON.stringify(answer));
+      reply = encodeAnswer(
+        await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context)),
+      );
     } catch (err) {
-      const failure = toApiError(op, err, msg.headers?.get(REQUEST_ID_HEADER));
-      status = failure.status;
-      error = `${failure.status}:${failure._tag}`;
-      respond(msg, JSON.stringify(failure.body), errorHeaders(failure));
+      reply = encodeFailure(op, err, msg.headers?.get(REQUEST_ID_HEADER));
     }
+    respond(msg, reply.data, reply.headers);
     const seconds = (performance.now() - started) / 1000;
-    recordActor(op.name, status, seconds);
-    stats?.record(seconds, error);
+    recordActor(op.name, reply.status, seconds);
+    stats?.record(seconds, reply.error);
   };
   return nc.subscribe(subscriptionSubject(op, options.prefix), {
     queue: options.queue,
@@ -246,6 +240,76 @@ export function serveOperation<Op extends Operation>(
       else handle(msg).catch((failure: unknown) => log.warn({ op: op.name, err: failure }, "answer not sent"));
     },
   });
+}
+
+/**
+ * A handler as a gateway in the same process calls it: what `serveOperation` does with a request
+ * (the answer encoded as its reply, a failure as its error, the time recorded), without the trip
+ * through NATS and back. For a stateless operation whose handler reads only the principal of its
+ * context; `input` is decoded already (the gateway decodes with the same schema).
+ */
+export function inProcessOperation<Op extends Operation>(
+  op: Op,
+  handler: Handler<Op>,
+): (input: InputOf<Op>, principal: string, requestId?: string) => Promise<OperationReply> {
+  return async (input, principal, requestId) => {
+    const started = performance.now();
+    let reply: EncodedReply;
+    try {
+      reply = encodeAnswer(
+        await traced(`handle ${op.name}`, SpanKind.INTERNAL, undefined, () => handler(input, { principal })),
+      );
+    } catch (err) {
+      reply = encodeFailure(op, err, requestId);
+    }
+    recordActor(op.name, reply.status, (performance.now() - started) / 1000);
+    const data = typeof reply.data === "string" ? Buffer.from(reply.data) : reply.data;
+    const { stored } = reply;
+    return stored
+      ? { status: reply.status, data, stored: { record: `${stored.bucket}.${stored.key}`, revision: stored.revision } }
+      : { status: reply.status, data };
+  };
+}
+
+/** A reply as a handler's answer makes it: its status, bytes and the headers that say what it is. */
+interface EncodedReply {
+  readonly status: number;
+  readonly data: string | Uint8Array;
+  readonly headers?: MsgHdrs;
+  /** The stored record the answer is. */
+  readonly stored?: StoredAt;
+  /** `<status>:<_tag>` of a failure, for the service's stats. */
+  readonly error?: string;
+}
+
+/** The reply of an answer: a stored record with its headers, a relayed answer's own bytes, or JSON. */
+function encodeAnswer(answer: unknown): EncodedReply {
+  if (answer instanceof StoredAnswer)
+    return {
+      status: 200,
+      data: JSON.stringify(answer.value),
+      headers: storedHeaders(answer.stored),
+      stored: answer.stored,
+    };
+  if (!(answer instanceof RelayedAnswer)) return { status: 200, data: JSON.stringify(answer) };
+  if (answer.status >= 200 && answer.status <= 299) return { status: 200, data: answer.body };
+  return {
+    status: answer.status,
+    data: answer.body,
+    headers: relayedErrorHeaders(answer),
+    error: `${answer.status}:${answer.tag}`,
+  };
+}
+
+/** The reply of a failure: its declared error (an undeclared one logged and answered 500). */
+function encodeFailure(op: Operation, err: unknown, requestId: string | undefined): EncodedReply {
+  const failure = toApiError(op, err, requestId);
+  return {
+    status: failure.status,
+    data: JSON.stringify(failure.body),
+    headers: errorHeaders(failure),
+    error: `${failure.status}:${failure._tag}`,
+  };
 }
 
 /** The request body merged with the `{field}` values of the subject. */

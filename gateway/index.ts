@@ -8,7 +8,7 @@ import type { ApiKeys, ReloadableApiKeys } from "./api-keys.ts";
 import { openStreams } from "./open-streams.ts";
 import { revokeOnReload } from "./revocations.ts";
 import { localReads, type LocalReads } from "./local-reads.ts";
-import { dispatcher, type RoutingPolicy } from "../placement/index.ts";
+import { dispatcher, withInProcess, type InProcessRoute, type RoutingPolicy } from "../placement/index.ts";
 import { createApiServer, type ApiServer } from "./server.ts";
 
 export { createApiServer, type ApiServer, type ApiServerOptions } from "./server.ts";
@@ -57,6 +57,11 @@ export interface GatewayOptions {
   hostNames?: readonly string[];
   /** Further `Host` names only the microVM API answers to. */
   microvmHostNames?: readonly string[];
+  /**
+   * MicroVM operations a host in this process serves itself (`MicrovmHost.inProcess`): those it
+   * says are best served here skip the trip through NATS.
+   */
+  inProcess?: ReadonlyMap<string, InProcessRoute>;
 }
 
 const info = (title: string) => ({ title, version: "1.0.0" });
@@ -98,6 +103,7 @@ export function createGateways(options: GatewayOptions): {
       info: info("MicroVM API"),
       jsonOnly: true,
       hostNames: [...(options.hostNames ?? []), ...(options.microvmHostNames ?? [])],
+      ...(options.inProcess ? { dispatch: withInProcess(common.dispatch, options.inProcess) } : {}),
     }),
   };
 }

@@ -28,4 +28,4 @@ export {
 export { Mailboxes } from "./mailbox.ts";
 export { leasedOwners, type LeasedOwnersOptions } from "./owners.ts";
 export { ownerRouting, type OwnerLookup, type OwnerRouting, type RoutingPolicy } from "./caller.ts";
-export { dispatcher, type Budget, type Dispatch } from "./dispatch.ts";
+export { dispatcher, withInProcess, type Budget, type Dispatch, type InProcessRoute } from "./dispatch.ts";

@@ -154,6 +154,15 @@ export const ObjectBusy = defineError("ObjectBusy", 429, {
   retryAfterSeconds: Type.Integer({ minimum: 1 }),
   message: Type.String(),
 });
+/**
+ * A call that would activate one more of the caller's objects on a host already running its most
+ * of them (`limit`), each with a call under way: try again after `retryAfterSeconds`.
+ */
+export const ObjectLimitExceeded = defineError("ObjectLimitExceeded", 429, {
+  limit: Type.Integer(),
+  retryAfterSeconds: Type.Integer({ minimum: 1 }),
+  message: Type.String(),
+});
 /** A call of an object that did not answer in its time: its activation was stopped (the next call starts it afresh). */
 export const ObjectCallTimeout = defineError("ObjectCallTimeout", 504, { message: Type.String() });
 /** No object of yours by that image and name: never called, or deleted. */

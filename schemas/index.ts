@@ -5,6 +5,7 @@ export * from "./placement.ts";
 export * from "./tasks.ts";
 export * from "./jobs.ts";
 export * from "./microvms.ts";
+export * from "./logs.ts";
 export * from "./images.ts";
 export * from "./objects.ts";
 export * from "./services.ts";

@@ -13,6 +13,7 @@ import {
   type ErrorDef,
 } from "./errors.ts";
 import { imageApi } from "./images.ts";
+import { LogPage, LogQuery, logWaitMs } from "./logs.ts";
 import { objectApi } from "./objects.ts";
 import { ownedByHost, stateless } from "./placement.ts";
 import type { Operation } from "./types.ts";
@@ -194,18 +195,6 @@ export const listMicrovms = {
   summary: "List instances",
 } as const satisfies Operation;
 
-/** The most lines one GetMicrovmLogs answers, its default, and its longest wait for new ones. */
-export const MAX_LOG_LINES = 1000;
-export const DEFAULT_LOG_LINES = 100;
-export const MAX_LOG_WAIT_SECONDS = 30;
-
-/** One line an instance wrote, as GetMicrovmLogs answers it. */
-export const LogLine = Type.Object({
-  time: Type.String({ format: "date-time", description: "when the host stored the line" }),
-  stream: Type.Union([Type.Literal("stdout"), Type.Literal("stderr")]),
-  line: Type.String({ description: "without its newline; a line longer than 8 KiB is cut and ends in ` …[cut]`" }),
-});
-
 export const getMicrovmLogs = {
   name: "getMicrovmLogs",
   api: "microvm",
@@ -213,39 +202,10 @@ export const getMicrovmLogs = {
   subject: "microvms.logs",
   placement: stateless,
   params: InstanceParams,
-  query: Type.Object(
-    {
-      limit: Type.Optional(
-        Count(MAX_LOG_LINES, `most lines to answer, 1-${MAX_LOG_LINES} (default ${DEFAULT_LOG_LINES})`),
-      ),
-      since: Type.Optional(
-        Type.String({
-          pattern: "^[0-9]{1,16}$",
-          description:
-            "a `cursor` of an earlier answer: the lines written after it, oldest first; without it, the latest lines",
-        }),
-      ),
-      waitSeconds: Type.Optional(
-        Count(
-          MAX_LOG_WAIT_SECONDS,
-          `with since: when no line came after it yet, wait up to this long (1-${MAX_LOG_WAIT_SECONDS} s) for one`,
-        ),
-      ),
-      follow: Type.Optional(
-        Type.Union([Type.Literal("1"), Type.Literal("true")], {
-          description:
-            "over HTTP: answer NDJSON, one line object a line, and go on with each new line until the client closes",
-        }),
-      ),
-    },
-    { additionalProperties: false },
-  ),
-  success: Type.Object({
-    items: Type.Array(LogLine),
-    cursor: Type.String({ description: "pass as `since` to read the lines written after these" }),
-  }),
+  query: LogQuery,
+  success: LogPage,
   errors: [MicrovmNotFound],
-  waitMsOf: (input) => (input.waitSeconds === undefined ? undefined : Number(input.waitSeconds) * 1000),
+  waitMsOf: logWaitMs,
   follow: { items: "items", waitSeconds: 20 },
   summary: "Read an instance's output lines (stdout and stderr): the latest, or those after a cursor",
 } as const satisfies Operation;

@@ -3,8 +3,17 @@
 // `/2025-09-09/objects` on the microVM API; list, get and delete read and clear the directory.
 import { Type } from "@sinclair/typebox";
 import { Count } from "./counts.ts";
-import { ImageNotFound, NotAnObject, ObjectBusy, ObjectCallTimeout, ObjectNotFound, RpcFailure } from "./errors.ts";
+import {
+  ImageNotFound,
+  NotAnObject,
+  ObjectBusy,
+  ObjectCallTimeout,
+  ObjectLimitExceeded,
+  ObjectNotFound,
+  RpcFailure,
+} from "./errors.ts";
 import { ImageName } from "./images.ts";
+import { LogPage, LogQuery, logWaitMs } from "./logs.ts";
 import { stateless } from "./placement.ts";
 import { NoContent } from "./replies.ts";
 import type { Operation } from "./types.ts";
@@ -56,7 +65,7 @@ export const callObject = {
   ),
   body: "args",
   success: Type.Unknown({ description: "the method's result, as JSON (undefined is null)" }),
-  errors: [ImageNotFound, NotAnObject, ObjectBusy, ObjectCallTimeout, RpcFailure],
+  errors: [ImageNotFound, NotAnObject, ObjectBusy, ObjectLimitExceeded, ObjectCallTimeout, RpcFailure],
   // An activation starts an instance first; the method may take its time.
   timeoutMs: 30_000,
   summary: "Call a method of an object (activating it); the answer is the RPC wire's, relayed",
@@ -112,4 +121,20 @@ export const deleteObject = {
   summary: "Delete an object: its activation stopped, its storage and alarm gone",
 } as const satisfies Operation;
 
-export const objectApi = { callObject, listObjects, getObject, deleteObject } as const;
+export const getObjectLogs = {
+  name: "getObjectLogs",
+  api: "microvm",
+  http: { method: "GET", path: `${base}/:image/:name/logs` },
+  subject: "objects.logs",
+  placement: stateless,
+  params: ObjectParams,
+  query: LogQuery,
+  success: LogPage,
+  errors: [ObjectNotFound],
+  waitMsOf: logWaitMs,
+  follow: { items: "items", waitSeconds: 20 },
+  summary:
+    "Read what an object's code wrote (stdout and stderr, across its activations): the latest lines, or those after a cursor",
+} as const satisfies Operation;
+
+export const objectApi = { callObject, listObjects, getObject, deleteObject, getObjectLogs } as const;

@@ -33,6 +33,7 @@ describe("config - environment", () => {
     assert.equal(placement.maxPending, 256);
     assert.equal(microvmHost.imageQuota.bytes, 64 * 1024 * 1024);
     assert.equal(microvmHost.limits.cpus, undefined);
+    assert.deepEqual(microvmHost.objects, { maxActive: 50, maxActivePerPrincipal: 10 });
   });
 
   it("config - values are read and typed", () => {
@@ -49,6 +50,8 @@ describe("config - environment", () => {
       MICROVM_PROVIDER: "sandbox",
       MICROVM_CPUS: "0.5",
       MICROVM_MEMORY_MIB: "128",
+      MICROVM_OBJECTS_MAX_ACTIVE: "20",
+      MICROVM_OBJECTS_PER_PRINCIPAL: "4",
     });
     assert.equal(service.taskPort, 0);
     assert.equal(service.prefix, "svc");
@@ -62,6 +65,7 @@ describe("config - environment", () => {
     assert.equal(microvmHost.provider, "sandbox");
     assert.equal(microvmHost.limits.cpus, 0.5);
     assert.equal(microvmHost.limits.memoryMiB, 128);
+    assert.deepEqual(microvmHost.objects, { maxActive: 20, maxActivePerPrincipal: 4 });
   });
 
   it("config - a bad value is one line naming the variable, what it must be and what it got", () => {
@@ -71,6 +75,7 @@ describe("config - environment", () => {
       [{ READ_CACHE_ENTRIES: "1.5" }, 'READ_CACHE_ENTRIES must be a non-negative integer, got "1.5"'],
       [{ TASK_OBJECT_LEASE_MS: "0" }, "TASK_OBJECT_LEASE_MS must be positive"],
       [{ MICROVM_PIDS: "0" }, "MICROVM_PIDS must be positive"],
+      [{ MICROVM_OBJECTS_PER_PRINCIPAL: "0" }, "MICROVM_OBJECTS_PER_PRINCIPAL must be positive"],
       [{ MICROVM_CPUS: "lots" }, 'MICROVM_CPUS must be a number of cores such as 0.5, got "lots"'],
       [
         { MICROVM_PROVIDER: "docker" },

@@ -9,17 +9,24 @@ import { microvmObjectsBusy, OBJECTS_BUCKET, versionedStore, type NatsHandle } f
 import { ApiError } from "../schemas/index.ts";
 import { leaseOwner } from "../placement/index.ts";
 import { builtinImages, createSandboxProvider, type SandboxProvider } from "../vm-runtime/service/index.ts";
-import { ObjectError, objectAlarms, objectKey, startAlarmFiring, type ObjectRef } from "../vm-runtime/objects/index.ts";
+import {
+  ObjectError,
+  objectAlarms,
+  objectKey,
+  startAlarmFiring,
+  type ObjectHibernation,
+  type ObjectRef,
+} from "../vm-runtime/objects/index.ts";
 import {
   startObjectActivations,
   type HostObjectActivations,
   type ObjectActivationsOptions,
 } from "../vm-runtime/objects/activations.ts";
 import type { ObjectImages, OpenSession, SessionRequest } from "../vm-runtime/objects/launch.ts";
-import type { ObjectAnswer } from "../vm-runtime/objects/types.ts";
+import type { ObjectAnswer, ObjectTraits } from "../vm-runtime/objects/types.ts";
 import type { ImageRecord } from "../vm-runtime/registry/store.ts";
 import { lifo } from "./helpers/defer.ts";
-import { objectsNats, type ObjectsNats, rejected, until } from "./helpers/objects.ts";
+import { OBJECT_SETTLE_MS, objectsNats, type ObjectsNats, rejected, until } from "./helpers/objects.ts";
 
 const defer = lifo(after);
 let env: ObjectsNats;
@@ -44,10 +51,11 @@ const images: ObjectImages = {
 };
 
 /**
- * Sessions whose object code runs here: `inc` adds one to `n` in storage, `wait` waits for
+ * Sessions whose object code runs here: `inc` adds one to `n` in storage, `visits` counts its
+ * calls in the session's memory (an activation's: the next starts from 0), `wait` waits for
  * `release`, `hang` never answers; the alarm writes `alarmed`. `opened` hears each session opened.
  */
-function objectCode(idleSeconds = 60) {
+function objectCode(idleSeconds = 60, hibernate: ObjectTraits["hibernate"] = "none") {
   const events = new EventEmitter();
   const sessions: SessionRequest[] = [];
   let release: () => void = () => undefined;
@@ -59,9 +67,11 @@ function objectCode(idleSeconds = 60) {
     let close!: () => void;
     const closed = new Promise<void>((resolve) => (close = resolve));
     const { storage } = request;
+    let visits = 0;
     return {
-      traits: { idleSeconds, hibernate: "none", alarm: true },
+      traits: { idleSeconds, hibernate, alarm: true },
       async call(method) {
+        if (method === "visits") return json(200, ++visits);
         if (method === "inc") {
           const next = (((await storage.get("n")) as number | undefined) ?? 0) + 1;
           await storage.put("n", next).catch((err: unknown) => {
@@ -98,6 +108,19 @@ function objectCode(idleSeconds = 60) {
 }
 
 type Code = ReturnType<typeof objectCode>;
+
+/** Resolves once `count` calls of `wait` are waiting. */
+function waitings(code: Code, count: number): Promise<void> {
+  return new Promise((resolve) => {
+    let seen = 0;
+    const heard = () => {
+      if (++seen < count) return;
+      code.events.off("waiting", heard);
+      resolve();
+    };
+    code.events.on("waiting", heard);
+  });
+}
 
 /** A host's activations on its own connection; closed at the end unless the test closed it. */
 async function startHost(
@@ -217,6 +240,93 @@ describe("object activations", () => {
     assert.deepEqual(names().sort(), [first.name, third.name].sort(), "the second, least recently called, went");
     assert.equal(answerValue(await a.objects.call(second, "inc", [])), 2);
     assert.equal(a.objects.activeHere().length, 2);
+  });
+
+  it("object activations - a principal at its most objects evicts its own least recently called, never another's", async () => {
+    const code = objectCode();
+    const a = await startHost("host-per-principal", code, { maxActive: 3, maxActivePerPrincipal: 2 });
+    const bob = fresh("bob");
+    const [first, second, third] = [fresh("alice"), fresh("alice"), fresh("alice")];
+    assert.equal(answerValue(await a.objects.call(bob, "visits", [])), 1);
+    assert.equal(answerValue(await a.objects.call(first, "visits", [])), 1);
+    assert.equal(answerValue(await a.objects.call(second, "visits", [])), 1);
+    // Bob's is the least recently called of all: the host's limit alone would evict it.
+    assert.equal(answerValue(await a.objects.call(third, "visits", [])), 1);
+    const names = () => a.objects.activeHere().map((o) => o.name);
+    assert.deepEqual(names().sort(), [bob.name, second.name, third.name].sort(), "alice's first went");
+    assert.equal(answerValue(await a.objects.call(bob, "visits", [])), 2, "bob's object kept its memory");
+    assert.equal(answerValue(await a.objects.call(first, "visits", [])), 1, "alice's first was evicted");
+    assert.deepEqual(names().sort(), [bob.name, first.name, third.name].sort(), "then alice's second went");
+  });
+
+  it("object activations - a principal whose objects all have a call under way is refused ObjectLimitExceeded", async () => {
+    const code = objectCode();
+    const a = await startHost("host-principal-busy", code, { maxActive: 3, maxActivePerPrincipal: 2 });
+    const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
+    const bob = fresh("bob");
+    const [first, second, third] = [fresh("alice"), fresh("alice"), fresh("alice")];
+    assert.equal(answerValue(await a.objects.call(bob, "visits", [])), 1);
+    const waiting = waitings(code, 2);
+    const busy = [first, second].map((object) => a.objects.call(object, "wait", []));
+    await waiting;
+    const refused = await rejected(() => a.objects.call(third, "visits", []));
+    assert.equal(refused.status, 429);
+    assert.equal(refused._tag, "ObjectLimitExceeded");
+    assert.equal(refused.body.limit, 2);
+    assert.equal(refused.body.retryAfterSeconds, 1);
+    assert.equal(leaseOwner((await leases.get(objectKey(third))).value), undefined, "its lease is not kept");
+    assert.equal(answerValue(await a.objects.call(bob, "visits", [])), 2, "bob's object kept its memory");
+    code.release();
+    assert.deepEqual((await Promise.all(busy)).map(answerValue), ["done", "done"]);
+    // Idle now: the third takes the place of alice's least recently called.
+    assert.equal(answerValue(await a.objects.call(third, "visits", [])), 1);
+  });
+
+  it("object activations - starts under way count against a principal's most objects", async () => {
+    const code = objectCode();
+    const a = await startHost("host-principal-starts", code, { maxActivePerPrincipal: 2 });
+    // Three first calls at once, each waiting once started: one is refused, or all three wait.
+    const twoWaiting = waitings(code, 2);
+    const allWaiting = waitings(code, 3).then(() => "three started");
+    const calls = [fresh("alice"), fresh("alice"), fresh("alice")].map((object) => a.objects.call(object, "wait", []));
+    const first = await Promise.race([...calls.map((call) => call.then(String, (err: unknown) => err)), allWaiting]);
+    assert.ok(first instanceof ApiError, `a refusal, got ${String(first)}`);
+    assert.equal(first._tag, "ObjectLimitExceeded");
+    await twoWaiting;
+    assert.equal(a.objects.activeHere().length, 2);
+    code.release();
+    const settled = await Promise.allSettled(calls);
+    assert.deepEqual(settled.map((s) => s.status).sort(), ["fulfilled", "fulfilled", "rejected"]);
+    assert.equal(code.sessions.length, 2, "no instance started past the limit");
+  });
+
+  it("object activations - a stopping host gives up a hibernation past its bound and releases the lease", async (t) => {
+    const code = objectCode(60, "snapshot");
+    // A snapshot store that never answers.
+    const given: AbortSignal[] = [];
+    const hibernation: ObjectHibernation = {
+      save: (_object, _handle, _digest, signal) => {
+        if (signal) given.push(signal);
+        return new Promise<void>(() => undefined);
+      },
+      restore: async () => undefined,
+      discard: async () => undefined,
+    };
+    const a = await startHost("host-stops", code, { hibernation, stopHibernateMs: 500 });
+    const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
+    const object = fresh();
+    assert.equal(answerValue(await a.objects.call(object, "visits", [])), 1);
+    const started = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    const hung = new Promise<"hung">((resolve) => {
+      timer = setTimeout(() => resolve("hung"), OBJECT_SETTLE_MS);
+    });
+    assert.equal(await Promise.race([a.objects.close(), hung]), undefined, "the stop did not wait for the store");
+    clearTimeout(timer);
+    t.diagnostic(`the stop took ${Math.round(performance.now() - started)} ms`);
+    assert.equal(given.length, 1, "the stop hibernated the object");
+    assert.equal(given[0]!.aborted, true, "and gave it up");
+    assert.equal(leaseOwner((await leases.get(objectKey(object))).value), undefined, "its lease was released");
   });
 
   it("object activations - deactivate through another host stops the activation where it runs; storage stays", async () => {

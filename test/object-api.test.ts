@@ -6,12 +6,13 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { httpClient } from "../client/index.ts";
 import { newApiKey, parseApiKeys } from "../gateway/index.ts";
-import { microvmApi } from "../schemas/index.ts";
+import { callObject, microvmApi, subscriptionSubject, viaGateway } from "../schemas/index.ts";
 import { isRpcError, object, type ObjectShape } from "../vm-runtime/index.ts";
 import { bundleImageModule } from "../vm-runtime/service/index.ts";
 import type tallyImage from "./images/object-tally.ts";
 import { lifo } from "./helpers/defer.ts";
 import { startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
+import { OBJECT_SETTLE_MS } from "./helpers/objects.ts";
 
 const defer = lifo(after);
 const alice = newApiKey("alice");
@@ -115,6 +116,79 @@ describe("object API", () => {
       ["shared name"],
     );
     assert.equal(await tally("shared name").read(), 7);
+  });
+
+  it("object API - a call to an object active beside the gateway skips NATS, answered as one over NATS", async () => {
+    const requests: string[] = [];
+    const sub = svc.handle.nc.subscribe(subscriptionSubject(viaGateway(callObject)), {
+      callback: (_err, msg) => {
+        requests.push(msg.subject);
+      },
+    });
+    defer(() => sub.unsubscribe());
+    await svc.handle.nc.flush();
+    const seenOverNats = async () => {
+      await svc.handle.nc.flush();
+      return requests.length;
+    };
+    // Active nowhere: over NATS, where any host may start it (here, the only one).
+    assert.equal(await tally("beside").inc(1), 1);
+    assert.equal(await seenOverNats(), 1);
+    assert.equal(await tally("beside").inc(1), 2);
+    const unknown = await http("POST", "/tally/beside/rpc/nosuch");
+    assert.equal(await seenOverNats(), 1, "calls to an object active beside the gateway stay in this process");
+    // The same calls through a gateway with no host beside it: over NATS, the same answers.
+    const far = await svc.addGateway({});
+    assert.equal(await object<Tally>("tally", "beside", { url: far, apiKey: alice.key }).inc(1), 3);
+    const res = await fetch(`${far}/2025-09-09/objects/tally/beside/rpc/nosuch`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${alice.key}`, "content-type": "application/json" },
+    });
+    assert.deepEqual({ status: res.status, body: await res.json() }, unknown);
+    assert.equal(await seenOverNats(), 3);
+  });
+
+  it("object API - an object's output lines are its principal's, kept across its activations, gone with it", async () => {
+    const talker = tally("talker");
+    const ref = { principal: "alice", image: "tally", name: "talker" };
+    type Lines = { items: { stream: string; line: string }[]; cursor: string };
+    const lines = async (key = alice.key) => {
+      const got = await http("GET", "/tally/talker/logs?limit=1000", key);
+      return { status: got.status, body: got.body as unknown as Lines };
+    };
+    /** Waits (a long poll from the start of the object's lines) until `want` are all stored. */
+    const stored = async (want: string[]) => {
+      const deadline = Date.now() + OBJECT_SETTLE_MS;
+      let cursor = "0";
+      const seen: string[] = [];
+      while (!want.every((line) => seen.includes(line))) {
+        assert.ok(Date.now() < deadline, `lines ${JSON.stringify(want)} not stored; seen ${JSON.stringify(seen)}`);
+        const page = await http("GET", `/tally/talker/logs?since=${cursor}&waitSeconds=5`);
+        assert.equal(page.status, 200, JSON.stringify(page.body));
+        const body = page.body as unknown as Lines;
+        seen.push(...body.items.map((item) => `${item.stream} ${item.line}`));
+        cursor = body.cursor;
+      }
+    };
+    assert.equal((await lines()).status, 404, "no such object yet");
+    assert.equal(await talker.say("first activation"), "first activation");
+    await stored(["stdout first activation", "stderr err first activation"]);
+    await svc.host.objects.deactivate(ref);
+    assert.equal(await svc.host.objects.activeOn(ref), undefined);
+    await talker.say("second activation");
+    await stored(["stdout second activation"]);
+    const all = await lines();
+    assert.equal(all.status, 200);
+    assert.deepEqual(
+      all.body.items.filter((item) => item.stream === "stdout").map((item) => item.line),
+      ["first activation", "second activation"],
+      "one log for the object, across its activations",
+    );
+    const bobs = await lines(bob.key);
+    assert.equal(bobs.status, 404, "another principal's object of that name is none of bob's");
+    assert.equal((bobs.body as unknown as { _tag: string })._tag, "ObjectNotFound");
+    assert.equal((await http("DELETE", "/tally/talker")).status, 204);
+    assert.equal((await lines()).status, 404, "deleted with the object");
   });
 
   it("object API - 40 concurrent calls through two gateways and two hosts run one at a time on one activation", async () => {

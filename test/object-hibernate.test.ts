@@ -1,24 +1,26 @@
-// Objects with `hibernate: "snapshot"` on microVM hosts (gVisor): an idle eviction checkpoints
-// the instance into the object's snapshot, and its next call restores it, memory and all, on
-// the same host or on one started after the first stopped; the snapshot goes once it runs and
-// when the object is deleted. An object with `hibernate: "none"` starts afresh.
+// Objects with `hibernate: "snapshot"` on microVM hosts (gVisor): an idle eviction, or its host
+// stopping, checkpoints the instance into the object's snapshot, and its next call restores it,
+// memory and all, on the same host or on another; the snapshot goes once it runs and when the
+// object is deleted. An object with `hibernate: "none"` starts afresh.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { fileURLToPath } from "node:url";
-import { snapshotObjectBucket } from "../platform/index.ts";
+import { OBJECTS_BUCKET, snapshotObjectBucket, versionedStore, type VersionedStore } from "../platform/index.ts";
+import { leaseOwner } from "../placement/index.ts";
 import { nameToken } from "../schemas/index.ts";
 import type { MicrovmHost, MicrovmHostOptions } from "../vm-runtime/service/index.ts";
 import {
   objectAlarms,
   objectDirectory,
   objectHandlers,
+  objectKey,
   objectStores,
   snapshotIdOf,
   type ObjectRef,
 } from "../vm-runtime/objects/index.ts";
-import { until } from "./helpers/objects.ts";
+import { until, withoutLogs } from "./helpers/objects.ts";
 import { lifo } from "./helpers/defer.ts";
 import { assertNoInstanceLeft, startMicrovmService, type MicrovmService } from "./helpers/microvm.ts";
 import { gvisorSkip } from "./helpers/providers.ts";
@@ -37,6 +39,7 @@ const defer = lifo(after);
 let svc: MicrovmService;
 let a: MicrovmHost;
 let snapshots: ObjectStore;
+let leases: VersionedStore;
 let n = 0;
 const fresh = (imageName = "hibernating"): ObjectRef => ({
   principal: "alice",
@@ -69,6 +72,7 @@ before(async () => {
   svc = await startMicrovmService(defer, hostOptions);
   a = svc.host;
   snapshots = await new Objm(svc.handle.nc).open(snapshotObjectBucket);
+  leases = versionedStore(svc.handle.requester, OBJECTS_BUCKET);
 });
 after(() => assertNoInstanceLeft());
 
@@ -102,8 +106,23 @@ describe("objects hibernating", { skip }, () => {
     await next.close();
   });
 
+  it("objects hibernating - a host that stops hibernates its objects: another goes on with their memory at once", async (t) => {
+    const object = fresh("long");
+    const first = (await svc.addHost(hostOptions)).host;
+    assert.equal(await call(first, object, "visits"), 1);
+    assert.equal(await call(first, object, "visits"), 2);
+    const started = performance.now();
+    await first.close();
+    t.diagnostic(`the stop, its object hibernated, took ${Math.round(performance.now() - started)} ms`);
+    assert.equal(leaseOwner((await leases.get(objectKey(object))).value), undefined, "its lease was released");
+    assert.ok(await stored(object), "its snapshot is stored");
+    assert.equal(await call(a, object, "visits"), 3, "memory kept");
+    assert.equal(await a.objects.activeOn(object), a.hostId);
+  });
+
   it("objects hibernating - deleting a hibernated object deletes its snapshot", async () => {
     const handlers = objectHandlers({
+      ...withoutLogs,
       activations: a.objects,
       directory: objectDirectory(svc.handle.requester),
       stores: objectStores(svc.handle.requester),

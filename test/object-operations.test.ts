@@ -1,7 +1,8 @@
 // The object operations on a real NATS behind a real microVM API listener, with API keys: a
 // call's answer relayed as the object gave it (over HTTP and NATS), the contracts' 400s and
 // 404s, the directory (get, list by pages, delete clearing storage and alarm), and principals
-// that never see each other's objects. The host's activations are a fake here (test below).
+// that never see each other's objects. The host's activations are a fake here (test below): they
+// list an object when its call runs, and delete one as a holder does.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Msg } from "@nats-io/transport-node";
@@ -19,6 +20,7 @@ import {
   viaGateway,
 } from "../schemas/index.ts";
 import {
+  eraseObject,
   objectAlarms,
   objectDirectory,
   objectHandlers,
@@ -30,7 +32,7 @@ import {
 } from "../vm-runtime/objects/index.ts";
 import { isRpcError, object } from "../vm-runtime/index.ts";
 import { lifo } from "./helpers/defer.ts";
-import { objectsNats, testLease, type ObjectsNats } from "./helpers/objects.ts";
+import { objectsNats, testLease, withoutLogs, type ObjectsNats } from "./helpers/objects.ts";
 
 const defer = lifo(after);
 const alice = newApiKey("alice");
@@ -44,6 +46,7 @@ const keys = parseApiKeys(`${alice.line}\n${bob.line}\n`);
  */
 function fakeActivations(host: NatsHandle): ObjectActivations & { calls: string[] } {
   const stores = objectStores(host.requester);
+  const remains = { stores, alarms: objectAlarms(host.requester), directory: objectDirectory(host.requester) };
   const active = new Map<string, string>();
   const calls: string[] = [];
   const answer = (status: number, value: unknown): ObjectAnswer => ({
@@ -62,6 +65,7 @@ function fakeActivations(host: NatsHandle): ObjectActivations & { calls: string[
       const lease = testLease(host, object, "host-a");
       await lease.claim();
       active.set(objectKey(object), "host-a");
+      await remains.directory.enter(object);
       if (method === "fail")
         return answer(418, { _tag: "~alchemy/rpc/error", error: { _tag: "Teapot", spout: 1, message: "no coffee" } });
       const storage = stores.open(object, lease.fence);
@@ -72,6 +76,12 @@ function fakeActivations(host: NatsHandle): ObjectActivations & { calls: string[
     },
     async deactivate(object) {
       active.delete(objectKey(object));
+    },
+    async delete(object) {
+      active.delete(objectKey(object));
+      const lease = testLease(host, object, "host-a");
+      await lease.claim();
+      await eraseObject(remains, object, lease.renew);
     },
     activeOn: async (object) => active.get(objectKey(object)),
     close: async () => undefined,
@@ -88,6 +98,7 @@ before(async () => {
   host = await env.as("microvms");
   activations = fakeActivations(host);
   const handlers = objectHandlers({
+    ...withoutLogs,
     activations,
     directory: objectDirectory(host.requester),
     stores: objectStores(host.requester),
@@ -217,6 +228,7 @@ describe("object operations - calls", () => {
     await http("POST", `${path("counter", "kept")}/rpc/inc`, alice.key, "[1]");
     // Another host (its own directory, which has not seen the object) takes the call.
     const elsewhere = objectHandlers({
+      ...withoutLogs,
       activations,
       directory: objectDirectory(host.requester),
       stores: objectStores(host.requester),
@@ -348,6 +360,7 @@ describe("object operations - lists cost a page", () => {
 
     const counted = counting(host.requester);
     const handlers = objectHandlers({
+      ...withoutLogs,
       activations,
       directory: objectDirectory(counted.requester),
       stores: objectStores(counted.requester),

@@ -43,12 +43,13 @@ export interface MicrovmService {
   kv: KV;
   host: MicrovmHost;
   dataDir: string;
+  /** The gateway beside the first host, as in one `npm start` process: calls to objects active there skip NATS. */
   microvmUrl: string;
   overNats: MicrovmClient;
   overHttp: MicrovmClient;
   /** Starts one more host on the same NATS (its own connection and data dir). */
   addHost(options?: Partial<MicrovmHostOptions>): Promise<{ host: MicrovmHost; handle: NatsHandle }>;
-  /** Starts one more microVM API gateway (on port 0) with these options; resolves with its URL. */
+  /** Starts one more microVM API gateway (on port 0, every request over NATS) with these options; resolves with its URL. */
   addGateway(options: Pick<GatewayOptions, "requestTimeoutMs">): Promise<string>;
 }
 
@@ -98,7 +99,7 @@ export async function startMicrovmService(
     defer(() => gateway.close());
     return `http://127.0.0.1:${port}`;
   };
-  const microvmUrl = await addGateway(gatewayOptions);
+  const microvmUrl = await addGateway({ ...gatewayOptions, inProcess: first.host.inProcess });
   return {
     nats,
     handle: admin,

@@ -18,6 +18,7 @@ import {
   DEFAULT_START_TIMEOUT_MS,
   objectKey,
   type ActivationFence,
+  type ObjectOperationDeps,
   type ObjectRef,
 } from "../../vm-runtime/objects/index.ts";
 import type { Defer } from "./defer.ts";
@@ -131,3 +132,12 @@ export async function rejected(fn: () => Promise<unknown>): Promise<ApiError> {
   assert.ok(err instanceof ApiError, `an ApiError, got ${String(err)}`);
   return err;
 }
+
+/** The object handlers' log parts for tests that read no logs: none stored, no long poll held. */
+export const withoutLogs: Pick<ObjectOperationDeps, "logs" | "held"> = {
+  logs: {
+    read: async () => ({ items: [], cursor: "0" }),
+    has: async () => false,
+  },
+  held: { hold: (_headers, work) => work() },
+};

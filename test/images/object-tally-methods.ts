@@ -30,6 +30,14 @@ export const tallyMethods = {
   alarms: { handler: (ctx: ObjectContext) => count(ctx, "alarms") },
   hang: { handler: () => new Promise<never>(() => undefined) },
   visits: { handler: () => ++visits },
+  /** Writes `text` to stdout and `err <text>` to stderr. */
+  say: {
+    handler: (_ctx: ObjectContext, text: string) => {
+      console.log(text);
+      console.error(`err ${text}`);
+      return text;
+    },
+  },
 };
 
 export async function tallyAlarm(ctx: ObjectContext): Promise<void> {

@@ -24,7 +24,8 @@ export interface ObjectConnection {
 /**
  * The object `name` of `image` (yours: the API key says whose); `S` is its client shape. A
  * call rejects with a `MicrovmRpcError`: source `rpc` for what the method threw, `api` for a
- * refusal of the API (`ImageNotFound`, `NotAnObject`, `ObjectBusy` with its `retryAfterSeconds`).
+ * refusal of the API (`ImageNotFound`, `NotAnObject`, `ObjectBusy` or `ObjectLimitExceeded` with its
+ * `retryAfterSeconds`).
  */
 export function object<S extends object = AnyShape>(image: string, name: string, options: ObjectOptions = {}): S {
   const connection = objectConnection(image, name, options);

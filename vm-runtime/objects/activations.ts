@@ -4,9 +4,10 @@
 // lease is free or its holder gone past the lease's bound, this host claims it and runs the call
 // in its activation (held.ts). Calls to one object run one at a time in arrival order (the
 // activation's mailbox), at most `maxPending` waiting; storage writes carry the lease as their fence.
+// A delete is routed as a call and runs in the mailbox too: a call behind it finds a new object.
 import { performance } from "node:perf_hooks";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
-import { LeaseLost, leaseOwner, Placement } from "../../placement/index.ts";
+import { LeaseLost, leaseOwner, Placement, type Activation } from "../../placement/index.ts";
 import {
   log,
   microvmObjectsBusy,
@@ -15,13 +16,30 @@ import {
   type Requester,
   type VersionedStore,
 } from "../../platform/index.ts";
-import { ApiError, ImageNotFound, NotAnObject, ObjectBusy, ServiceUnavailable } from "../../schemas/index.ts";
+import {
+  ApiError,
+  ImageNotFound,
+  NotAnObject,
+  ObjectBusy,
+  ServiceUnavailable,
+  SNAPSHOT_STEP_SECONDS,
+} from "../../schemas/index.ts";
 import { objectAlarms, type ObjectAlarms } from "./alarms.ts";
+import { objectDirectory, type ObjectDirectory } from "./directory.ts";
 import { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
 import { answerJson, heldObjects } from "./held.ts";
 import type { ObjectHibernation } from "./hibernation.ts";
 import type { LaunchDeps } from "./launch.ts";
-import { GONE, MOVED, relay, relayWatched, serveRelay, SILENT, type CallRequest, type RelayRequest } from "./relay.ts";
+import {
+  GONE,
+  MOVED,
+  relay,
+  relayWatched,
+  serveRelay,
+  SILENT,
+  type HolderRequest,
+  type RelayRequest,
+} from "./relay.ts";
 import { objectStores, type ObjectStores } from "./storage.ts";
 import type { ObjectActivations, ObjectAnswer } from "./types.ts";
 
@@ -36,6 +54,18 @@ export const DEFAULT_CALL_TIMEOUT_MS = 25_000;
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
 /** Objects active on one host at once; past it the least recently called idle one is evicted. */
 export const DEFAULT_MAX_ACTIVE = 50;
+/**
+ * Objects of one principal active on one host at once; past it that principal's least recently
+ * called idle one is evicted, or, all busy, the start refused (429 ObjectLimitExceeded).
+ */
+export const DEFAULT_MAX_ACTIVE_PER_PRINCIPAL = 10;
+/**
+ * The longest an object may take to hibernate when its host stops, before its instance is
+ * stopped instead (its memory lost): the deadline a microVM's suspend has for the same work, a
+ * checkpoint and its upload to the snapshot store (SNAPSHOT_STEP_SECONDS). Objects hibernate
+ * side by side, so a stop waits at most this long for them (after the calls queued for them).
+ */
+export const DEFAULT_STOP_HIBERNATE_MS = SNAPSHOT_STEP_SECONDS * 1000;
 
 export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeoutMs" | "hibernation"> {
   readonly nc: NatsConnection;
@@ -47,9 +77,15 @@ export interface ObjectActivationsOptions extends Omit<LaunchDeps, "startTimeout
   readonly hostId: string;
   readonly stores?: ObjectStores;
   readonly alarms?: ObjectAlarms;
+  /** Where the objects activated here are listed. */
+  readonly directory?: ObjectDirectory;
   readonly maxPending?: number;
   /** Objects active here at once (default 50): each holds an instance. */
   readonly maxActive?: number;
+  /** Objects of one principal active here at once (default 10). */
+  readonly maxActivePerPrincipal?: number;
+  /** The longest an object's hibernation may take when the host stops (default 30 s). */
+  readonly stopHibernateMs?: number;
   readonly callTimeoutMs?: number;
   readonly startTimeoutMs?: number;
   /** A silent holder's lease is taken over this long (plus a margin) after its last renewal (default 3 s). */
@@ -66,6 +102,8 @@ export interface HostObjectActivations extends ObjectActivations {
   fireAlarm(key: string): Promise<void>;
   /** Objects active on this host now. */
   activeHere(): ObjectRef[];
+  /** Whether `object` is active on this host now (its calls run here). */
+  holds(object: ObjectRef): boolean;
 }
 
 /** The refusal of a call to the object of lease key `key` while `pending` calls wait. */
@@ -99,6 +137,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     images: options.images,
     provider: options.provider,
     openSession: options.openSession,
+    ...(options.output === undefined ? {} : { output: options.output }),
     startTimeoutMs: options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS,
     ...(options.hibernation === undefined ? {} : { hibernation: options.hibernation }),
   };
@@ -127,12 +166,21 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     launch: launchDeps,
     stores,
     alarms,
+    directory: options.directory ?? objectDirectory(options.requester),
     callTimeoutMs: options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS,
     maxActive: options.maxActive ?? DEFAULT_MAX_ACTIVE,
+    maxActivePerPrincipal: options.maxActivePerPrincipal ?? DEFAULT_MAX_ACTIVE_PER_PRINCIPAL,
+    stopHibernateMs: options.stopHibernateMs ?? DEFAULT_STOP_HIBERNATE_MS,
   });
 
+  /** Runs `request` in `activation`'s mailbox (placement's `run`: LeaseLost once it lapsed). */
+  const runHere = (activation: Activation, request: HolderRequest, signal?: AbortSignal) =>
+    placement.run(activation, (a) =>
+      request.op === "delete" ? held.remove(a, request.object) : held.run(a, request, signal),
+    );
+
   /** Runs `request` where the object lives: here (claiming it if free), or at its holder. */
-  async function atHolder(request: CallRequest, signal?: AbortSignal): Promise<ObjectAnswer> {
+  async function atHolder(request: HolderRequest, signal?: AbortSignal): Promise<ObjectAnswer> {
     const key = objectKey(request.object);
     let deadline = performance.now() + routeBudgetMs;
     let suspect: string | undefined;
@@ -141,7 +189,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       const route = await placement.route(key, suspect);
       if (route.kind === "local") {
         try {
-          return await placement.run(route.activation, (activation) => held.run(activation, request, signal));
+          return await runHere(route.activation, request, signal);
         } catch (err) {
           if (!(err instanceof LeaseLost)) throw err;
         }
@@ -180,7 +228,7 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
     const route = await placement.route(key);
     if (route.kind !== "local") return MOVED;
     try {
-      return await placement.run(route.activation, (activation) => held.run(activation, request));
+      return await runHere(route.activation, request);
     } catch (err) {
       if (err instanceof LeaseLost) return MOVED;
       throw err;
@@ -191,6 +239,10 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
 
   return {
     call: (object, method, args, signal) => atHolder({ op: "call", object, method, args }, signal),
+
+    async delete(object) {
+      await atHolder({ op: "delete", object });
+    },
 
     async deactivate(object) {
       const key = objectKey(object);
@@ -234,11 +286,8 @@ export function startObjectActivations(options: ObjectActivationsOptions): HostO
       }
     },
 
-    discardSnapshot: async (object) => {
-      await options.hibernation?.discard(object);
-    },
-
     activeHere: () => held.objects(),
+    holds: (object) => held.has(objectKey(object)),
 
     async close() {
       closing = true;

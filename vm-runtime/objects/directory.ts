@@ -1,9 +1,9 @@
 // The directory of objects: one record per object in the objects bucket, under its own key
 // (`=d.<object-key>`: no lease key `<p>.<i>.<n>` nor storage key `<p>.<i>.<n>.<k>` starts with
-// `=`), written once when the object is first called and purged when it is deleted. A list reads
-// one page of a principal's records (of one image) in one request, whatever the bucket holds.
+// `=`), written where an activation of the object starts (the record is created if missing) and
+// purged when the object is deleted. A list reads one page of a principal's records (of one
+// image) in one request, whatever the bucket holds.
 import { headers } from "@nats-io/transport-node";
-import { LRUCache } from "lru-cache";
 import { isWrongLastSequence, JetStreamRequestError, OBJECTS_BUCKET, type Requester } from "../../platform/index.ts";
 import { nameToken } from "../../schemas/index.ts";
 import { bucketSubject, objectKey, objectOfKey, type ObjectRef } from "./keys.ts";
@@ -31,36 +31,26 @@ export interface PageRequest {
 }
 
 export interface ObjectDirectory {
-  /**
-   * Lists `object`, unless it is listed already (checked again at most every few seconds per
-   * host); true when this call listed it.
-   */
-  enter(object: ObjectRef): Promise<boolean>;
+  /** Lists `object`, unless it is listed already (one request either way). */
+  enter(object: ObjectRef): Promise<void>;
   /** True when `object` is listed. */
   has(object: ObjectRef): Promise<boolean>;
   /** One page of `principal`'s objects, in one request. */
   page(principal: string, request: PageRequest): Promise<DirectoryPage>;
-  /** Removes `object`'s record (a deleted object is listed again on its next call). */
+  /** Removes `object`'s record (a deleted object is listed again by its next activation). */
   remove(object: ObjectRef): Promise<void>;
 }
 
 export interface DirectoryOptions {
   timeoutMs?: number;
-  /** How long this host trusts that an object it listed is still listed (default 5 s). */
-  enteredForMs?: number;
 }
 
 interface JsReply {
   error?: { code: number; err_code: number; description: string };
 }
 
-/** Objects this host remembers having listed: a call then costs no directory request. */
-const ENTERED = 10_000;
-
 export function objectDirectory(requester: Requester, options: DirectoryOptions = {}): ObjectDirectory {
   const timeout = options.timeoutMs ?? 5_000;
-  // An object deleted through another host is listed again by its next call here after this long.
-  const entered = new LRUCache<string, true>({ max: ENTERED, ttl: options.enteredForMs ?? 5_000 });
   const failed = (reply: JsReply) => {
     if (reply.error) throw new JetStreamRequestError(reply.error.code, reply.error.err_code, reply.error.description);
   };
@@ -68,16 +58,13 @@ export function objectDirectory(requester: Requester, options: DirectoryOptions 
   return {
     async enter(object) {
       const key = directoryKey(object);
-      if (entered.has(key)) return false;
       const h = headers();
       // A create: written only when the key has no message yet.
       h.set("Nats-Expected-Last-Subject-Sequence", "0");
       const record = JSON.stringify({ createdAt: new Date().toISOString() });
       const reply = (await requester.request(bucketSubject(key), record, timeout, h)).json<JsReply>();
-      const listedBefore = isWrongLastSequence(reply.error?.err_code);
-      if (!listedBefore) failed(reply);
-      entered.set(key, true);
-      return !listedBefore;
+      // Refused as listed already: the record stays as it was first written.
+      if (!isWrongLastSequence(reply.error?.err_code)) failed(reply);
     },
     async has(object) {
       const key = directoryKey(object);
@@ -100,7 +87,6 @@ export function objectDirectory(requester: Requester, options: DirectoryOptions 
     },
     async remove(object) {
       const key = directoryKey(object);
-      entered.delete(key);
       const reply = await requester.request(
         `$JS.API.STREAM.PURGE.${STREAM}`,
         JSON.stringify({ filter: bucketSubject(key) }),

@@ -17,9 +17,10 @@ export interface ObjectHibernation {
   /**
    * Checkpoints the object's instance `handle`, running the image version `imageDigest`, into
    * its snapshot; the instance ends either way. Rejects when nothing was stored (no room in the
-   * quota, a checkpoint that failed).
+   * quota, a checkpoint that failed). Once `signal` aborts nothing more is done, and a snapshot
+   * stored after it is deleted: its caller gave it up (and let the object go on elsewhere).
    */
-  save(object: ObjectRef, handle: MicrovmHandle, imageDigest: string): Promise<void>;
+  save(object: ObjectRef, handle: MicrovmHandle, imageDigest: string, signal?: AbortSignal): Promise<void>;
   /**
    * Restores the object's instance from its snapshot: undefined when it has none; rejects when
    * it has one that cannot be restored (damaged, of another image version than `imageDigest`,
@@ -48,7 +49,7 @@ export function objectHibernation(options: ObjectHibernationOptions): ObjectHibe
     return mkdtemp(join(parent, "object-"));
   };
   return {
-    async save(object, handle, imageDigest) {
+    async save(object, handle, imageDigest, signal) {
       const { checkpoint } = provider;
       if (!checkpoint) throw new Error("this host's provider cannot checkpoint an instance");
       const id = snapshotIdOf(object);
@@ -57,12 +58,19 @@ export function objectHibernation(options: ObjectHibernationOptions): ObjectHibe
       await store.reserving(object.principal, id, estimate, async () => {
         const dir = await imageDir();
         try {
+          signal?.throwIfAborted();
           await checkpoint.call(provider, handle, dir);
+          signal?.throwIfAborted();
           await store.save(object.principal, id, dir, undefined, imageDigest);
         } finally {
           await rm(dir, { recursive: true, force: true });
         }
       });
+      // Stored too late: an older memory must not come back after the object ran elsewhere.
+      if (signal?.aborted) {
+        await store.delete(object.principal, id);
+        signal.throwIfAborted();
+      }
     },
     async restore(object, imageDigest, signal) {
       const id = snapshotIdOf(object);

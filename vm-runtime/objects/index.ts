@@ -12,6 +12,7 @@ export {
   type ObjectDirectory,
   type PageRequest,
 } from "./directory.ts";
+export { eraseObject, type ObjectRemains } from "./deletion.ts";
 export { noActivations, objectHandlers, type ObjectHandlers, type ObjectOperationDeps } from "./operations.ts";
 export type { ObjectActivations, ObjectAnswer, ObjectItem, ObjectTraits } from "./types.ts";
 export { objectKey, objectOfKey, type ObjectRef } from "./keys.ts";

@@ -23,6 +23,12 @@ export function objectOfKey(key: string): ObjectRef | undefined {
   return { principal, image, name };
 }
 
+/**
+ * The id the object's output lines are stored under, for every activation of it (an instance's
+ * own id is a uuid; an image name has no space, so two objects never share one).
+ */
+export const objectLogId = (object: ObjectRef): string => `object ${object.image} ${object.name}`;
+
 /** The subject of a key in the objects bucket. */
 export const bucketSubject = (key: string): string => `$KV.${OBJECTS_BUCKET}.${key}`;
 

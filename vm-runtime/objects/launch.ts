@@ -9,7 +9,7 @@ import { RUNTIME_PORT, upstreamOf, type MicrovmHandle, type MicrovmProvider } fr
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import { restoredOrFresh, type ObjectHibernation } from "./hibernation.ts";
-import { objectKey, type ObjectRef } from "./keys.ts";
+import { objectKey, objectLogId, type ObjectRef } from "./keys.ts";
 import type { ObjectStorage } from "./storage.ts";
 import type { ObjectSessionOptions } from "./session.ts";
 import type { ObjectAnswer, ObjectTraits } from "./types.ts";
@@ -35,14 +35,30 @@ export type OpenSession = (request: SessionRequest) => Promise<ActivationSession
 /** The images an activation may run: the registry's, as its principal sees them. */
 export type ObjectImages = Pick<ImageStore, "latest" | "version" | "fetch">;
 
+/** Where an activation's output lines go: the host's instance logs, stored as the object's. */
+export interface ObjectOutput {
+  /** Stores the lines of instance `microvmId` as `owner`'s lines of `storedAs` until the returned function is called. */
+  keep(microvmId: string, owner: string, storedAs: string): () => void;
+  /** Deletes `owner`'s stored lines of `storedAs`. */
+  purge(owner: string, storedAs: string): Promise<void>;
+}
+
 export interface LaunchDeps {
   readonly images: ObjectImages;
+  /** Without, an activation's output goes to the host's debug log only. */
+  readonly output?: ObjectOutput;
   readonly provider: MicrovmProvider;
   readonly openSession: OpenSession;
   /** Time for the instance to start and its session to open. */
   readonly startTimeoutMs: number;
   /** Snapshots of objects with `hibernate: "snapshot"` (where the provider checkpoints). */
   readonly hibernation?: ObjectHibernation;
+}
+
+export interface StopOptions {
+  readonly hibernate?: boolean;
+  /** Bounds the hibernation. */
+  readonly signal?: AbortSignal;
 }
 
 /** An object's activation running here. */
@@ -53,9 +69,10 @@ export interface RunningObject {
   /**
    * Stops the instance and lets its module go; once, however often asked. With `hibernate`, an
    * object with `hibernate: "snapshot"` is checkpointed into its snapshot instead (where the
-   * host can): its next activation restores it.
+   * host can): its next activation restores it. A hibernation not done when `signal` aborts is
+   * given up: the instance is stopped and nothing of it stays stored.
    */
-  stop(options?: { readonly hibernate?: boolean }): Promise<void>;
+  stop(options?: StopOptions): Promise<void>;
   /** Settles when the instance or its session ended by itself (or `stop`). */
   readonly ended: Promise<void>;
   /**
@@ -80,11 +97,13 @@ export async function launchObject(
   const module = await resolveModule(deps.images, object);
   const signal = AbortSignal.timeout(deps.startTimeoutMs);
   let handle: MicrovmHandle | undefined;
+  let quiet = () => {};
   try {
     const restored = await restoredOrFresh(deps.hibernation, object, module.digest, signal);
-    handle =
-      restored.handle ??
-      (await deps.provider.start({ microvmId: `object-${randomUUID()}`, image: module.path }, signal));
+    // Its output is the object's from the first line (a fresh start's module code runs at boot).
+    const microvmId = restored.handle?.microvmId ?? `object-${randomUUID()}`;
+    if (deps.output) quiet = deps.output.keep(microvmId, object.principal, objectLogId(object));
+    handle = restored.handle ?? (await deps.provider.start({ microvmId, image: module.path }, signal));
     const upstream = deps.provider.upstream?.(handle, RUNTIME_PORT) ?? upstreamOf(handle, RUNTIME_PORT);
     if (!upstream) throw new Error("the instance has no runtime port");
     const session = await deps
@@ -99,10 +118,11 @@ export async function launchObject(
       .catch((err: unknown) => {
         throw isNotAnObject(err) ? NotAnObject.make({ image: object.image }) : err;
       });
-    return running(deps, object, session, handle, module, restored.snapshot);
+    return running(deps, object, session, handle, module, restored.snapshot, quiet);
   } catch (err) {
     if (handle) await deps.provider.terminate(handle, 0).catch(() => undefined);
     module.release();
+    quiet();
     throw err;
   }
 }
@@ -114,29 +134,37 @@ function running(
   handle: MicrovmHandle,
   module: HeldModule,
   fromSnapshot: boolean,
+  /** Stops storing its output. */
+  quiet: () => void,
 ): RunningObject {
   let stopped: Promise<void> | undefined;
   const terminate = () =>
     provider.terminate(handle, 1_000).catch((err: unknown) => log.warn({ err }, "stopping an object failed"));
-  /** Checkpoints the instance into the object's snapshot (the runtime closes the session); false when it could not. */
-  const saved = async (): Promise<boolean> => {
+  /**
+   * Checkpoints the instance into the object's snapshot (the runtime closes the session); false
+   * when it could not, or not before `signal` aborted.
+   */
+  const saved = async (signal?: AbortSignal): Promise<boolean> => {
     if (!hibernation || session.traits.hibernate !== "snapshot") return false;
     const started = performance.now();
     try {
-      await hibernation.save(object, handle, module.digest);
+      await untilAborted(hibernation.save(object, handle, module.digest, signal), signal);
       log.info({ object: objectKey(object), ms: Math.round(performance.now() - started) }, "object hibernated");
       return true;
     } catch (err) {
-      log.warn({ object: objectKey(object), err }, "an object could not hibernate: its memory is lost");
+      if (signal?.aborted)
+        log.warn({ object: objectKey(object) }, "an object did not hibernate in time: its memory is lost");
+      else log.warn({ object: objectKey(object), err }, "an object could not hibernate: its memory is lost");
       return false;
     }
   };
-  const stop = (options: { readonly hibernate?: boolean } = {}) =>
+  const stop = (options: StopOptions = {}) =>
     (stopped ??= (async () => {
-      const hibernated = options.hibernate === true && (await saved());
+      const hibernated = options.hibernate === true && (await saved(options.signal));
       await Promise.resolve(session.close()).catch(() => undefined);
       if (!hibernated) await terminate();
       module.release();
+      quiet();
     })());
   // The instance may end by itself (it crashed, the wall died): the session closes with it.
   const exited = provider.exited?.(handle).then(() => undefined) ?? new Promise<void>(() => undefined);
@@ -149,6 +177,18 @@ function running(
       .catch((err: unknown) => log.warn({ object: objectKey(object), err }, "an object's snapshot was not deleted"));
   };
   return { object, session, handle, stop, ended, established };
+}
+
+/** `work`, or a rejection with `signal`'s reason once it aborts (`work` goes on: it heeds the signal itself). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return work;
+  work.catch(() => undefined);
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason);
+    if (signal.aborted) return abort();
+    signal.addEventListener("abort", abort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
 }
 
 /** The module of the object's image (latest, or the digest it names), held until released. */

@@ -1,19 +1,21 @@
 // The object operations as handlers of one microVM host: a call runs on the object's one
 // activation (wherever the host's activations find it) and its RPC answer is relayed as it is;
-// list and get read the directory and describe each object; delete stops and clears one.
+// list and get read the directory and describe each object; delete runs where the object lives
+// (its activation lists it when it starts).
 import {
   ObjectNotFound,
   RelayedAnswer,
   DEFAULT_OBJECT_PAGE,
-  ApiError,
   ServiceUnavailable,
   type objectApi,
 } from "../../schemas/index.ts";
 import type { ApiHandlers } from "../../actors/serve.ts";
+import type { HeldRequests } from "../../platform/index.ts";
+import type { InstanceLogs } from "../service/logs.ts";
 import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import type { ObjectDirectory } from "./directory.ts";
-import { objectKey, type ObjectRef } from "./keys.ts";
+import { objectKey, objectLogId, type ObjectRef } from "./keys.ts";
 import type { ObjectStores } from "./storage.ts";
 import type { ObjectActivations, ObjectAnswer, ObjectItem } from "./types.ts";
 
@@ -23,17 +25,19 @@ export interface ObjectOperationDeps {
   readonly directory: ObjectDirectory;
   readonly stores: ObjectStores;
   readonly alarms: ObjectAlarms;
+  /** Where the objects' output lines are stored and read. */
+  readonly logs: Pick<InstanceLogs, "read" | "has">;
+  /** Long polls of the logs, ended when the gateway says their client left. */
+  readonly held: Pick<HeldRequests, "hold">;
 }
 
 export type ObjectHandlers = ApiHandlers<typeof objectApi>;
 
-/** Refusals of a call that leave no object behind: the directory forgets one listed for that call. */
-const NO_OBJECT = new Set(["ImageNotFound", "NotAnObject"]);
 /** Bytes of an error answer read for its `_tag`, at most. */
 const TAG_READ_BYTES = 64 * 1024;
 
 export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
-  const { activations, directory, stores, alarms } = deps;
+  const { activations, directory, stores, alarms, logs } = deps;
 
   const describe = async (object: ObjectRef): Promise<ObjectItem> => {
     const [activeOn, storageBytes, alarmAt] = await Promise.all([
@@ -57,15 +61,8 @@ export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
 
   return {
     async callObject({ image, name, method, args }, { principal }) {
-      const object = { principal, image, name };
-      // Listed before its code runs: an object that stores anything is in its principal's list.
-      const listedNow = await directory.enter(object);
-      const answer = await activations.call(object, method, args ?? []).catch(async (err: unknown) => {
-        // Listed for this call alone, and there is no such object: unlisted again.
-        if (listedNow && err instanceof ApiError && NO_OBJECT.has(err._tag))
-          await directory.remove(object).catch(() => undefined);
-        throw err;
-      });
+      // Its activation lists it before its code runs: an object that stores anything is listed.
+      const answer = await activations.call({ principal, image, name }, method, args ?? []);
       return new RelayedAnswer(answer.status, answer.body, tagOf(answer));
     },
     async listObjects(input, { principal }) {
@@ -83,18 +80,39 @@ export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
       return describe(object);
     },
     /**
-     * Stops the activation, then removes its snapshot, the storage a page at a time, the alarm
-     * and last the record: a delete cut short leaves the object listed, and deleting it again goes on.
+     * Where the object lives, in its mailbox: stops the activation, then removes its snapshot, the
+     * storage a page at a time, the alarm and last the record: a delete cut short leaves the
+     * object listed, and deleting it again goes on.
      */
     async deleteObject({ image, name }, { principal }) {
       const object = { principal, image, name };
       await listed(object);
-      await activations.deactivate(object);
-      await activations.discardSnapshot?.(object);
-      while (!(await stores.purgePage(object))) {}
-      await alarms.delete(object);
-      await directory.remove(object);
+      await activations.delete(object);
       return null;
+    },
+    /** The lines the object's activations wrote: any host reads them (they outlive each activation). */
+    async getObjectLogs(input, context) {
+      const object = { principal: context.principal, image: input.image, name: input.name };
+      const id = objectLogId(object);
+      const since = input.since === undefined ? undefined : Number(input.since);
+      const read = {
+        ...(input.limit === undefined ? {} : { limit: Number(input.limit) }),
+        ...(since === undefined ? {} : { since }),
+      };
+      // The caller's own lines, or a 404 for an object it does not have (or another's).
+      const mustExist = async () => {
+        if (!(await logs.has(object.principal, id))) await listed(object);
+      };
+      if (since !== undefined && input.waitSeconds !== undefined) {
+        const waitMs = Number(input.waitSeconds) * 1000;
+        return deps.held.hold(context.headers, async (signal) => {
+          await mustExist();
+          return logs.read(object.principal, id, { ...read, waitMs, ...(signal ? { signal } : {}) });
+        });
+      }
+      const page = await logs.read(object.principal, id, read);
+      if (page.items.length === 0) await mustExist();
+      return page;
     },
   };
 }
@@ -114,6 +132,7 @@ function tagOf(answer: ObjectAnswer): string {
 /** Activations of a host that runs none: a call is a 503 (no object is ever active here). */
 export const noActivations: ObjectActivations = {
   call: () => Promise.reject(ServiceUnavailable.make({ message: "this host does not run objects" })),
+  delete: () => Promise.reject(ServiceUnavailable.make({ message: "this host does not run objects" })),
   deactivate: () => Promise.resolve(),
   activeOn: () => Promise.resolve(undefined),
   close: () => Promise.resolve(),

@@ -24,11 +24,16 @@ export type RelayRequest =
   | { readonly op: "call"; readonly object: ObjectRef; readonly method: string; readonly args: unknown[] }
   | { readonly op: "alarm"; readonly object: ObjectRef }
   | { readonly op: "deactivate"; readonly object: ObjectRef }
+  /** Deletes the object where it lives (answered 204). */
+  | { readonly op: "delete"; readonly object: ObjectRef }
   /** Answered 200 `true` when the object is active at the host asked. */
   | { readonly op: "active"; readonly object: ObjectRef };
 
 /** A request that runs the object's code: a method, or its alarm. */
 export type CallRequest = Extract<RelayRequest, { op: "call" | "alarm" }>;
+
+/** A request its object's holder runs in the object's mailbox: a call, or a delete. */
+export type HolderRequest = Extract<RelayRequest, { op: "call" | "alarm" | "delete" }>;
 
 /** The holder does not hold the object (any more): read its lease again. */
 export const MOVED = "moved";

@@ -37,13 +37,17 @@ export interface ObjectActivations {
   /**
    * Runs `method` on the object's one activation (activating it here, or relaying to the host
    * that holds it); calls to one object run one at a time in arrival order. Rejects with an
-   * `ApiError`-shaped failure: ImageNotFound, NotAnObject, ObjectBusy.
+   * `ApiError`-shaped failure: ImageNotFound, NotAnObject, ObjectBusy,
+   * ObjectLimitExceeded (the caller's most objects active on this host, each busy).
    */
   call(object: ObjectRef, method: string, args: unknown[], signal?: AbortSignal): Promise<ObjectAnswer>;
   /** Stops the object's activation wherever it runs (storage stays). */
   deactivate(object: ObjectRef): Promise<void>;
-  /** Deletes the object's hibernation snapshot, if it has one (after `deactivate`, to delete it). */
-  discardSnapshot?(object: ObjectRef): Promise<void>;
+  /**
+   * Deletes the object where it lives, in its mailbox (no call interleaves; those after it find
+   * a new object): stops its activation, removes its snapshot, storage, alarm and directory record.
+   */
+  delete(object: ObjectRef): Promise<void>;
   /** Whether, and where, the object is active now. */
   activeOn(object: ObjectRef): Promise<string | undefined>;
   close(): Promise<void>;

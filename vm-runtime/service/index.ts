@@ -6,7 +6,14 @@ import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { KV } from "@nats-io/kv";
 import type { Msg, NatsConnection } from "@nats-io/transport-node";
-import { microvmApi, PRINCIPAL_HEADER, serviceNames, viaGateway } from "../../schemas/index.ts";
+import {
+  callObject,
+  microvmApi,
+  PRINCIPAL_HEADER,
+  serviceNames,
+  viaGateway,
+  type InputOf,
+} from "../../schemas/index.ts";
 import { builtinImages } from "../images/paths.ts";
 import type { LifecycleTimeouts } from "../lifecycle/types.ts";
 import type { TokenKey } from "../wire/token.ts";
@@ -35,7 +42,8 @@ import {
   type OpenSession,
 } from "../objects/index.ts";
 import { MicroService, processMetadata } from "../../actors/discovery.ts";
-import { serveApi } from "../../actors/serve.ts";
+import { inProcessOperation, serveApi, type Handler } from "../../actors/serve.ts";
+import type { InProcessRoute } from "../../placement/index.ts";
 import { defaultHostId, hostWorkDir, loadTokenKeyring, lockHost } from "./config.ts";
 import { queueHandlers, type HostState } from "./handlers.ts";
 import { HostInstances } from "./host-instances.ts";
@@ -194,7 +202,14 @@ export interface MicrovmHostOptions {
 export type ObjectHostOptions = Partial<
   Pick<
     ObjectActivationsOptions,
-    "maxPending" | "maxActive" | "callTimeoutMs" | "startTimeoutMs" | "leaseTtlMs" | "relayTimeoutMs"
+    | "maxPending"
+    | "maxActive"
+    | "maxActivePerPrincipal"
+    | "callTimeoutMs"
+    | "startTimeoutMs"
+    | "stopHibernateMs"
+    | "leaseTtlMs"
+    | "relayTimeoutMs"
   >
 > & {
   /** Opens the session with an object's instance (default `openObjectSession`). */
@@ -213,6 +228,11 @@ export interface MicrovmHost {
   sweep(): Promise<SweepReport>;
   /** The cluster's objects as this host reaches them, and those active on it. */
   readonly objects: HostObjectActivations;
+  /**
+   * What a gateway in this process may serve here without NATS (its `inProcess`): a call to an
+   * object active on this host (any other goes on its subject, so new activations spread).
+   */
+  readonly inProcess: ReadonlyMap<string, InProcessRoute>;
   /** Stops serving, terminates every instance of this host, closes the proxies. */
   close(): Promise<void>;
 }
@@ -258,6 +278,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
   undo.defer(() => requester.close());
   const objectStorage = objectStores(requester);
   const alarms = objectAlarms(requester);
+  const directory = objectDirectory(requester);
   const objects = startObjectActivations({
     ...options.objects,
     nc,
@@ -268,12 +289,15 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     provider,
     stores: objectStorage,
     alarms,
+    directory,
     openSession: options.objects?.openSession ?? openObjectSession,
+    output: logs,
     // Hibernating objects keep their memory where instances are suspended into snapshots.
     ...(snapshots && provider.checkpoint
       ? { hibernation: objectHibernation({ store: snapshots, provider, workDir }) }
       : {}),
   });
+  const held = new HeldRequests(nc, prefix);
   const host: HostState = {
     nc,
     prefix,
@@ -282,7 +306,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     tokenKey,
     images,
     logs,
-    held: new HeldRequests(nc, prefix),
+    held,
     settleMs: options.settleMs ?? 3_000,
     forwardTimeoutMs: options.forwardTimeoutMs ?? 4_000,
     instances: new HostInstances({
@@ -290,7 +314,14 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
       maxInstances: options.maxInstances ?? 50,
       quotaPerPrincipal: options.quotaPerPrincipal ?? 10,
     }),
-    objects: { activations: objects, directory: objectDirectory(requester), stores: objectStorage, alarms },
+    objects: {
+      activations: objects,
+      directory,
+      stores: objectStorage,
+      alarms,
+      logs,
+      held,
+    },
     launch: {
       hostId,
       store,
@@ -391,6 +422,7 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     liveInstances: () => host.instances.ids(),
     sweep: () => sweeper.sweep(),
     objects,
+    inProcess: new Map([["callObject", objectCallsHere(objects, shared.callObject)]]),
     close: () => (closed ??= shutdown()),
   };
 
@@ -528,4 +560,13 @@ async function openImages(
 }
 
 /** The principal a sender put in the header: believed only where its subject's permissions say who sent it. */
+/** Calls to the objects active on this host, as the gateway beside it hands them over. */
+function objectCallsHere(objects: HostObjectActivations, handler: Handler<typeof callObject>): InProcessRoute {
+  const call = inProcessOperation(callObject, handler);
+  return {
+    here: (input, principal) => objects.holds({ principal, image: input.image as string, name: input.name as string }),
+    call: (input, principal, requestId) => call(input as InputOf<typeof callObject>, principal, requestId),
+  };
+}
+
 const fromHeader = (msg: Msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined;

@@ -50,7 +50,7 @@ const subjectOf = (owner: string, microvmId: string) =>
 
 export class InstanceLogs {
   /** The owner of each instance whose output this host stores, and how many launches keep it. */
-  readonly #owners = new Map<string, { owner: string; keeps: number }>();
+  readonly #owners = new Map<string, { owner: string; storedAs: string; keeps: number }>();
   #waiting = 0;
 
   private constructor(
@@ -58,11 +58,15 @@ export class InstanceLogs {
     private readonly jsm: JetStreamManager,
   ) {}
 
-  /** Stores the output of `owner`'s instance from now on; the returned function stops it (once). */
-  keep(microvmId: string, owner: string): () => void {
+  /**
+   * Stores the output of `owner`'s instance from now on, as the lines of `storedAs` (default:
+   * the instance's own id; an object's activations store theirs under the object's); the
+   * returned function stops it (once).
+   */
+  keep(microvmId: string, owner: string, storedAs = microvmId): () => void {
     const kept = this.#owners.get(microvmId);
-    if (kept?.owner === owner) kept.keeps += 1;
-    else this.#owners.set(microvmId, { owner, keeps: 1 });
+    if (kept?.owner === owner && kept.storedAs === storedAs) kept.keeps += 1;
+    else this.#owners.set(microvmId, { owner, storedAs, keeps: 1 });
     let done = false;
     return () => {
       const current = this.#owners.get(microvmId);
@@ -78,9 +82,9 @@ export class InstanceLogs {
    * booted ahead, an image push's check) goes to this host's debug log only.
    */
   readonly sink = (microvmId: string, stream: "stdout" | "stderr", line: string): void => {
-    const owner = this.#owners.get(microvmId)?.owner;
-    if (owner === undefined) log.debug({ microvmId, stream, line }, "instance output");
-    else this.write(owner, microvmId, stream, line);
+    const kept = this.#owners.get(microvmId);
+    if (kept === undefined) log.debug({ microvmId, stream, line }, "instance output");
+    else this.write(kept.owner, kept.storedAs, stream, line);
   };
 
   /** True when `owner`'s instance has a stored line. */
