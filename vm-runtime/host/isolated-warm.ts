@@ -1,10 +1,10 @@
 // Walls booted ahead of their instance: a start of the default heap size takes one and sends it
 // its module, skipping the wall's and node's start-up. A failed boot is left to the next start.
-// The pool is refilled one wall at a time (the next once the last one's runtime is up), and
-// while launches are under way only when it is empty: a wall's boot is CPU work that launches
-// would share, and the launches of a burst reach the host a few at a time, with moments in
-// between when none is under way. A host whose launches never all end at once (a steady stream
-// of them) is not left short of walls: a refill waits for them at most `REFILL_WAIT_MS`.
+// The pool is refilled once no launch is under way, one wall at a time (the next once the last
+// one's runtime is up): a wall's boot is CPU work that launches would share, and the launches of
+// a burst reach the host a few at a time, with moments in between when none is under way. A
+// host whose launches never all end at once (a steady stream of them) is not left without walls:
+// a refill waits for them at most `REFILL_WAIT_MS`.
 import type { Tracked } from "./isolated-walls.ts";
 
 /**
@@ -74,8 +74,7 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
 
   function refill(waited = false): void {
     if (rising || closing.signal.aborted || warm.length + booting.size >= deps.target) return;
-    // An empty pool boots at once, as the next launch needs a wall soonest; the rest wait.
-    if (launches > 0 && !waited && warm.length + booting.size > 0) {
+    if (launches > 0 && !waited) {
       deferred ??= setTimeout(() => {
         deferred = undefined;
         refill(true);
