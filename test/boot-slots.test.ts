@@ -4,8 +4,6 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { bootSlots } from "../vm-runtime/host/boot-slots.ts";
-import { warmPool } from "../vm-runtime/host/isolated-warm.ts";
-import type { Tracked } from "../vm-runtime/host/isolated-walls.ts";
 import { ISOLATED_START_TIMEOUT_MS } from "../vm-runtime/host/isolated-provider.ts";
 import { pollUntil } from "../vm-runtime/host/provider-util.ts";
 import { checkSandbox, createSandboxProvider, type IsolatedProvider } from "../vm-runtime/service/index.ts";
@@ -98,8 +96,6 @@ describe("walls booted ahead on the sandbox", { skip: sandbox.ok ? false : sandb
     provider = await createSandboxProvider({
       hostKey: `warm-refill-${process.pid}`,
       warmInstances: walls,
-      // A launch is under way at most its start timeout: the refill waits for the whole burst.
-      refillWaitMs: ISOLATED_START_TIMEOUT_MS,
       memoryMiB: 96,
       scratchMiB: 8,
     });
@@ -135,41 +131,5 @@ describe("walls booted ahead on the sandbox", { skip: sandbox.ok ? false : sandb
     } finally {
       await Promise.all(handles.map((handle) => provider.terminate(handle, 200)));
     }
-  });
-});
-
-describe("walls booted ahead, waiting for launches", () => {
-  it("warm pool - a refill waits for the launches under way at most its wait: a steady stream of launches still gets walls", async () => {
-    const waitMs = 200;
-    let booted!: () => void;
-    const boot = new Promise<void>((resolve) => (booted = resolve));
-    const pool = warmPool({
-      target: 1,
-      heapMiB: 64,
-      startTimeoutMs: 10_000,
-      refillWaitMs: waitMs,
-      // Booting until the pool is closed.
-      boot: (_heap, _deadline, signal) => {
-        booted();
-        return new Promise<Tracked>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)));
-      },
-      stop: async () => undefined,
-      up: async () => undefined,
-    });
-    // A launch that never ends while the pool is empty (the stream's launches overlap).
-    const ended = pool.launching();
-    const asked = performance.now();
-    pool.refill();
-    const bound = waitMs + 10_000;
-    let timer: NodeJS.Timeout | undefined;
-    const within = await Promise.race([
-      boot.then(() => true),
-      new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), bound))),
-    ]).finally(() => clearTimeout(timer));
-    const tookMs = performance.now() - asked;
-    ended();
-    await pool.close(new Error("test over"));
-    assert.ok(within, `no wall booted within ${bound} ms while a launch stayed under way`);
-    assert.ok(tookMs >= waitMs - 1, `a wall booted after ${tookMs} ms, before the refill's wait (${waitMs} ms)`);
   });
 });

@@ -82,8 +82,6 @@ export interface IsolatedProviderOptions {
    * module, skipping the wall's and node's start-up. Only for the default heap size.
    */
   readonly warmInstances?: number;
-  /** How long a refill of those walls waits for the launches under way to end (default `REFILL_WAIT_MS`, 1 s). */
-  readonly refillWaitMs?: number;
   /**
    * Walls booting at once, until their runtime prints its boot line (default: four times the
    * host's cores over an instance's CPU quota, 16 for 2 cores and 0.5: a boot uses about half
@@ -178,7 +176,6 @@ export async function createIsolatedProvider(
   const { assign, answering } = wallReadiness(cgroups, launcher.name);
   const warm = warmPool({
     target: options.warmInstances ?? 1,
-    ...(options.refillWaitMs === undefined ? {} : { refillWaitMs: options.refillWaitMs }),
     heapMiB,
     startTimeoutMs,
     boot,
@@ -218,8 +215,6 @@ export async function createIsolatedProvider(
       (await boot(memoryMiB, deadline, signal).catch((cause: unknown) => {
         throw hostFailureOf(cause) ?? new MicrovmProviderError(`instance ${spec.microvmId} did not start`, { cause });
       }));
-    // The wall it took is booted again once the launches under way end (or have waited long enough).
-    warm.refill();
     try {
       await assign(entry, spec.microvmId);
       const stdin = entry.launched.child.stdin;

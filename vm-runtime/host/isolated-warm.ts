@@ -2,17 +2,8 @@
 // its module, skipping the wall's and node's start-up. A failed boot is left to the next start.
 // The pool is refilled once no launch is under way, one wall at a time (the next once the last
 // one's runtime is up): a wall's boot is CPU work that launches would share, and the launches of
-// a burst reach the host a few at a time, with moments in between when none is under way. A
-// host whose launches never all end at once (a steady stream of them) is not left without walls:
-// a refill waits for them at most `REFILL_WAIT_MS`.
+// a burst reach the host a few at a time, with moments in between when none is under way.
 import type { Tracked } from "./isolated-walls.ts";
-
-/**
- * The longest a refill waits for the launches under way to end: a burst's launches from walls
- * booted ahead end within a few hundred ms; a stream that overlaps for longer boots its walls
- * beside it, as before there was any waiting.
- */
-export const REFILL_WAIT_MS = 1_000;
 
 export interface WarmPoolDeps {
   /** Walls kept waiting. */
@@ -26,15 +17,10 @@ export interface WarmPoolDeps {
   stop(entry: Tracked): Promise<void>;
   /** Resolves once the wall's runtime is up (its boot line), rejects if it ends or `deadline` passes first. */
   up(entry: Tracked, deadline: number): Promise<void>;
-  /** How long a refill waits for the launches under way to end (default `REFILL_WAIT_MS`). */
-  readonly refillWaitMs?: number;
 }
 
 export interface WarmPool {
-  /**
-   * Boots walls in the background, one at a time, until `target` wait; none while a launch is
-   * under way, unless launches have been under way for the refill's whole wait.
-   */
+  /** Boots walls in the background, one at a time, until `target` wait; none while a launch is under way. */
   refill(): void;
   /** Marks a launch under way until the function returned is called; the last one to end refills. */
   launching(): () => void;
@@ -55,8 +41,6 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
   let launches = 0;
   /** A wall is being booted ahead (until its runtime is up). */
   let rising = false;
-  /** A refill put off while launches are under way: it boots when its wait ends, if none did before. */
-  let deferred: NodeJS.Timeout | undefined;
   // Walls booted ahead are given up at close, not waited for to come up.
   const closing = new AbortController();
 
@@ -72,17 +56,8 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
     if (up) refill();
   }
 
-  function refill(waited = false): void {
-    if (rising || closing.signal.aborted || warm.length + booting.size >= deps.target) return;
-    if (launches > 0 && !waited) {
-      deferred ??= setTimeout(() => {
-        deferred = undefined;
-        refill(true);
-      }, deps.refillWaitMs ?? REFILL_WAIT_MS).unref();
-      return;
-    }
-    clearTimeout(deferred);
-    deferred = undefined;
+  function refill(): void {
+    if (launches > 0 || rising || closing.signal.aborted || warm.length + booting.size >= deps.target) return;
     rising = true;
     const deadline = Date.now() + deps.startTimeoutMs;
     const booted = deps.boot(deps.heapMiB, deadline, closing.signal).then(
@@ -122,7 +97,6 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
     },
     async close(reason) {
       closing.abort(reason);
-      clearTimeout(deferred);
       await Promise.allSettled(booting);
     },
   };
