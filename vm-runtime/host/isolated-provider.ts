@@ -19,7 +19,7 @@ import { warmPool } from "./isolated-warm.ts";
 import type { Launcher, Tracked } from "./isolated-walls.ts";
 import { launchKey, launchSnapshots, type LaunchSnapshotOptions, type LaunchSnapshots } from "./launch-snapshots.ts";
 import type { InstanceNode } from "./node-args.ts";
-import { bootLine, waitForHealth, type OutputSink } from "./process-io.ts";
+import { waitForHealth, type OutputSink } from "./process-io.ts";
 import { bundleCache, type BundleCache } from "./provider-util.ts";
 import { exitOf, startFailed } from "./start-failure.ts";
 import { MODULE_BYTES_LIMIT } from "../runtime/startup-input.ts";
@@ -108,8 +108,6 @@ export interface IsolatedProvider extends MicrovmProvider {
   uidOf(handle: MicrovmHandle): number | undefined;
   /** Walls booting now (holding a boot slot) and launches waiting for a slot. */
   boots(): { readonly running: number; readonly waiting: number };
-  /** Walls booted ahead waiting for their instance now (tests). */
-  warmWalls(): number;
   prepare(images: readonly string[]): Promise<void>;
   reclaim(): Promise<ReclaimedInstance[]>;
   /** Launch snapshots, where this provider takes them (tests and benches read their times). */
@@ -174,14 +172,7 @@ export async function createIsolatedProvider(
     closed: () => closed,
   });
   const { assign, answering } = wallReadiness(cgroups, launcher.name);
-  const warm = warmPool({
-    target: options.warmInstances ?? 1,
-    heapMiB,
-    startTimeoutMs,
-    boot,
-    stop: stopEntry,
-    up: (entry, deadline) => bootLine(entry.output, deadline, undefined, entry.exited),
-  });
+  const warm = warmPool({ target: options.warmInstances ?? 1, heapMiB, startTimeoutMs, boot, stop: stopEntry });
   const wallOps = { boot, assign, answering, forceStop };
   const launches =
     launcher.restore && options.launchSnapshots && asRoot
@@ -351,7 +342,6 @@ export async function createIsolatedProvider(
     cgroupOf: (handle) => entryOf(handle)?.cgroup,
     uidOf: (handle) => entryOf(handle)?.uid,
     boots: () => ({ running: slots.running, waiting: slots.waiting }),
-    warmWalls: () => warm.waiting(),
     async prepare(images) {
       await bundles.prepare(images);
       warm.refill();

@@ -1,8 +1,7 @@
 // Walls booted ahead of their instance: a start of the default heap size takes one and sends it
 // its module, skipping the wall's and node's start-up. A failed boot is left to the next start.
-// The pool is refilled once no launch is under way, one wall at a time (the next once the last
-// one's runtime is up): a wall's boot is CPU work that launches would share, and the launches of
-// a burst reach the host a few at a time, with moments in between when none is under way.
+// The pool is refilled once no launch is under way: a wall's boot is CPU work that launches in
+// flight would share (10 walls booted again during a burst of 10 took a second off each launch).
 import type { Tracked } from "./isolated-walls.ts";
 
 export interface WarmPoolDeps {
@@ -15,17 +14,13 @@ export interface WarmPoolDeps {
   boot(heapMiB: number, deadline: number, signal: AbortSignal): Promise<Tracked>;
   /** Ends a wall booted after the pool was closed. */
   stop(entry: Tracked): Promise<void>;
-  /** Resolves once the wall's runtime is up (its boot line), rejects if it ends or `deadline` passes first. */
-  up(entry: Tracked, deadline: number): Promise<void>;
 }
 
 export interface WarmPool {
-  /** Boots walls in the background, one at a time, until `target` wait; none while a launch is under way. */
+  /** Boots walls in the background until `target` wait; none while a launch is under way. */
   refill(): void;
   /** Marks a launch under way until the function returned is called; the last one to end refills. */
   launching(): () => void;
-  /** Walls booted ahead waiting for their instance now. */
-  waiting(): number;
   /**
    * A warm wall of `heapMiB`, if one is waiting or being booted (a wall being booted ahead is
    * ready sooner than one booted now); undefined for another heap size or an empty pool.
@@ -39,8 +34,6 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
   const warm: Tracked[] = [];
   const booting = new Set<Promise<unknown>>();
   let launches = 0;
-  /** A wall is being booted ahead (until its runtime is up). */
-  let rising = false;
   // Walls booted ahead are given up at close, not waited for to come up.
   const closing = new AbortController();
 
@@ -50,29 +43,18 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
     return undefined;
   }
 
-  /** The wall being booted ahead is up (the next may boot) or has failed (left to the next start). */
-  function next(up: boolean): void {
-    rising = false;
-    if (up) refill();
-  }
-
   function refill(): void {
-    if (launches > 0 || rising || closing.signal.aborted || warm.length + booting.size >= deps.target) return;
-    rising = true;
-    const deadline = Date.now() + deps.startTimeoutMs;
-    const booted = deps.boot(deps.heapMiB, deadline, closing.signal).then(
-      (entry) => {
-        if (closing.signal.aborted) return deps.stop(entry);
-        warm.push(entry);
-        void deps.up(entry, deadline).then(
-          () => next(true),
-          () => next(false),
-        );
-      },
-      () => next(false),
-    );
-    booting.add(booted);
-    void booted.finally(() => booting.delete(booted));
+    while (launches === 0 && !closing.signal.aborted && warm.length + booting.size < deps.target) {
+      const booted = deps.boot(deps.heapMiB, Date.now() + deps.startTimeoutMs, closing.signal).then(
+        (entry) => {
+          if (closing.signal.aborted) return deps.stop(entry);
+          warm.push(entry);
+        },
+        () => undefined,
+      );
+      booting.add(booted);
+      void booted.finally(() => booting.delete(booted));
+    }
   }
 
   return {
@@ -86,7 +68,6 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
         if (--launches === 0) refill();
       };
     },
-    waiting: () => warm.filter((entry) => !entry.done).length,
     async take(heapMiB) {
       let entry = takeWaiting(heapMiB);
       while (!entry && heapMiB === deps.heapMiB && booting.size > 0) {
