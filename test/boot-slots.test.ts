@@ -1,11 +1,9 @@
 // Walls booted a few at a time: the slots' order, deadline and abort, and a burst of launches
 // on the bubblewrap sandbox that never boots more walls at once than the host's slots, yet
-// starts every instance; walls booted ahead are booted again only once no launch is under way.
+// starts every instance.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { bootSlots } from "../vm-runtime/host/boot-slots.ts";
-import { ISOLATED_START_TIMEOUT_MS } from "../vm-runtime/host/isolated-provider.ts";
-import { pollUntil } from "../vm-runtime/host/provider-util.ts";
 import { checkSandbox, createSandboxProvider, type IsolatedProvider } from "../vm-runtime/service/index.ts";
 import { testImages } from "./images/paths.ts";
 
@@ -83,48 +81,6 @@ describe("boot slots on the sandbox", { skip: sandbox.ok ? false : sandbox.reaso
       assert.equal(maxRunning, 1, "walls booting at once");
       assert.ok(maxWaiting >= 1, `launches waited for the slot (at most ${maxWaiting} at once)`);
       assert.deepEqual(provider.boots(), { running: 0, waiting: 0 });
-    } finally {
-      await Promise.all(handles.map((handle) => provider.terminate(handle, 200)));
-    }
-  });
-});
-
-describe("walls booted ahead on the sandbox", { skip: sandbox.ok ? false : sandbox.reason }, () => {
-  const walls = 3;
-  let provider: IsolatedProvider;
-  before(async () => {
-    provider = await createSandboxProvider({
-      hostKey: `warm-refill-${process.pid}`,
-      warmInstances: walls,
-      memoryMiB: 96,
-      scratchMiB: 8,
-    });
-    await provider.prepare([testImages.counter]);
-  });
-  after(() => provider?.close());
-
-  it("warm pool - a burst that takes every wall boots none while its launches are under way; the last to end refills", async () => {
-    // Each boot holds its slot until its runtime is up, or its start timeout has passed.
-    assert.ok(
-      await pollUntil(() => provider.boots().running === 0, ISOLATED_START_TIMEOUT_MS + 5_000),
-      "the pool's walls booted",
-    );
-    let maxRunning = 0;
-    let pending = walls;
-    const sample = () => (maxRunning = Math.max(maxRunning, provider.boots().running));
-    const sampler = setInterval(sample, 1);
-    const handles = await Promise.all(
-      Array.from({ length: walls }, (_, i) =>
-        provider.start({ microvmId: `w${i}`, image: testImages.counter }).then((handle) => {
-          // As each launch ends, while others are still under way.
-          if (--pending > 0) sample();
-          return handle;
-        }),
-      ),
-    ).finally(() => clearInterval(sampler));
-    try {
-      assert.equal(maxRunning, 0, "walls booting while the burst's launches were under way");
-      assert.equal(provider.boots().running, walls, "walls booted again once the last launch ended");
     } finally {
       await Promise.all(handles.map((handle) => provider.terminate(handle, 200)));
     }

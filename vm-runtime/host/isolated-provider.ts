@@ -183,15 +183,6 @@ export async function createIsolatedProvider(
       : undefined;
 
   async function start(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle> {
-    const ended = warm.launching();
-    try {
-      return await launch(spec, signal);
-    } finally {
-      ended();
-    }
-  }
-
-  async function launch(spec: MicrovmSpec, signal?: AbortSignal): Promise<MicrovmHandle> {
     const module = await imageModule(bundles, spec.image);
     if (closed) throw new MicrovmProviderError("provider is closed");
     const startedAt = Date.now();
@@ -206,6 +197,7 @@ export async function createIsolatedProvider(
       (await boot(memoryMiB, deadline, signal).catch((cause: unknown) => {
         throw hostFailureOf(cause) ?? new MicrovmProviderError(`instance ${spec.microvmId} did not start`, { cause });
       }));
+    warm.refill();
     try {
       await assign(entry, spec.microvmId);
       const stdin = entry.launched.child.stdin;

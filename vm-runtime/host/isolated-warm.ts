@@ -1,7 +1,5 @@
 // Walls booted ahead of their instance: a start of the default heap size takes one and sends it
 // its module, skipping the wall's and node's start-up. A failed boot is left to the next start.
-// The pool is refilled once no launch is under way: a wall's boot is CPU work that launches in
-// flight would share (10 walls booted again during a burst of 10 took a second off each launch).
 import type { Tracked } from "./isolated-walls.ts";
 
 export interface WarmPoolDeps {
@@ -17,10 +15,8 @@ export interface WarmPoolDeps {
 }
 
 export interface WarmPool {
-  /** Boots walls in the background until `target` wait; none while a launch is under way. */
+  /** Boots walls in the background until `target` wait. */
   refill(): void;
-  /** Marks a launch under way until the function returned is called; the last one to end refills. */
-  launching(): () => void;
   /**
    * A warm wall of `heapMiB`, if one is waiting or being booted (a wall being booted ahead is
    * ready sooner than one booted now); undefined for another heap size or an empty pool.
@@ -33,7 +29,6 @@ export interface WarmPool {
 export function warmPool(deps: WarmPoolDeps): WarmPool {
   const warm: Tracked[] = [];
   const booting = new Set<Promise<unknown>>();
-  let launches = 0;
   // Walls booted ahead are given up at close, not waited for to come up.
   const closing = new AbortController();
 
@@ -43,30 +38,19 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
     return undefined;
   }
 
-  function refill(): void {
-    while (launches === 0 && !closing.signal.aborted && warm.length + booting.size < deps.target) {
-      const booted = deps.boot(deps.heapMiB, Date.now() + deps.startTimeoutMs, closing.signal).then(
-        (entry) => {
-          if (closing.signal.aborted) return deps.stop(entry);
-          warm.push(entry);
-        },
-        () => undefined,
-      );
-      booting.add(booted);
-      void booted.finally(() => booting.delete(booted));
-    }
-  }
-
   return {
-    refill,
-    launching() {
-      launches++;
-      let ended = false;
-      return () => {
-        if (ended) return;
-        ended = true;
-        if (--launches === 0) refill();
-      };
+    refill() {
+      while (!closing.signal.aborted && warm.length + booting.size < deps.target) {
+        const booted = deps.boot(deps.heapMiB, Date.now() + deps.startTimeoutMs, closing.signal).then(
+          (entry) => {
+            if (closing.signal.aborted) return deps.stop(entry);
+            warm.push(entry);
+          },
+          () => undefined,
+        );
+        booting.add(booted);
+        void booted.finally(() => booting.delete(booted));
+      }
     },
     async take(heapMiB) {
       let entry = takeWaiting(heapMiB);
