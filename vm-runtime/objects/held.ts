@@ -154,8 +154,8 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
     }
   }
 
-  /** The object's instance started and held for `activation` (its `room` given back as `held` counts it). */
-  async function started(activation: Activation, object: ObjectRef, room: () => void): Promise<Held> {
+  /** The object's instance started and held for `activation` (its room `admitted` given back as `held` counts it). */
+  async function started(activation: Activation, object: ObjectRef, admitted: () => void): Promise<Held> {
     const storage = stores.open(object, activationFence(placement, activation));
     let h: Held | undefined;
     let run: RunningObject;
@@ -180,7 +180,7 @@ export function heldObjects(deps: HeldObjectsDeps): HeldObjects {
       await retire(h, "not listed");
       throw err;
     }
-    room();
+    admitted();
     held.set(activation.key, h);
     activation.pinned = true;
     await run.established();

@@ -11,7 +11,7 @@ import {
 } from "../../schemas/index.ts";
 import type { ApiHandlers } from "../../actors/serve.ts";
 import type { HeldRequests } from "../../platform/index.ts";
-import type { InstanceLogs } from "../service/logs.ts";
+import { answerLogRead, type InstanceLogs } from "../service/logs.ts";
 import { RPC_ERROR_TAG } from "../wire/rpc.ts";
 import type { ObjectAlarms } from "./alarms.ts";
 import type { ObjectDirectory } from "./directory.ts";
@@ -37,7 +37,7 @@ export type ObjectHandlers = ApiHandlers<typeof objectApi>;
 const TAG_READ_BYTES = 64 * 1024;
 
 export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
-  const { activations, directory, stores, alarms, logs } = deps;
+  const { activations, directory, stores, alarms } = deps;
 
   const describe = async (object: ObjectRef): Promise<ObjectItem> => {
     const [activeOn, storageBytes, alarmAt] = await Promise.all([
@@ -91,28 +91,11 @@ export function objectHandlers(deps: ObjectOperationDeps): ObjectHandlers {
       return null;
     },
     /** The lines the object's activations wrote: any host reads them (they outlive each activation). */
-    async getObjectLogs(input, context) {
+    getObjectLogs(input, context) {
       const object = { principal: context.principal, image: input.image, name: input.name };
-      const id = objectLogId(object);
-      const since = input.since === undefined ? undefined : Number(input.since);
-      const read = {
-        ...(input.limit === undefined ? {} : { limit: Number(input.limit) }),
-        ...(since === undefined ? {} : { since }),
-      };
-      // The caller's own lines, or a 404 for an object it does not have (or another's).
-      const mustExist = async () => {
-        if (!(await logs.has(object.principal, id))) await listed(object);
-      };
-      if (since !== undefined && input.waitSeconds !== undefined) {
-        const waitMs = Number(input.waitSeconds) * 1000;
-        return deps.held.hold(context.headers, async (signal) => {
-          await mustExist();
-          return logs.read(object.principal, id, { ...read, waitMs, ...(signal ? { signal } : {}) });
-        });
-      }
-      const page = await logs.read(object.principal, id, read);
-      if (page.items.length === 0) await mustExist();
-      return page;
+      const request = { owner: object.principal, id: objectLogId(object), headers: context.headers };
+      // Another principal's object of that name is not the caller's: 404.
+      return answerLogRead(deps.logs, deps.held, request, input, () => listed(object));
     },
   };
 }

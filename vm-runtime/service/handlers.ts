@@ -21,7 +21,7 @@ import { objectHandlers, type ObjectOperationDeps } from "../objects/index.ts";
 import { parseImageIdentifier, type HeldModule, type ImageStore } from "../registry/store.ts";
 import type { HostedInstance, HostedOptions } from "./hosted.ts";
 import type { HostInstances } from "./host-instances.ts";
-import type { InstanceLogs } from "./logs.ts";
+import { answerLogRead, type InstanceLogs } from "./logs.ts";
 import { launchHosted } from "./hosted.ts";
 import { type instanceApi, ownerToken, ownerTransition, transitionOps, type OwnerDeps } from "./operations.ts";
 import { ownerOf, viewOf, type MicrovmRecord, type MicrovmStore, type Policy, type StoredRecord } from "./store.ts";
@@ -81,32 +81,15 @@ export function queueHandlers(host: HostState): MicrovmHandlers {
         items: items.sort((a, b) => a.startedAt.localeCompare(b.startedAt) || a.microvmId.localeCompare(b.microvmId)),
       };
     },
-    async getMicrovmLogs(input, context) {
-      const principal = context.principal;
-      const { microvmIdentifier } = input;
-      const since = input.since === undefined ? undefined : Number(input.since);
-      const read = {
-        ...(input.limit === undefined ? {} : { limit: Number(input.limit) }),
-        ...(since === undefined ? {} : { since }),
-      };
-      // The caller's lines or nothing: a line on its subject proves the instance is the caller's
-      // (it outlives the record); else the record must say so, or it is 404.
-      const mustOwn = async () => {
-        if (!(await host.logs.has(principal, microvmIdentifier)))
-          await readOwned(host.store, microvmIdentifier, principal);
-      };
-      if (since !== undefined && input.waitSeconds !== undefined) {
-        const waitMs = Number(input.waitSeconds) * 1000;
-        // Held until a line comes, the wait ends, or the gateway says the HTTP client left.
-        return host.held.hold(context.headers, async (signal) => {
-          await mustOwn();
-          return host.logs.read(principal, microvmIdentifier, { ...read, waitMs, ...(signal ? { signal } : {}) });
-        });
-      }
-      const page = await host.logs.read(principal, microvmIdentifier, read);
-      if (page.items.length === 0) await mustOwn();
-      return page;
-    },
+    getMicrovmLogs: (input, context) =>
+      // A line outlives the instance's record: either proves the instance the caller's.
+      answerLogRead(
+        host.logs,
+        host.held,
+        { owner: context.principal, id: input.microvmIdentifier, headers: context.headers },
+        input,
+        () => readOwned(host.store, input.microvmIdentifier, context.principal),
+      ),
     ...instanceHandlers(host),
     ...imageHandlers({
       images: host.images,

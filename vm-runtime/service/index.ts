@@ -559,7 +559,6 @@ async function openImages(
   return images;
 }
 
-/** The principal a sender put in the header: believed only where its subject's permissions say who sent it. */
 /** Calls to the objects active on this host, as the gateway beside it hands them over. */
 function objectCallsHere(objects: HostObjectActivations, handler: Handler<typeof callObject>): InProcessRoute {
   const call = inProcessOperation(callObject, handler);
@@ -569,4 +568,5 @@ function objectCallsHere(objects: HostObjectActivations, handler: Handler<typeof
   };
 }
 
+/** The principal a sender put in the header: believed only where its subject's permissions say who sent it. */
 const fromHeader = (msg: Msg) => msg.headers?.get(PRINCIPAL_HEADER) || undefined;

@@ -5,9 +5,10 @@
 // an age, within an overall size. Reads are direct gets, so any host answers them and no
 // consumer is made; only the owner's subject is ever read, so another principal sees none.
 import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
-import { headers, type NatsConnection } from "@nats-io/transport-node";
+import { headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import {
   ensureStreamSettings,
+  type HeldRequests,
   instanceLogStream,
   instanceLogSubjects,
   log,
@@ -47,6 +48,46 @@ const BATCH = 500;
 
 const subjectOf = (owner: string, microvmId: string) =>
   `${instanceLogSubjects.slice(0, -1)}${nameToken(owner)}.${nameToken(microvmId)}`;
+
+/** A log read's query, as the operations that read logs take it (`LogQuery`). */
+export interface LogReadInput {
+  readonly limit?: number | string;
+  readonly since?: string;
+  readonly waitSeconds?: number | string;
+}
+
+/**
+ * Answers a read of `owner`'s lines stored as `id`: a line there proves them the caller's, else
+ * `owned` must (it rejects with the operation's 404). A read that asks to wait is held until a
+ * line comes, the wait ends, or the gateway says its HTTP client left.
+ */
+export async function answerLogRead(
+  logs: Pick<InstanceLogs, "read" | "has">,
+  held: Pick<HeldRequests, "hold">,
+  request: { readonly owner: string; readonly id: string; readonly headers: MsgHdrs | undefined },
+  input: LogReadInput,
+  owned: () => Promise<unknown>,
+): Promise<LogPage> {
+  const { owner, id } = request;
+  const since = input.since === undefined ? undefined : Number(input.since);
+  const read = {
+    ...(input.limit === undefined ? {} : { limit: Number(input.limit) }),
+    ...(since === undefined ? {} : { since }),
+  };
+  const mustOwn = async () => {
+    if (!(await logs.has(owner, id))) await owned();
+  };
+  if (since !== undefined && input.waitSeconds !== undefined) {
+    const waitMs = Number(input.waitSeconds) * 1000;
+    return held.hold(request.headers, async (signal) => {
+      await mustOwn();
+      return logs.read(owner, id, { ...read, waitMs, ...(signal ? { signal } : {}) });
+    });
+  }
+  const page = await logs.read(owner, id, read);
+  if (page.items.length === 0) await mustOwn();
+  return page;
+}
 
 export class InstanceLogs {
   /** The owner of each instance whose output this host stores, and how many launches keep it. */
