@@ -8,9 +8,9 @@ import {
   ProviderUnavailable,
   provisionMicrovmStores,
   startMicrovmHost,
-  type MicrovmHost,
 } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
+import type { InProcessRoute } from "./placement/index.ts";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
 import { once } from "node:events";
 import { createGateways, isLoopback, loadApiKeys, opsListener, type ReloadableApiKeys } from "./gateway/index.ts";
@@ -335,8 +335,9 @@ async function main() {
   const closers = lifecycle.closers;
   const urls: string[] = [];
   let apis: ServiceApis | undefined;
-  // The microVM host of this process, when it runs one: the gateway beside it hands it calls directly.
-  let microvmHostHere: MicrovmHost | undefined;
+  // What the actors and the microVM host of this process serve here: the gateway beside them hands
+  // them requests directly.
+  const inProcess = new Map<string, InProcessRoute>();
 
   if (active.has("actors")) {
     const nats = await connectAs("actors");
@@ -353,6 +354,7 @@ async function main() {
       natsPrincipal: config.taskNatsPrincipal ?? (config.apiKeysFile ? NATS_INTERNAL : undefined),
     });
     closers.push(() => actors.close());
+    for (const [name, route] of actors.inProcess) inProcess.set(name, route);
     log.info({ prefix: config.prefix }, "actors serving");
   }
   if (active.has("microvms")) {
@@ -376,7 +378,7 @@ async function main() {
     });
     // Closed last: it terminates its instances once the gateway no longer routes requests.
     if (host) closers.push(() => host.close());
-    microvmHostHere = host;
+    for (const [name, route] of host?.inProcess ?? []) inProcess.set(name, route);
   }
   if (active.has("gateway")) {
     const nats = await connectAs("gateway");
@@ -396,7 +398,7 @@ async function main() {
       ...dispatch,
       apiKeys: keys,
       hostNames,
-      ...(microvmHostHere ? { inProcess: microvmHostHere.inProcess } : {}),
+      inProcess,
     });
     closers.unshift(
       () => gateways.task.close(),

@@ -11,13 +11,15 @@ import {
   taskApi,
   taskObjectLeaseKey,
   viaGateway,
+  type InputOf,
+  type Operation,
   type ReadOperations,
 } from "../schemas/index.ts";
 import { log, Requester, type BatchPublisher, type RecordStores, type VersionedStore } from "../platform/index.ts";
 import { MicroService, processMetadata } from "./discovery.ts";
 import { jobHandlers } from "./jobs.ts";
-import { leasedOwners, leaseOwner, Placement, type ActivationEvent } from "../placement/index.ts";
-import { principalHeader, serveApi, type ApiHandlers } from "./serve.ts";
+import { leasedOwners, leaseOwner, Placement, type ActivationEvent, type InProcessRoute } from "../placement/index.ts";
+import { inProcessOperation, principalHeader, serveApi, type ApiHandlers, type Handler } from "./serve.ts";
 import { taskObjectDirectory } from "./task-object-directory.ts";
 import { foldsFences, taskObjectHandlers, taskObjectReader, type TaskObjectStates } from "./task-objects.ts";
 import { taskHandlers } from "./tasks.ts";
@@ -72,6 +74,11 @@ export interface ActorsHandle {
   readonly ownerId: string;
   /** Task-object names held here now. */
   readonly activations: number;
+  /**
+   * What a gateway in this process serves here without NATS (its `inProcess`): every operation
+   * without an owner (tasks, jobs, the task-object directory), as the actors' subjects would.
+   */
+  readonly inProcess: ReadonlyMap<string, InProcessRoute>;
   /** Stops taking requests, lets those in flight finish, releases held task objects. */
   close(): Promise<void>;
 }
@@ -185,6 +192,7 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
   const subscriptions: Subscription[] = [...served.own, ...served.shared, ...viaGatewayServed.shared];
   return {
     ownerId: placement.ownerId,
+    inProcess: statelessHere(handlers),
     get activations() {
       return placement.activations;
     },
@@ -195,4 +203,16 @@ export function startActors(nc: NatsConnection, stores: RecordStores, options: A
       if (!options.requester) requester.close();
     },
   };
+}
+
+/** The in-process routes of the actors' operations without an owner (`ActorsHandle.inProcess`). */
+function statelessHere(handlers: ApiHandlers<typeof actorApi, TaskObjectStates>): ReadonlyMap<string, InProcessRoute> {
+  const byKey = handlers as unknown as Record<string, Handler<Operation>>;
+  const routes = new Map<string, InProcessRoute>();
+  for (const [key, op] of Object.entries(actorApi)) {
+    if (op.placement.kind !== "stateless") continue;
+    const call = inProcessOperation(op as Operation, byKey[key]!);
+    routes.set(op.name, { here: () => true, call: (input, headers) => call(input as InputOf<Operation>, headers) });
+  }
+  return routes;
 }

@@ -213,13 +213,7 @@ export function serveOperation<Op extends Operation>(
       const input = decode(requestInput(readSubject, msg));
       const principal = options.principal ? options.principal(msg) : ANONYMOUS;
       if (principal === undefined) throw Unauthorized.make({});
-      const context: HandlerContext = {
-        idempotencyKey: idempotencyKey(op, msg.headers),
-        keyFresh: op.idempotent === true && msg.headers?.get(KEY_FRESH_HEADER) === "1",
-        headers: msg.headers,
-        ifMatch: ifMatchOf(msg.headers),
-        principal,
-      };
+      const context = contextOf(op, (name) => msg.headers?.get(name), principal, msg.headers);
       // A child of the caller's span (the trace context in the request's headers).
       reply = encodeAnswer(
         await traced(`handle ${op.name}`, SpanKind.SERVER, msg.headers, () => handler(input, context)),
@@ -244,23 +238,27 @@ export function serveOperation<Op extends Operation>(
 
 /**
  * A handler as a gateway in the same process calls it: what `serveOperation` does with a request
- * (the answer encoded as its reply, a failure as its error, the time recorded), without the trip
- * through NATS and back. For a stateless operation whose handler reads only the principal of its
- * context; `input` is decoded already (the gateway decodes with the same schema).
+ * (its context read from the same headers, the answer encoded as its reply, a failure as its
+ * error, the time recorded), without the trip through NATS and back. `input` is decoded already
+ * (the gateway decodes with the same schema); `headers` are those the gateway would send, its
+ * caller's principal among them (`PRINCIPAL_HEADER`).
  */
 export function inProcessOperation<Op extends Operation>(
   op: Op,
-  handler: Handler<Op>,
-): (input: InputOf<Op>, principal: string, requestId?: string) => Promise<OperationReply> {
-  return async (input, principal, requestId) => {
+  handler: Handler<Op> | ((input: InputOf<Op>, context: HandlerContext) => Promise<unknown>),
+): (input: InputOf<Op>, headers: Readonly<Record<string, string>>) => Promise<OperationReply> {
+  return async (input, headers) => {
     const started = performance.now();
     let reply: EncodedReply;
     try {
+      const principal = headers[PRINCIPAL_HEADER];
+      if (!principal) throw Unauthorized.make({});
+      const context = contextOf(op, (name) => headers[name], principal);
       reply = encodeAnswer(
-        await traced(`handle ${op.name}`, SpanKind.INTERNAL, undefined, () => handler(input, { principal })),
+        await traced(`handle ${op.name}`, SpanKind.INTERNAL, undefined, () => handler(input, context)),
       );
     } catch (err) {
-      reply = encodeFailure(op, err, requestId);
+      reply = encodeFailure(op, err, headers[REQUEST_ID_HEADER]);
     }
     recordActor(op.name, reply.status, (performance.now() - started) / 1000);
     const data = typeof reply.data === "string" ? Buffer.from(reply.data) : reply.data;
@@ -268,6 +266,22 @@ export function inProcessOperation<Op extends Operation>(
     return stored
       ? { status: reply.status, data, stored: { record: `${stored.bucket}.${stored.key}`, revision: stored.revision } }
       : { status: reply.status, data };
+  };
+}
+
+/** A request's handler context, from its headers (`header` reads one by name) and its principal. */
+function contextOf(
+  op: Operation,
+  header: (name: string) => string | undefined,
+  principal: string,
+  headers?: MsgHdrs,
+): HandlerContext {
+  return {
+    idempotencyKey: idempotencyKey(op, header(IDEMPOTENCY_KEY_HEADER)),
+    keyFresh: op.idempotent === true && header(KEY_FRESH_HEADER) === "1",
+    headers,
+    ifMatch: ifMatchOf(header(IF_MATCH_HEADER)),
+    principal,
   };
 }
 
@@ -334,8 +348,8 @@ function requestInput(readSubject: (subject: string) => Record<string, string> |
  * The revision `If-Match` names: `"12"`, `W/"12"` or `12`; `*` (any) is none. Anything else
  * names no revision a record can be at, so the write is refused (412).
  */
-function ifMatchOf(hdrs: MsgHdrs | undefined): number | undefined {
-  const given = hdrs?.get(IF_MATCH_HEADER).trim();
+function ifMatchOf(header: string | undefined): number | undefined {
+  const given = header?.trim();
   if (!given || given === "*") return undefined;
   const digits = /^(?:W\/)?"?(\d{1,15})"?$/.exec(given)?.[1];
   return digits === undefined ? -1 : Number(digits);
@@ -356,8 +370,7 @@ function storedHeaders(stored: StoredAt): MsgHdrs {
   return h;
 }
 
-function idempotencyKey(op: Operation, hdrs: MsgHdrs | undefined): string | undefined {
-  const key = hdrs?.get(IDEMPOTENCY_KEY_HEADER);
+function idempotencyKey(op: Operation, key: string | undefined): string | undefined {
   if (!key || !op.idempotent) return undefined;
   if (!isUuid(key) || uuidVersion(key) !== 4) {
     throw decodeFailure([IDEMPOTENCY_KEY_HEADER], "Idempotency-Key must be a uuid v4");

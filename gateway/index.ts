@@ -58,8 +58,8 @@ export interface GatewayOptions {
   /** Further `Host` names only the microVM API answers to. */
   microvmHostNames?: readonly string[];
   /**
-   * MicroVM operations a host in this process serves itself (`MicrovmHost.inProcess`): those it
-   * says are best served here skip the trip through NATS.
+   * Operations this process serves itself, by name (`ActorsHandle.inProcess`,
+   * `MicrovmHost.inProcess`): those a route says are best served here skip the trip through NATS.
    */
   inProcess?: ReadonlyMap<string, InProcessRoute>;
 }
@@ -87,7 +87,7 @@ export function createGateways(options: GatewayOptions): {
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
     timeouts: options.timeouts,
     localReads: reads,
-    dispatch: dispatcher(options.nats, options.prefix ?? "", options.routing),
+    dispatch: withInProcess(dispatcher(options.nats, options.prefix ?? "", options.routing), options.inProcess),
     apiKeys: options.apiKeys,
     hostNames: options.hostNames,
     openStreams: streams,
@@ -103,7 +103,6 @@ export function createGateways(options: GatewayOptions): {
       info: info("MicroVM API"),
       jsonOnly: true,
       hostNames: [...(options.hostNames ?? []), ...(options.microvmHostNames ?? [])],
-      ...(options.inProcess ? { dispatch: withInProcess(common.dispatch, options.inProcess) } : {}),
     }),
   };
 }

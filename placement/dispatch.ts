@@ -7,7 +7,6 @@ import {
   GatewayTimeout,
   isOwned,
   PRINCIPAL_HEADER,
-  REQUEST_ID_HEADER,
   requestBody,
   requestSubject,
   sendsPrincipal,
@@ -66,12 +65,15 @@ export function dispatcher(sender: Sender, prefix: string, policy?: RoutingPolic
   };
 }
 
-/** An operation this process also serves itself (a microVM host beside the gateway). */
+/** An operation this process also serves itself (actors or a microVM host beside the gateway). */
 export interface InProcessRoute {
   /** Whether the request is best served here (e.g. the object it calls is active here). */
   here(input: Record<string, unknown>, principal: string): boolean;
-  /** Serves it here, as its NATS subject would (`inProcessOperation`). */
-  call(input: Record<string, unknown>, principal: string, requestId?: string): Promise<OperationReply>;
+  /**
+   * Serves it here, as its NATS subject would (`inProcessOperation`): `headers` are the ones the
+   * request would carry, its caller's principal among them.
+   */
+  call(input: Record<string, unknown>, headers: Readonly<Record<string, string>>): Promise<OperationReply>;
 }
 
 /**
@@ -81,7 +83,8 @@ export interface InProcessRoute {
  * request that names its principal (the subjects only a gateway may publish) and that its
  * client does not hold open (`Budget.held`) is.
  */
-export function withInProcess(dispatch: Dispatch, routes: ReadonlyMap<string, InProcessRoute>): Dispatch {
+export function withInProcess(dispatch: Dispatch, routes: ReadonlyMap<string, InProcessRoute> | undefined): Dispatch {
+  if (!routes || routes.size === 0) return dispatch;
   return (op, input, headers, budget) => {
     const route = routes.get(op.name);
     const principal = headers[PRINCIPAL_HEADER];
@@ -91,7 +94,7 @@ export function withInProcess(dispatch: Dispatch, routes: ReadonlyMap<string, In
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(GatewayTimeout.make({})), budget.timeoutMs + (budget.waitMs ?? 0));
     });
-    return Promise.race([route.call(input, principal, headers[REQUEST_ID_HEADER]), late]).finally(() =>
+    return Promise.race([route.call(input, headers), late]).finally(() =>
       clearTimeout(timer),
     );
   };

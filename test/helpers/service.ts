@@ -34,6 +34,11 @@ export interface ServiceOptions {
    * anonymous).
    */
   natsPrincipal?: string;
+  /**
+   * The gateway hands the actors beside it their requests in this process (as `npm start` does),
+   * instead of over NATS (default false: the tests of the actor hop).
+   */
+  inProcess?: boolean;
   /** Writes a previous release's records before the actors start (the backfill at start then indexes them). */
   earlier?: (buckets: Awaited<ReturnType<typeof provisionBuckets>>) => Promise<void>;
 }
@@ -66,6 +71,7 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
     nats: gatewayNats,
     ...options,
     ...(options.localReads === false ? {} : gatewayDispatch(recordStores(gatewayNats.requester))),
+    ...(options.inProcess && actors ? { inProcess: actors.inProcess } : {}),
   });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");

@@ -564,7 +564,7 @@ function objectCallsHere(objects: HostObjectActivations, handler: Handler<typeof
   const call = inProcessOperation(callObject, handler);
   return {
     here: (input, principal) => objects.holds({ principal, image: input.image as string, name: input.name as string }),
-    call: (input, principal, requestId) => call(input as InputOf<typeof callObject>, principal, requestId),
+    call: (input, headers) => call(input as InputOf<typeof callObject>, headers),
   };
 }
 
