@@ -94,8 +94,6 @@ export function withInProcess(dispatch: Dispatch, routes: ReadonlyMap<string, In
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(GatewayTimeout.make({})), budget.timeoutMs + (budget.waitMs ?? 0));
     });
-    return Promise.race([route.call(input, headers), late]).finally(() =>
-      clearTimeout(timer),
-    );
+    return Promise.race([route.call(input, headers), late]).finally(() => clearTimeout(timer));
   };
 }

@@ -40,7 +40,9 @@ describe("in-process actors", () => {
     // Every request either gateway sends to the actors over NATS.
     for (const op of [...Object.values(taskApi), ...Object.values(jobApi)]) {
       const sub = svc.handle.nc.subscribe(subscriptionSubject(viaGateway(op)), {
-        callback: (_err, msg) => seen.push(msg.subject),
+        callback: (_err, msg) => {
+          seen.push(msg.subject);
+        },
       });
       defer(() => sub.unsubscribe());
     }
@@ -104,8 +106,12 @@ describe("in-process actors", () => {
     const job = await call(api.job, "POST", "/", alice.key, { content: "work" });
     out.job = { ...job, body: typeof job.body };
     const jobId = job.body as string;
-    out.getJob = JSON.parse(JSON.stringify(await call(api.job, "GET", `/?jobId=${jobId}`, alice.key)).replaceAll(jobId, "<job>"));
-    out.othersJob = JSON.parse(JSON.stringify(await call(api.job, "GET", `/?jobId=${jobId}`, bob.key)).replaceAll(jobId, "<job>"));
+    out.getJob = JSON.parse(
+      JSON.stringify(await call(api.job, "GET", `/?jobId=${jobId}`, alice.key)).replaceAll(jobId, "<job>"),
+    );
+    out.othersJob = JSON.parse(
+      JSON.stringify(await call(api.job, "GET", `/?jobId=${jobId}`, bob.key)).replaceAll(jobId, "<job>"),
+    );
     return out;
   }
 

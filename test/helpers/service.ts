@@ -67,11 +67,12 @@ export async function startService(defer: Defer, options: ServiceOptions = {}): 
           natsPrincipal: options.natsPrincipal ?? (options.apiKeys ? NATS_INTERNAL : undefined),
         });
   await actorsNats.nc.flush(); // the actors' subscriptions are known to the server before any request
+  const { inProcess, ...gatewayOptions } = options;
   const gateways = createGateways({
     nats: gatewayNats,
-    ...options,
+    ...gatewayOptions,
     ...(options.localReads === false ? {} : gatewayDispatch(recordStores(gatewayNats.requester))),
-    ...(options.inProcess && actors ? { inProcess: actors.inProcess } : {}),
+    ...(inProcess && actors ? { inProcess: actors.inProcess } : {}),
   });
   const taskPort = await gateways.task.listen(0, "127.0.0.1");
   const jobPort = await gateways.job.listen(0, "127.0.0.1");
