@@ -11,7 +11,8 @@ import { noteMembers, type Launcher, type Tracked, type WallOps } from "./isolat
 import { pollUntil, within } from "./provider-util.ts";
 import { MicrovmProviderError, type MicrovmHandle, type RestoreSpec } from "./provider.ts";
 import { RUNTIME_SOCKET_NAME } from "./runtime-socket.ts";
-import { CONTROL_LINES } from "../runtime/boot.ts";
+import { CLOSED_LINE, CONTROL_LINES } from "../runtime/boot.ts";
+import { lineSeen } from "./process-io.ts";
 
 /** What a restore may take on top of its timeout per MiB of its image (at least 10 MiB/s read). */
 const RESTORE_MS_PER_MIB = 100;
@@ -40,6 +41,9 @@ export interface CheckpointDeps extends WallOps {
   liveEntry(handle: MicrovmHandle): Tracked;
 }
 
+/** How long a runtime may take to close its listener before a checkpoint (milliseconds of work; a loaded host). */
+const CLOSE_MS = 5_000;
+
 /** `checkpoint` and `restore` of the provider (MicrovmProvider's optional pair). */
 export function checkpointing(deps: CheckpointDeps) {
   /** Walls restored from an earlier runtime's checkpoint: told by signals, not control lines. */
@@ -67,11 +71,17 @@ export function checkpointing(deps: CheckpointDeps) {
     };
     try {
       await entry.cgroup.thaw();
-      if (signalled.has(entry)) await launched.signalRuntime();
-      else launched.child.stdin?.write(`${CONTROL_LINES.close}\n`);
-      const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
-      if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
-        throw new Error("the runtime did not close its socket");
+      if (signalled.has(entry)) {
+        // A runtime of an earlier version says nothing once closed: its socket file going is the sign.
+        await launched.signalRuntime();
+        const socket = join(entry.dir, "run", RUNTIME_SOCKET_NAME);
+        if (!(await pollUntil(() => !lstatSync(socket, { throwIfNoEntry: false }), 2_000)))
+          throw new Error("the runtime did not close its socket");
+      } else {
+        const closed = lineSeen(entry.output, CLOSED_LINE, CLOSE_MS);
+        launched.child.stdin?.write(`${CONTROL_LINES.close}\n`);
+        if (!(await closed)) throw new Error("the runtime did not close its socket");
+      }
       entry.socket?.close();
       await launched.checkpoint(imageDir);
       // Its uid is free again once released: a restore here takes it back.

@@ -62,6 +62,23 @@ export function watchOutput(child: ChildProcess, microvmId: string, sink?: Outpu
   return watch;
 }
 
+/** Whether the instance prints `line` on stdout within `ms` (from now on). */
+export function lineSeen(watch: OutputWatch, line: string, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const onLine = (printed: string) => {
+      if (printed !== line) return;
+      clearTimeout(timer);
+      watch.stdout.off("line", onLine);
+      resolve(true);
+    };
+    const timer = setTimeout(() => {
+      watch.stdout.off("line", onLine);
+      resolve(false);
+    }, ms);
+    watch.stdout.on("line", onLine);
+  });
+}
+
 /**
  * Resolves with the port the runtime announces. Rejects at the deadline, on abort, or when
  * the process exits first, then with the last lines of its stderr, read to their end.

@@ -85,6 +85,12 @@ export const CONTROL_LINES = {
   close: JSON.stringify({ [READY_KEY]: "close" }),
   listen: JSON.stringify({ [READY_KEY]: "listen" }),
 } as const;
+/**
+ * Printed once the listener closed for a checkpoint: its socket is closed then, not only its file
+ * gone (node unlinks the file before it closes the socket, and a checkpoint between the two
+ * fails: a wall cannot save a bound host socket).
+ */
+export const CLOSED_LINE = JSON.stringify({ [READY_KEY]: "closed" });
 /** Longest control line read from stdin once the runtime serves; longer ones are dropped. */
 const CONTROL_LINE_LIMIT = 256;
 
@@ -97,7 +103,7 @@ function installCheckpointToggle(server: Server, socketPath: string): void {
   };
   const close = () => {
     listening = false;
-    server.close();
+    server.close(() => process.stdout.write(`${CLOSED_LINE}\n`));
     server.closeAllConnections();
   };
   process.on(CHECKPOINT_SIGNAL, () => (listening ? close() : listen()));
