@@ -97,7 +97,7 @@ const CPU_PERIOD_US = 100_000;
 /** CPU weights of a group in the background and of the others: each version's least and default. */
 export const CPU_SHARES = { background: 2, normal: 1024 } as const;
 export const CPU_WEIGHT = { background: 1, normal: 100 } as const;
-const weightOf = (table: typeof CPU_SHARES | typeof CPU_WEIGHT, background = false) =>
+const weightOf = (table: typeof CPU_SHARES | typeof CPU_WEIGHT, background: boolean) =>
   String(background ? table.background : table.normal);
 /** How long a group's kill waits, by default, for its processes to end. */
 export const CGROUP_KILL_TIMEOUT_MS = 5_000;
