@@ -259,6 +259,26 @@ export function cpuPeriods(hostKey: string, group?: string): { periods: number; 
 }
 
 /**
+ * The CPU weight of group `group` of the host of `hostKey` (v1 `cpu.shares`, v2 `cpu.weight`) and
+ * the pids its CPU hierarchy holds (v1: the cpu controller's own list).
+ */
+export function cpuWeightOf(hostKey: string, group: string): { weight: number; pids: number[] } {
+  const weight = readText(groupFile("cpu", hostKey, group, cgroupV2() ? "cpu.weight" : "cpu.shares"));
+  assert.ok(weight !== undefined, `no CPU weight of cgroup ${group}`);
+  const procs = readText(groupFile("cpu", hostKey, group, "cgroup.procs")) ?? "";
+  return { weight: Number(weight), pids: procs.split("\n").filter(Boolean).map(Number) };
+}
+
+/** The groups of the walls booted ahead of the host of `hostKey` (not yet assigned an instance). */
+export function warmGroupsOf(hostKey: string): string[] {
+  const dir = hostCgroupDir(cgroupV2() ? "/sys/fs/cgroup" : "/sys/fs/cgroup/cpu", hostKey);
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((group) => group.isDirectory() && group.name.startsWith(WARM_PREFIX))
+    .map((group) => group.name);
+}
+
+/**
  * How often the memory limit of the host group of `hostKey` itself (not one of its groups')
  * was reached: v1's `memory.failcnt`, v2's local `max` events.
  */

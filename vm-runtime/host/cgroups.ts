@@ -16,6 +16,8 @@ export interface CgroupLimits {
   readonly cpus: number;
   /** Largest number of processes and threads. */
   readonly pids: number;
+  /** Made at the background CPU weight (`InstanceCgroup.weigh`). */
+  readonly background?: boolean;
 }
 
 /** One instance's group. */
@@ -43,6 +45,11 @@ export interface InstanceCgroup {
   memoryBytes(): number;
   /** Its memory cap in bytes, and how many CPUs it is offered. */
   limits(): { readonly memoryBytes: number; readonly cpus: number };
+  /**
+   * Its CPU weight against the host's other instance groups: `background` gets only the CPU
+   * they leave (v1 `cpu.shares` 2, v2 `cpu.weight` 1), else the default's (1024, 100).
+   */
+  weigh(background: boolean): Promise<void>;
   /** Removes the group (it must be empty). */
   remove(): Promise<void>;
 }
@@ -87,6 +94,11 @@ const V1_OPTIONAL = [
   "systemd",
 ] as const;
 const CPU_PERIOD_US = 100_000;
+/** CPU weights of a group in the background and of the others: each version's least and default. */
+export const CPU_SHARES = { background: 2, normal: 1024 } as const;
+export const CPU_WEIGHT = { background: 1, normal: 100 } as const;
+const weightOf = (table: typeof CPU_SHARES | typeof CPU_WEIGHT, background: boolean) =>
+  String(background ? table.background : table.normal);
 /** How long a group's kill waits, by default, for its processes to end. */
 export const CGROUP_KILL_TIMEOUT_MS = 5_000;
 
@@ -193,7 +205,7 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
   }
   const group = (name: string): InstanceCgroup => {
     const all = dirs(name);
-    const [memory, , , freezer] = all as [string, string, string, string];
+    const [memory, cpu, , freezer] = all as [string, string, string, string];
     return {
       name,
       ...(cpuset ? { path: `/${join(hostPath, name)}` } : {}),
@@ -215,6 +227,7 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
         memoryBytes: Number(readText(join(memory, "memory.limit_in_bytes"))),
         cpus: cpuset ? parseCpuList(readText(join(cpuset, name, "cpuset.cpus")) ?? "").length : 0,
       }),
+      weigh: (background) => writeFile(join(cpu, "cpu.shares"), weightOf(CPU_SHARES, background)),
       async remove() {
         // Every hierarchy's, even when one of them refuses.
         const failed = (await Promise.allSettled(all.map((dir) => rmdir(dir).catch(ignoreMissing)))).find(
@@ -240,6 +253,7 @@ async function openV1(root: string, hostPath: string, limits?: HostLimits): Prom
       await writeFile(join(memory, "memory.memsw.limit_in_bytes"), String(limits.memoryBytes)).catch(() => undefined);
       await writeFile(join(cpu, "cpu.cfs_period_us"), String(CPU_PERIOD_US));
       await writeFile(join(cpu, "cpu.cfs_quota_us"), String(quotaUs(limits.cpus)));
+      if (limits.background) await writeFile(join(cpu, "cpu.shares"), weightOf(CPU_SHARES, true));
       await writeFile(join(pids, "pids.max"), String(limits.pids));
       return group(name);
     },
@@ -309,6 +323,7 @@ async function openV2(root: string, hostPath: string, limits?: HostLimits): Prom
         memoryBytes: Number(readText(join(dir, "memory.max"))),
         cpus: parseCpuList(readText(join(dir, "cpuset.cpus.effective")) ?? "").length,
       }),
+      weigh: (background) => writeFile(join(dir, "cpu.weight"), weightOf(CPU_WEIGHT, background)),
       remove: () => rmdir(dir).catch(ignoreMissing),
     };
   };
@@ -320,6 +335,7 @@ async function openV2(root: string, hostPath: string, limits?: HostLimits): Prom
       await writeFile(join(dir, "memory.max"), String(limits.memoryBytes));
       await writeFile(join(dir, "memory.swap.max"), "0").catch(() => undefined);
       await writeFile(join(dir, "cpu.max"), `${quotaUs(limits.cpus)} ${CPU_PERIOD_US}`);
+      if (limits.background) await writeFile(join(dir, "cpu.weight"), weightOf(CPU_WEIGHT, true));
       await writeFile(join(dir, "pids.max"), String(limits.pids));
       return group(name);
     },

@@ -9,7 +9,14 @@ import type { BootSlots } from "./boot-slots.ts";
 import type { CgroupLimits, HostCgroups, InstanceCgroup } from "./cgroups.ts";
 import type { UidPool } from "./instance-uids.ts";
 import { forceStop } from "./isolated-stop.ts";
-import { membersEnded, type Launched, type Launcher, type RestoreSource, type Tracked } from "./isolated-walls.ts";
+import {
+  membersEnded,
+  type Launched,
+  type Launcher,
+  type RestoreSource,
+  type Tracked,
+  type WallWeight,
+} from "./isolated-walls.ts";
 import { bootLine, outputDrained, waitForExit, watchOutput, type OutputSink } from "./process-io.ts";
 import { pollUntil, type BundleCache } from "./provider-util.ts";
 import { MicrovmHostError, MicrovmProviderError } from "./provider.ts";
@@ -77,7 +84,7 @@ export function wallBoot(deps: WallBootDeps) {
   /**
    * Starts a wall around a runtime that waits for its image; resolves once the wall is up (not
    * waiting for node: a start sends the module at once). Every failure is the host's
-   * (`MicrovmHostError`): no image has been sent yet.
+   * (`MicrovmHostError`): no image has been sent yet. A wall booted ahead comes with its `weight`.
    */
   async function boot(
     memoryMiB: number,
@@ -85,10 +92,11 @@ export function wallBoot(deps: WallBootDeps) {
     signal?: AbortSignal,
     restoring?: RestoreSource,
     template = false,
+    weight?: WallWeight,
   ): Promise<Tracked> {
     if (deps.closed()) throw new MicrovmProviderError("provider is closed");
     // A restore boots no runtime: it resumes one from its image.
-    if (restoring) return bootWall(memoryMiB, deadline, signal, restoring, template);
+    if (restoring) return bootWall(memoryMiB, deadline, signal, restoring, template, weight);
     const { slots } = deps;
     const slot = await slots.take(deadline, signal, (waitedMs) => {
       const busy = `${slots.running} walls were booting and ${slots.waiting} launches, this one among them, waited`;
@@ -98,7 +106,7 @@ export function wallBoot(deps: WallBootDeps) {
     });
     let entry: Tracked;
     try {
-      entry = await bootWall(memoryMiB, deadline, signal, restoring, template);
+      entry = await bootWall(memoryMiB, deadline, signal, restoring, template, weight);
     } catch (err) {
       slot.release();
       throw err;
@@ -116,12 +124,13 @@ export function wallBoot(deps: WallBootDeps) {
     signal: AbortSignal | undefined,
     restoring: RestoreSource | undefined,
     template: boolean,
+    weight: WallWeight | undefined,
   ): Promise<Tracked> {
     const runtimeFile = await deps.bundles.runtime().catch((cause: unknown) => {
       throw new MicrovmHostError("the host could not bundle the instance runtime", { cause });
     });
     if (deps.closed()) throw new MicrovmProviderError("provider is closed");
-    const place = await placeWall(memoryMiB, restoring, template);
+    const place = await placeWall(memoryMiB, restoring, template, weight);
     let launched: Launched;
     try {
       const launch = {
@@ -163,6 +172,7 @@ export function wallBoot(deps: WallBootDeps) {
     memoryMiB: number,
     restoring: RestoreSource | undefined,
     template: boolean,
+    weight: WallWeight | undefined,
   ): Promise<WallPlace> {
     const name = `${WARM_PREFIX}${randomBytes(6).toString("hex")}`;
     const dir = join(deps.runDir ?? join(await deps.bundles.workDir(), "instances"), name);
@@ -173,10 +183,12 @@ export function wallBoot(deps: WallBootDeps) {
     if (restoring && !shared && !(deps.asRoot && uids.claim(restoring.uid)))
       throw new MicrovmProviderError(`uid ${restoring.uid} of the checkpoint is not free here`);
     const ownsUid = !template && !shared;
-    const cgroup = await cgroups.create(name, limitsFor(memoryMiB)).catch((cause: unknown) => {
+    const limits = { ...limitsFor(memoryMiB), background: weight?.background === true };
+    const cgroup = await cgroups.create(name, limits).catch((cause: unknown) => {
       if (restoring && ownsUid) uids.give(restoring.uid);
       throw new MicrovmHostError("the host could not make an instance's cgroup", { cause });
     });
+    weight?.placed(cgroup);
     const uid = restoring ? restoring.uid : deps.asRoot ? uids.take() : undefined;
     if (template && uid !== undefined) launchUids.add(uid);
     return { name, dir, cgroup, uid, ownsUid, shared };

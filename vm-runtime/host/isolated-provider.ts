@@ -172,7 +172,13 @@ export async function createIsolatedProvider(
     closed: () => closed,
   });
   const { assign, answering } = wallReadiness(cgroups, launcher.name);
-  const warm = warmPool({ target: options.warmInstances ?? 1, heapMiB, startTimeoutMs, boot, stop: stopEntry });
+  const warm = warmPool({
+    target: options.warmInstances ?? 1,
+    heapMiB,
+    startTimeoutMs,
+    boot: (memoryMiB, deadline, signal, weight) => boot(memoryMiB, deadline, signal, undefined, false, weight),
+    stop: stopEntry,
+  });
   const wallOps = { boot, assign, answering, forceStop };
   const launches =
     launcher.restore && options.launchSnapshots && asRoot

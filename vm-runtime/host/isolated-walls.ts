@@ -128,6 +128,17 @@ export function membersEnded(entry: Tracked): boolean {
   return true;
 }
 
+/**
+ * The CPU weight of a wall booted ahead (isolated-warm.ts): its group is made at the background
+ * weight unless `raise` came first, and gets the default one on `raise`.
+ */
+export interface WallWeight {
+  /** Whether its group is to be made at the background weight (`raise` not called yet). */
+  readonly background: boolean;
+  /** Its group, once made: a `raise` called before gets written to it now. */
+  placed(cgroup: InstanceCgroup): void;
+}
+
 /** What checkpoints and launch snapshots use of the provider that tracks the walls. */
 export interface WallOps {
   /** Starts a wall: a fresh one, a restore of `restoring`, or a launch snapshot's template. */

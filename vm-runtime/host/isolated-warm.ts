@@ -1,6 +1,10 @@
 // Walls booted ahead of their instance: a start of the default heap size takes one and sends it
 // its module, skipping the wall's and node's start-up. A failed boot is left to the next start.
-import type { Tracked } from "./isolated-walls.ts";
+// A wall is booted ahead at the background CPU weight, so that it takes only the CPU the host's
+// launches and instances leave (a gVisor boot costs about a second of CPU); it gets the default
+// weight once a launch takes it or waits for its boot.
+import type { InstanceCgroup } from "./cgroups.ts";
+import type { Tracked, WallWeight } from "./isolated-walls.ts";
 
 export interface WarmPoolDeps {
   /** Walls kept waiting. */
@@ -8,8 +12,8 @@ export interface WarmPoolDeps {
   /** The heap size warm walls are booted with: only starts of that size take one. */
   readonly heapMiB: number;
   readonly startTimeoutMs: number;
-  /** Boots a wall (given up when `signal` aborts). */
-  boot(heapMiB: number, deadline: number, signal: AbortSignal): Promise<Tracked>;
+  /** Boots a wall (given up when `signal` aborts), its group at `weight`. */
+  boot(heapMiB: number, deadline: number, signal: AbortSignal, weight: WallWeight): Promise<Tracked>;
   /** Ends a wall booted after the pool was closed. */
   stop(entry: Tracked): Promise<void>;
 }
@@ -19,50 +23,86 @@ export interface WarmPool {
   refill(): void;
   /**
    * A warm wall of `heapMiB`, if one is waiting or being booted (a wall being booted ahead is
-   * ready sooner than one booted now); undefined for another heap size or an empty pool.
+   * ready sooner than one booted now), at the default CPU weight; undefined for another heap
+   * size or an empty pool.
    */
   take(heapMiB: number): Promise<Tracked | undefined>;
   /** Gives up the walls being booted and waits for their boots to end. */
   close(reason: unknown): Promise<void>;
 }
 
+/** A wall's weight: the background one until `raise`, which resolves once the default one is written. */
+interface Weight extends WallWeight {
+  raise(): Promise<void>;
+}
+
+function backgroundWeight(): Weight {
+  let group: InstanceCgroup | undefined;
+  let raised: Promise<void> | undefined;
+  // A group that is gone (its wall ended) needs no weight.
+  const write = (cgroup: InstanceCgroup) => cgroup.weigh(false).catch(() => undefined);
+  return {
+    get background() {
+      return raised === undefined;
+    },
+    placed(cgroup) {
+      group = cgroup;
+      if (raised) raised = write(cgroup);
+    },
+    raise() {
+      raised ??= group ? write(group) : Promise.resolve();
+      return raised;
+    },
+  };
+}
+
 export function warmPool(deps: WarmPoolDeps): WarmPool {
-  const warm: Tracked[] = [];
-  const booting = new Set<Promise<unknown>>();
+  const warm: { readonly entry: Tracked; readonly weight: Weight }[] = [];
+  /** Boots under way, each with its wall's weight. */
+  const booting = new Map<Promise<unknown>, Weight>();
   // Walls booted ahead are given up at close, not waited for to come up.
   const closing = new AbortController();
 
-  function takeWaiting(heapMiB: number): Tracked | undefined {
+  async function takeWaiting(heapMiB: number): Promise<Tracked | undefined> {
     if (heapMiB !== deps.heapMiB) return undefined;
-    for (let entry = warm.shift(); entry; entry = warm.shift()) if (!entry.done) return entry;
+    for (let wall = warm.shift(); wall; wall = warm.shift()) {
+      if (wall.entry.done) continue;
+      // Before the launch renames its group.
+      await wall.weight.raise();
+      return wall.entry;
+    }
     return undefined;
   }
 
   return {
     refill() {
       while (!closing.signal.aborted && warm.length + booting.size < deps.target) {
-        const booted = deps.boot(deps.heapMiB, Date.now() + deps.startTimeoutMs, closing.signal).then(
+        const weight = backgroundWeight();
+        const deadline = Date.now() + deps.startTimeoutMs;
+        const booted = deps.boot(deps.heapMiB, deadline, closing.signal, weight).then(
           (entry) => {
             if (closing.signal.aborted) return deps.stop(entry);
-            warm.push(entry);
+            warm.push({ entry, weight });
           },
           () => undefined,
         );
-        booting.add(booted);
+        booting.set(booted, weight);
         void booted.finally(() => booting.delete(booted));
       }
     },
     async take(heapMiB) {
-      let entry = takeWaiting(heapMiB);
+      let entry = await takeWaiting(heapMiB);
       while (!entry && heapMiB === deps.heapMiB && booting.size > 0) {
-        await Promise.race(booting);
-        entry = takeWaiting(heapMiB);
+        // Whichever boot ends first is this launch's: each boots at the default weight now.
+        for (const weight of booting.values()) void weight.raise();
+        await Promise.race(booting.keys());
+        entry = await takeWaiting(heapMiB);
       }
       return entry;
     },
     async close(reason) {
       closing.abort(reason);
-      await Promise.allSettled(booting);
+      await Promise.allSettled(booting.keys());
     },
   };
 }
