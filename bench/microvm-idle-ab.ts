@@ -58,6 +58,13 @@ const variants: Record<string, Variant> = {
   "overlay2-root-memory": { runscFlags: ["--overlay2=root:memory"] },
   "gogc-50": { env: { GOGC: "50" } },
   "gogc-25": { env: { GOGC: "25" } },
+  "gomemlimit-1": { env: { GOMEMLIMIT: "1MiB" } },
+  "gomemlimit-4": { env: { GOMEMLIMIT: "4MiB" } },
+  "gogc-25-gomemlimit-1": { env: { GOGC: "25", GOMEMLIMIT: "1MiB" } },
+  "semi-space-max-0": { nodeFlags: ["--max-semi-space-size=0"] },
+  "v8-pool-0": { nodeFlags: ["--v8-pool-size=0"] },
+  "platform-ptrace": { runscFlags: ["--platform=ptrace"] },
+  "no-sparkplug-maglev": { nodeFlags: ["--no-sparkplug", "--no-maglev"] },
 };
 
 const MiB = 1024 * 1024;

@@ -82,6 +82,21 @@ export async function mintToken(api: MicrovmClient, microvmId: string): Promise<
   return answer.authToken["X-aws-proxy-auth"];
 }
 
+/**
+ * Waits until the host behind `microvmUrl` has `count` walls booted ahead up and waiting (its
+ * `microvm_boots{state="ready"}` metric), at most `limitMs`; resolves with the time waited.
+ */
+export async function wallReady(microvmUrl: string, limitMs = 60_000, count = 1): Promise<number> {
+  const started = performance.now();
+  for (;;) {
+    const text = await (await fetch(`${microvmUrl}/metrics`)).text();
+    const ready = Number(/^microvm_boots\{state="ready"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+    const waited = performance.now() - started;
+    if (ready >= count || waited >= limitMs) return waited;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
 /** The launch helper's path: run → RUNNING → token → first `hello("x")` through the proxy. */
 export async function launchAndCall(api: MicrovmClient): Promise<Connected> {
   const started = performance.now();

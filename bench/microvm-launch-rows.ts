@@ -6,7 +6,7 @@
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { withMicrovmEnvironment } from "./microvm-environment.ts";
 import { isWarmWall, memoryBaseline, readIdleMemory, warmWallsMiB, type IdleMemory } from "./microvm-idle-memory.ts";
-import { launchAndCall, terminate, type MicrovmClient } from "./microvm-instances.ts";
+import { launchAndCall, terminate, wallReady, type MicrovmClient } from "./microvm-instances.ts";
 import { IDLE_GC_AFTER_MS } from "../vm-runtime/runtime/idle-gc.ts";
 import { pause, percentiles, type Percentiles } from "./stats.ts";
 
@@ -91,6 +91,8 @@ export async function measureLaunchRows(env: MicrovmEnvironment, launches: numbe
       const first = await launchAndCall(warm.api);
       await terminate(warm.api, first.microvmId);
       await wallsBooted(warm, WARM_WALLS);
+      // Every one of them up (booted ahead at the background weight, they take what CPU is left).
+      await wallReady(warm.microvmUrl, 120_000, WARM_WALLS);
       await pause(IDLE_MS);
       const walls = warmWallsMiB(warm.instances());
       return { ...(await burstOf(warm.api)), walls: walls.walls, wallsMiB: walls.MiB };
@@ -115,8 +117,7 @@ async function measureIdle(env: MicrovmEnvironment): Promise<{ idle: IdleMemory;
 export async function measureWarmLaunches(env: MicrovmEnvironment, launches: number): Promise<Percentiles> {
   const samples: number[] = [];
   for (let i = 0; i < launches; i++) {
-    await wallsBooted(env, 1);
-    await pause(SETTLE_MS);
+    await wallReady(env.microvmUrl);
     const vm = await launchAndCall(env.api);
     samples.push(vm.firstRpcMs);
     await terminate(env.api, vm.microvmId);
@@ -136,12 +137,12 @@ async function wallsBooted(env: MicrovmEnvironment, count: number): Promise<void
 const verdict = (met: boolean) => (met ? "met" : "missed");
 
 /** The rows and the verdicts; `warm` is the snapshot rows' RunMicrovm → first RPC (a wall waiting). */
-export function formatLaunchRows(rows: LaunchRows, warm: Percentiles): string {
+export function formatLaunchRows(rows: LaunchRows, warm: Percentiles, wallWait?: Percentiles): string {
   const { burst, burstWarm, noWarm } = rows;
   return [
     "| RunMicrovm → first RPC | measured | target (idle machine) | verdict |",
     "| --- | --- | --- | --- |",
-    `| a wall booted ahead, p50 | ${warm.p50.toFixed(0)} ms | ≤ ${launchTargets.warmP50Ms} ms | ` +
+    `| a wall booted ahead, p50 (each launched once one was up${wallWait ? `; its refill after the last launch waited for p50 ${wallWait.p50.toFixed(0)} ms` : ""}) | ${warm.p50.toFixed(0)} ms | ≤ ${launchTargets.warmP50Ms} ms | ` +
       `${verdict(warm.p50 <= launchTargets.warmP50Ms)} |`,
     `| ${BURST} at once, p95 (p50 ${burst.p50.toFixed(0)} ms) | ${burst.p95} ms | ≤ ${launchTargets.burstP95Ms} ms | ` +
       `${verdict(burst.p95 <= launchTargets.burstP95Ms)} |`,

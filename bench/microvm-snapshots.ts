@@ -12,7 +12,7 @@ import { idKey } from "../schemas/index.ts";
 import { WARM_PREFIX } from "../vm-runtime/host/isolated-boot.ts";
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { percentiles, type Percentiles, pause } from "./stats.ts";
-import { expectHello, launchAndCall, terminate, type Connected } from "./microvm-instances.ts";
+import { expectHello, launchAndCall, terminate, wallReady, type Connected } from "./microvm-instances.ts";
 import { hostCgroupKey, hostWorkDir } from "../vm-runtime/service/index.ts";
 import { LOCAL_SNAPSHOTS_DIR } from "../vm-runtime/snapshots/keeper.ts";
 import { cgroupMemoryKiB, pidsInHostGroup } from "./microvm-instance-procs.ts";
@@ -44,8 +44,13 @@ export interface Held {
 
 export interface SnapshotResults {
   samples: number;
-  /** RunMicrovm → RUNNING → token → first hello, each instance new (the baseline). */
+  /**
+   * RunMicrovm → RUNNING → token → first hello, each instance new (the baseline), each launched
+   * once the host had a wall booted ahead waiting.
+   */
   coldFirstRpc: Percentiles;
+  /** How long each launch waited for the host's wall booted ahead to be up (its refill after the last). */
+  wallWaitMs: Percentiles;
   /** SuspendMicrovm → its answer, SUSPENDED with the snapshot stored. */
   suspend: Percentiles;
   /** ResumeMicrovm → its answer (RUNNING) → first hello answered, on the host that suspended it. */
@@ -74,6 +79,7 @@ export async function measureSnapshots(env: MicrovmEnvironment, settings: Snapsh
   };
   const s = {
     cold: [] as number[],
+    wallWait: [] as number[],
     suspend: [] as number[],
     resume: [] as number[],
     fromStore: [] as number[],
@@ -91,7 +97,9 @@ export async function measureSnapshots(env: MicrovmEnvironment, settings: Snapsh
     samples.push(performance.now() - started);
   };
   for (let i = 0; i < settings.samples; i++) {
-    // The baseline between the cycles: load changes on the machine hit both alike.
+    // The baseline between the cycles: load changes on the machine hit both alike. Launched
+    // once a wall booted ahead waits (what a launch with the warm pool costs, its target's).
+    s.wallWait.push(await wallReady(env.microvmUrl));
     const vm = await launchAndCall(env.api);
     s.cold.push(vm.firstRpcMs);
     await timed(s.suspend, () => suspend(vm));
@@ -115,6 +123,7 @@ export async function measureSnapshots(env: MicrovmEnvironment, settings: Snapsh
   return {
     samples: settings.samples,
     coldFirstRpc: percentiles(s.cold),
+    wallWaitMs: percentiles(s.wallWait),
     suspend: percentiles(s.suspend),
     resumeFirstRpc: percentiles(s.resume),
     resumeFromStoreFirstRpc: percentiles(s.fromStore),

@@ -205,7 +205,7 @@ snapshots on the gvisor provider (sandbox image):\n\n${formatSnapshots(snapshots
     ].join("\n"),
   );
   console.log(
-    `\nlaunches and memory on the gvisor provider (sandbox image):\n\n${formatLaunchRows(launches, snapshots.coldFirstRpc)}`,
+    `\nlaunches and memory on the gvisor provider (sandbox image):\n\n${formatLaunchRows(launches, snapshots.coldFirstRpc, snapshots.wallWaitMs)}`,
   );
   console.log(`\nobjects on the gvisor provider:\n\n${formatObjectRows(objects)}`);
   await saveResults(

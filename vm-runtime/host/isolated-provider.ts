@@ -106,8 +106,8 @@ export interface IsolatedProvider extends MicrovmProvider {
   cgroupOf(handle: MicrovmHandle): InstanceCgroup | undefined;
   /** The host uid of a live instance (tests). */
   uidOf(handle: MicrovmHandle): number | undefined;
-  /** Walls booting now (holding a boot slot) and launches waiting for a slot. */
-  boots(): { readonly running: number; readonly waiting: number };
+  /** Walls booting now (holding a boot slot), launches waiting for a slot, and walls booted ahead up and waiting. */
+  boots(): { readonly running: number; readonly waiting: number; readonly ready: number };
   prepare(images: readonly string[]): Promise<void>;
   reclaim(): Promise<ReclaimedInstance[]>;
   /** Launch snapshots, where this provider takes them (tests and benches read their times). */
@@ -195,8 +195,13 @@ export async function createIsolatedProvider(
     const deadline = startedAt + startTimeoutMs;
     const memoryMiB = spec.memoryMiB ?? heapMiB;
     const key = launches ? launchKey(module, memoryMiB) : "";
+    // A wall booted ahead that is up beats a restore for an image that imports quickly.
+    const onWall = memoryMiB === heapMiB && warm.ready > 0;
     // A restore that fails leaves the cold start at least half of the start's time.
-    const restored = await launches?.start(key, spec.microvmId, startedAt + startTimeoutMs / 2, signal);
+    const restored =
+      onWall && launches?.wallFirst(key) !== false
+        ? undefined
+        : await launches?.start(key, spec.microvmId, startedAt + startTimeoutMs / 2, signal);
     if (restored) return restored;
     const entry =
       (await warm.take(memoryMiB)) ??
@@ -210,7 +215,7 @@ export async function createIsolatedProvider(
       stdin?.write(`${JSON.stringify({ microvmId: spec.microvmId, moduleBytes: module.length })}\n`);
       stdin?.write(module);
       const handle = await answering(entry, spec.microvmId, deadline, signal, undefined, spec.imageTimeoutMs);
-      launches?.noteCold(key, module, memoryMiB, Date.now() - startedAt);
+      launches?.noteCold(key, module, memoryMiB, Date.now() - startedAt, onWall);
       return handle;
     } catch (cause) {
       // How it ended by itself, if it did: after stopFailedWall, it ended by the kill.
@@ -339,7 +344,7 @@ export async function createIsolatedProvider(
     live: () => [...tracked].flatMap((entry) => (entry.handle && !entry.done ? [entry.handle] : [])),
     cgroupOf: (handle) => entryOf(handle)?.cgroup,
     uidOf: (handle) => entryOf(handle)?.uid,
-    boots: () => ({ running: slots.running, waiting: slots.waiting }),
+    boots: () => ({ running: slots.running, waiting: slots.waiting, ready: warm.ready }),
     async prepare(images) {
       await bundles.prepare(images);
       warm.refill();

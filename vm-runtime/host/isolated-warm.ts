@@ -27,6 +27,8 @@ export interface WarmPool {
    * size or an empty pool.
    */
   take(heapMiB: number): Promise<Tracked | undefined>;
+  /** Walls booted ahead that are up and waiting for a launch now. */
+  readonly ready: number;
   /** Gives up the walls being booted and waits for their boots to end. */
   close(reason: unknown): Promise<void>;
 }
@@ -99,6 +101,9 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
         entry = await takeWaiting(heapMiB);
       }
       return entry;
+    },
+    get ready() {
+      return warm.filter((wall) => !wall.entry.done).length;
     },
     async close(reason) {
       closing.abort(reason);

@@ -39,6 +39,8 @@ interface Saved {
 
 interface ImageRecord {
   readonly coldMs: number[];
+  /** Of those, the starts that found a wall booted ahead up and waiting. */
+  readonly wallMs: number[];
   readonly restoreMs: number[];
   saved?: Saved;
   taking?: Promise<void>;
@@ -71,7 +73,7 @@ export function launchSnapshots(deps: LaunchSnapshotDeps, options: LaunchSnapsho
   let closed = false;
   const recordOf = (key: string) => {
     let record = images.get(key);
-    if (!record) images.set(key, (record = { coldMs: [], restoreMs: [] }));
+    if (!record) images.set(key, (record = { coldMs: [], wallMs: [], restoreMs: [] }));
     return record;
   };
 
@@ -175,10 +177,30 @@ export function launchSnapshots(deps: LaunchSnapshotDeps, options: LaunchSnapsho
       }
     },
 
-    /** Records a cold start's time (module sent → first answer); may save a snapshot behind it. */
-    noteCold(key: string, module: Buffer, heapMiB: number, ms: number): void {
+    /**
+     * Whether a start of this image that finds a wall booted ahead up and waiting should take it
+     * rather than restore its snapshot: when its fastest start on such a wall beat its fastest
+     * restore (or, before any restore, the cold start that makes a snapshot worth taking). The
+     * fastest, as each path costs at least that: a first start, or one beside a snapshot being
+     * taken, is slower for reasons of its moment. A heavy import loses to its snapshot; a light
+     * one wins on a wall.
+     */
+    wallFirst(key: string): boolean {
+      const record = images.get(key);
+      if (options.alwaysRestore === true) return false;
+      if (!record || record.wallMs.length === 0) return true;
+      const wall = Math.min(...record.wallMs);
+      return record.restoreMs.length === 0 ? wall < minColdMs : wall <= Math.min(...record.restoreMs);
+    },
+
+    /**
+     * Records a cold start's time (module sent → first answer; `onWall`: it took a wall booted
+     * ahead that was up); may save a snapshot behind it.
+     */
+    noteCold(key: string, module: Buffer, heapMiB: number, ms: number, onWall = false): void {
       const record = recordOf(key);
       remember(record.coldMs, ms);
+      if (onWall) remember(record.wallMs, ms);
       if (closed || record.saved || record.taking || record.broken || median(record.coldMs) < minColdMs) return;
       const took = taking.then(() => take(key, record, module, heapMiB));
       taking = took.catch(() => undefined);

@@ -408,9 +408,10 @@ export async function startMicrovmHost(nc: NatsConnection, options: MicrovmHostO
     microvmLogWaits.set(logs.waiting);
     microvmObjectsActive.set(objects.activeHere().length);
     if ("boots" in provider) {
-      const { running, waiting } = provider.boots();
+      const { running, waiting, ready } = provider.boots();
       microvmBoots.set({ state: "running" }, running);
       microvmBoots.set({ state: "waiting" }, waiting);
+      microvmBoots.set({ state: "ready" }, ready);
     }
   });
 
