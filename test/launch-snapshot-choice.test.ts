@@ -30,6 +30,7 @@ test("launch snapshots - a start that finds a wall up takes it for a quick image
   assert.equal(launches.wallFirst("quick"), true);
   // Slow even on a wall: its import is the cost a snapshot saves.
   launches.noteCold("slow", module, 256, 3_100, true);
+  assert.equal(launches.wallFirst("slow"), true, "one start says little: a first start pays for more");
   launches.noteCold("slow", module, 256, 2_900, true);
   assert.equal(launches.wallFirst("slow"), false);
   // Starts that booted a wall of their own say nothing of the path on a wall booted ahead.

@@ -179,7 +179,7 @@ export function launchSnapshots(deps: LaunchSnapshotDeps, options: LaunchSnapsho
 
     /**
      * Whether a start of this image that finds a wall booted ahead up and waiting should take it
-     * rather than restore its snapshot: when its fastest start on such a wall beat its fastest
+     * rather than restore its snapshot: until it has two such starts, and then when the fastest beat its fastest
      * restore (or, before any restore, the cold start that makes a snapshot worth taking). The
      * fastest, as each path costs at least that: a first start, or one beside a snapshot being
      * taken, is slower for reasons of its moment. A heavy import loses to its snapshot; a light
@@ -188,7 +188,8 @@ export function launchSnapshots(deps: LaunchSnapshotDeps, options: LaunchSnapsho
     wallFirst(key: string): boolean {
       const record = images.get(key);
       if (options.alwaysRestore === true) return false;
-      if (!record || record.wallMs.length === 0) return true;
+      // Two starts on a wall at least: an image's first start on a host pays for more than its import.
+      if (!record || record.wallMs.length < 2) return true;
       const wall = Math.min(...record.wallMs);
       return record.restoreMs.length === 0 ? wall < minColdMs : wall <= Math.min(...record.restoreMs);
     },
