@@ -4,11 +4,7 @@ import { join } from "node:path";
 import { mkdir, writeFile } from "node:fs/promises";
 import { lookup } from "node:dns/promises";
 import { backfillIndexes, gatewayDispatch, NATS_INTERNAL, startActors } from "./actors/index.ts";
-import {
-  ProviderUnavailable,
-  provisionMicrovmStores,
-  startMicrovmHost,
-} from "./vm-runtime/service/index.ts";
+import { ProviderUnavailable, provisionMicrovmStores, startMicrovmHost } from "./vm-runtime/service/index.ts";
 import { createServer } from "node:http";
 import type { InProcessRoute } from "./placement/index.ts";
 import { ConfigError, readConfig, readFlags, usage, type Role } from "./config.ts";
