@@ -80,7 +80,7 @@ describe("boot slots on the sandbox", { skip: sandbox.ok ? false : sandbox.reaso
       assert.equal(handles.length, 3);
       assert.equal(maxRunning, 1, "walls booting at once");
       assert.ok(maxWaiting >= 1, `launches waited for the slot (at most ${maxWaiting} at once)`);
-      assert.deepEqual(provider.boots(), { running: 0, waiting: 0 });
+      assert.deepEqual(provider.boots(), { running: 0, waiting: 0, ready: 0 });
     } finally {
       await Promise.all(handles.map((handle) => provider.terminate(handle, 200)));
     }
