@@ -115,6 +115,8 @@ export class Activation {
   /** Kept however long it is idle: its holder releases it itself (`Placement.release`). */
   pinned = false;
   ended = false;
+  /** Why it ended, once it did. */
+  endReason: NonNullable<ActivationEvent["reason"]> | undefined;
   renewing = false;
   renewFailures = 0;
   /** The next fence's compare-and-set while it is not yet sent: fences asked for meanwhile join it. */
@@ -343,7 +345,9 @@ export class Placement {
    * holder that evicts what it keeps on its own schedule rather than after `idleMs`).
    */
   async release(activation: Activation): Promise<void> {
-    if (activation.ended) return;
+    // Ended by its local deadline (renewals late on a loaded host), the key may still hold its
+    // lease: deleted at its revision all the same (refused if another process claimed it since).
+    if (activation.ended && activation.endReason !== "expired") return;
     await this.#release(activation, "released");
   }
 
@@ -496,6 +500,7 @@ export class Placement {
   #end(activation: Activation, reason: NonNullable<ActivationEvent["reason"]>): void {
     if (activation.ended) return;
     activation.ended = true;
+    activation.endReason = reason;
     if (this.#active.get(activation.key) === activation) this.#active.delete(activation.key);
     this.#metrics.activations(this.#active.size);
     const lastServing = Math.min(performance.now(), activation.deadline);
