@@ -408,6 +408,37 @@ describe("placement", () => {
     assert.equal((await taskObjectLeases.get(key)).value, undefined, "the release deleted the key");
   });
 
+  it("placement - an activation ended by its deadline (renewals unanswered) is still released by its holder", async () => {
+    const { taskObjectLeases } = recordStores(client.requester);
+    // Once claimed, every renewal goes unanswered, failing as a request that timed out (as on a
+    // host too loaded to renew in time); the key is left as it was.
+    let hang = false;
+    const leases = {
+      ...taskObjectLeases,
+      put: (key: string, value: string, revision: number) =>
+        hang
+          ? new Promise<never>((_, reject) => setTimeout(() => reject(new Error("the request timed out")), 700))
+          : taskObjectLeases.put(key, value, revision),
+    };
+    const placement = new Placement({ ownerId: "late-renewals", leases, ttlMs: 600 });
+    defer(() => placement.close());
+    const key = taskObjectLeaseKey("late-renewals-name")!;
+    const route = await placement.route(key);
+    if (route.kind !== "local") throw new Error(`not claimed here: ${route.kind}`);
+    const { activation } = route;
+    hang = true;
+    // Its deadline passes (the lease's TTL, 600 ms, and the placement's tick after it).
+    const deadline = Date.now() + 10_000;
+    while (!activation.ended) {
+      assert.ok(Date.now() < deadline, "the activation did not end at its deadline");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.equal(activation.endReason, "expired");
+    assert.notEqual((await taskObjectLeases.get(key)).value, undefined, "the key still holds its lease");
+    await placement.release(activation);
+    assert.equal((await taskObjectLeases.get(key)).value, undefined, "the release deleted the key");
+  });
+
   it("placement - a gateway sends a name's requests straight to its owner, and past a silent one", async () => {
     const a = await actorProcess("gw-a");
     const api = await taskGateway();
