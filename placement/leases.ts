@@ -468,7 +468,9 @@ export class Placement {
       // Moved by a renewal of its own whose answer was lost: deleted at the revision that left.
       const moved = deleted === CONFLICT ? await this.#ownRevision(activation) : undefined;
       if (moved !== undefined) deleted = await this.#leases.delete(activation.key, moved);
-      if (deleted === CONFLICT) log.warn({ name: activation.name }, "task-object lease moved before its release");
+      // Past its deadline another process may have claimed it: that refusal is no news.
+      if (deleted === CONFLICT && activation.endReason !== "expired")
+        log.warn({ name: activation.name }, "task-object lease moved before its release");
     });
   }
 
