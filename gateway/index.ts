@@ -87,7 +87,9 @@ export function createGateways(options: GatewayOptions): {
     requestTimeoutMs: options.requestTimeoutMs ?? 5_000,
     timeouts: options.timeouts,
     localReads: reads,
-    dispatch: withInProcess(dispatcher(options.nats, options.prefix ?? "", options.routing), options.inProcess),
+    dispatch: withInProcess(dispatcher(options.nats, options.prefix ?? "", options.routing), options.inProcess, () =>
+      options.nats.connected(),
+    ),
     apiKeys: options.apiKeys,
     hostNames: options.hostNames,
     openStreams: streams,

@@ -83,12 +83,24 @@ export interface InProcessRoute {
  * request that names its principal (the subjects only a gateway may publish) and that its
  * client does not hold open (`Budget.held`) is.
  */
-export function withInProcess(dispatch: Dispatch, routes: ReadonlyMap<string, InProcessRoute> | undefined): Dispatch {
+export function withInProcess(
+  dispatch: Dispatch,
+  routes: ReadonlyMap<string, InProcessRoute> | undefined,
+  connected?: () => boolean,
+): Dispatch {
   if (!routes || routes.size === 0) return dispatch;
   return (op, input, headers, budget) => {
     const route = routes.get(op.name);
     const principal = headers[PRINCIPAL_HEADER];
-    if (!route || principal === undefined || budget.held || !route.here(input, principal))
+    // Without NATS (`connected` false) `dispatch` answers at once (503), as it does for any request:
+    // served here, the handler's own writes would wait for the connection instead.
+    if (
+      !route ||
+      principal === undefined ||
+      budget.held ||
+      (connected && !connected()) ||
+      !route.here(input, principal)
+    )
       return dispatch(op, input, headers, budget);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {
