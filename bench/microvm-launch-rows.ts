@@ -5,7 +5,7 @@
 // walls booted ahead, what those walls hold and 10 launches at once.
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { withMicrovmEnvironment } from "./microvm-environment.ts";
-import { isWarmWall, memoryBaseline, readIdleMemory, warmWallsMiB, type IdleMemory } from "./microvm-idle-memory.ts";
+import { memoryBaseline, readIdleMemory, warmWallsMiB, type IdleMemory } from "./microvm-idle-memory.ts";
 import { launchAndCall, terminate, wallReady, type MicrovmClient } from "./microvm-instances.ts";
 import { IDLE_GC_AFTER_MS } from "../vm-runtime/runtime/idle-gc.ts";
 import { pause, percentiles, type Percentiles } from "./stats.ts";
@@ -90,7 +90,6 @@ export async function measureLaunchRows(env: MicrovmEnvironment, launches: numbe
       // The image bundled and cached by a launch of its own, as the default pool's burst finds it.
       const first = await launchAndCall(warm.api);
       await terminate(warm.api, first.microvmId);
-      await wallsBooted(warm, WARM_WALLS);
       // Every one of them up (booted ahead at the background weight, they take what CPU is left).
       await wallReady(warm.microvmUrl, 120_000, WARM_WALLS);
       await pause(IDLE_MS);
@@ -123,15 +122,6 @@ export async function measureWarmLaunches(env: MicrovmEnvironment, launches: num
     await terminate(env.api, vm.microvmId);
   }
   return percentiles(samples);
-}
-
-/** Waits until the host has `count` walls booted ahead (their groups hold a wall), within the start timeout. */
-async function wallsBooted(env: MicrovmEnvironment, count: number): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (env.instances().filter(isWarmWall).length < count) {
-    if (Date.now() > deadline) throw new Error(`the host did not boot ${count} walls ahead within 60 s`);
-    await pause(100);
-  }
 }
 
 const verdict = (met: boolean) => (met ? "met" : "missed");
