@@ -59,7 +59,7 @@ export const microvmObjectsBusy = new Counter({
 
 export const microvmBoots = new Gauge({
   name: "microvm_boots",
-  help: "Walls of this host booting now (running), launches waiting for a boot slot (waiting) and walls booted ahead waiting for a launch (ready)",
+  help: "Walls of this host booting now (running), launches waiting for a boot slot (waiting) and walls booted ahead whose runtime is up, waiting for a launch (ready)",
   labelNames: ["state"] as const,
   registers: [registry],
 });

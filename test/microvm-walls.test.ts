@@ -19,21 +19,33 @@ interface FakeBoot {
   readonly weight: WallWeight;
   readonly written: boolean[];
   readonly group: InstanceCgroup;
-  finish(): void;
+  /** Its wall, once its boot ended. */
+  readonly entry: Tracked;
+  /** Ends its boot: runsc runs the wall; `up`: its runtime printed its boot line too. */
+  finish(up?: boolean): void;
 }
 
-function fakePool() {
+function fakePool(target = 1) {
   const boots: FakeBoot[] = [];
   const pool = warmPool({
-    target: 1,
+    target,
     heapMiB: 96,
     startTimeoutMs: 60_000,
     boot: (_heapMiB, _deadline, _signal, weight) =>
       new Promise<Tracked>((resolve) => {
         const written: boolean[] = [];
         const group = { weigh: async (background: boolean) => void written.push(background) } as InstanceCgroup;
-        const entry = { done: false, cgroup: group } as Tracked;
-        boots.push({ weight, written, group, finish: () => resolve(entry) });
+        const entry = { done: false, cgroup: group, output: { booted: false } } as Tracked;
+        boots.push({
+          weight,
+          written,
+          group,
+          entry,
+          finish: (up = true) => {
+            if (up) entry.output.booted = true;
+            resolve(entry);
+          },
+        });
       }),
     stop: async () => undefined,
   });
@@ -67,6 +79,33 @@ describe("walls booted ahead - CPU weight in the pool", () => {
     assert.deepEqual(boot.written, [false], "a raise before the group is written to it once made");
     boot.finish();
     assert.ok(await taken);
+    await pool.close(new Error("done"));
+  });
+
+  it("walls - a wall is ready once its runtime printed its boot line, not once runsc runs it", async () => {
+    const { pool, boots } = fakePool();
+    pool.refill();
+    const [boot] = boots as [FakeBoot];
+    boot.finish(false);
+    // The boot ended (the wall is handed over); node inside it has not said it is up.
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(pool.ready, 0, "a wall whose runtime is still starting is not ready");
+    boot.entry.output.booted = true;
+    assert.equal(pool.ready, 1, "ready once its boot line is read");
+    await pool.close(new Error("done"));
+  });
+
+  it("walls - a launch takes a wall whose runtime is up before an older one still starting", async () => {
+    const { pool, boots } = fakePool(2);
+    pool.refill();
+    const [older, newer] = boots as [FakeBoot, FakeBoot];
+    older.finish(false);
+    await new Promise((resolve) => setImmediate(resolve));
+    newer.finish(true);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(pool.ready, 1);
+    assert.equal(await pool.take(96), newer.entry, "the one that is up");
+    assert.equal(await pool.take(96), older.entry, "the one still starting, when no other waits");
     await pool.close(new Error("done"));
   });
 

@@ -27,7 +27,7 @@ export interface WarmPool {
    * size or an empty pool.
    */
   take(heapMiB: number): Promise<Tracked | undefined>;
-  /** Walls booted ahead that are up and waiting for a launch now. */
+  /** Walls booted ahead whose runtime is up (its boot line printed), waiting for a launch now. */
   readonly ready: number;
   /** Gives up the walls being booted and waits for their boots to end. */
   close(reason: unknown): Promise<void>;
@@ -58,6 +58,13 @@ function backgroundWeight(): Weight {
   };
 }
 
+/**
+ * A wall booted ahead whose runtime is up: it printed its boot line and waits for its module. A
+ * wall is handed over once runsc runs it, while node may still take a second or more to start
+ * inside it: only an up one makes a launch about as quick as its image's import.
+ */
+const isUp = (wall: { readonly entry: Tracked }): boolean => !wall.entry.done && wall.entry.output.booted;
+
 export function warmPool(deps: WarmPoolDeps): WarmPool {
   const warm: { readonly entry: Tracked; readonly weight: Weight }[] = [];
   /** Boots under way, each with its wall's weight. */
@@ -67,13 +74,14 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
 
   async function takeWaiting(heapMiB: number): Promise<Tracked | undefined> {
     if (heapMiB !== deps.heapMiB) return undefined;
-    for (let wall = warm.shift(); wall; wall = warm.shift()) {
-      if (wall.entry.done) continue;
-      // Before the launch renames its group.
-      await wall.weight.raise();
-      return wall.entry;
-    }
-    return undefined;
+    for (let i = warm.length - 1; i >= 0; i--) if (warm[i]!.entry.done) warm.splice(i, 1);
+    // One whose runtime is up first; one still starting node is still sooner than a new boot.
+    const up = warm.findIndex(isUp);
+    const [wall] = warm.splice(Math.max(up, 0), 1);
+    if (!wall) return undefined;
+    // Before the launch renames its group.
+    await wall.weight.raise();
+    return wall.entry;
   }
 
   return {
@@ -103,7 +111,7 @@ export function warmPool(deps: WarmPoolDeps): WarmPool {
       return entry;
     },
     get ready() {
-      return warm.filter((wall) => !wall.entry.done).length;
+      return warm.filter(isUp).length;
     },
     async close(reason) {
       closing.abort(reason);
