@@ -3,7 +3,14 @@
 // builtin-only `require`.
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { builtinRequire, checkModuleImports, ImageError } from "../vm-runtime/runtime/module-imports.ts";
+import {
+  builtinRequire,
+  checkModuleImports,
+  ImageError,
+  importCheckReady,
+} from "../vm-runtime/runtime/module-imports.ts";
+
+await importCheckReady;
 
 const refusal = (source: string) => {
   try {

@@ -79,11 +79,11 @@ function runtimeEntrySource(): string {
   return [
     `import { readFileSync, writeFileSync } from "node:fs";`,
     `import { pathToFileURL } from "node:url";`,
-    `import { builtinRequire, checkModuleImports, ImageError } from ${JSON.stringify(IMPORT_CHECK_MODULE)};`,
+    `import { builtinRequire, checkModuleImports, ImageError, importCheckReady } from ${JSON.stringify(IMPORT_CHECK_MODULE)};`,
     `import { StartupInput } from ${JSON.stringify(STARTUP_INPUT_MODULE)};`,
     `import { refreshEntropy } from ${JSON.stringify(vmRuntimeFile("runtime/fresh-entropy.ts"))};`,
     `import { bootRuntime } from ${JSON.stringify(BOOT_MODULE)};`,
-    `import { warmValidators } from ${JSON.stringify(vmRuntimeFile("runtime/rpc-handler.ts"))};`,
+    `import { warmRuntime } from ${JSON.stringify(vmRuntimeFile("runtime/warm-up.ts"))};`,
     `import { isImage } from ${JSON.stringify(vmRuntimeFile("image.ts"))};`,
     `import { countCpusAs } from ${JSON.stringify(vmRuntimeFile("runtime/cpu-count.ts"))};`,
     // The CPUs the instance counts are its quota's, before anything of the image runs.
@@ -98,7 +98,8 @@ function runtimeEntrySource(): string {
     // Image code sees the environment it saw when it was bundled in: no host path in it.
     `delete process.env.${IMAGE_MODULE_ENV};`,
     // A wall booted ahead: what every instance needs on its first call is loaded while it waits.
-    "if (!imageModule) await warmValidators();",
+    'if (!imageModule) await warmRuntime(process.env.HOME || "/scratch");',
+    "await importCheckReady;",
     // The host blames a start that fails before this line on itself, after it on the image.
     `process.stdout.write(${JSON.stringify(`${BOOTED_LINE}\n`)});`,
     "if (!imageModule) {",

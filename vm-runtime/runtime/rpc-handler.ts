@@ -96,14 +96,6 @@ function compileMethods(image: Image): Record<string, LazyMethod> {
 
 let sharedAjv: Promise<Ajv> | undefined;
 
-/**
- * Loads Ajv and runs its code generation once, without any image: what a wall booted ahead
- * does while it waits for its image, so its instance's first call only compiles its own schemas.
- */
-export async function warmValidators(): Promise<void> {
-  (await loadAjv()).compile({ type: "array", items: { type: "string" } });
-}
-
 /** Ajv loaded on first use (a dynamic import stays lazy in the esbuild bundle too). */
 function loadAjv(): Promise<Ajv> {
   return (sharedAjv ??= import("ajv").then(({ Ajv }) => new Ajv({ allErrors: true, strict: false })));
