@@ -55,12 +55,12 @@ export function launchSampler(api: MicrovmClient, kv: KV) {
   let coldFirstRpcMs = NaN;
   return {
     async cold(): Promise<void> {
-      const cold = await launchAndCall(api);
+      const cold = await launchAndCall(api, { poll: true });
       coldFirstRpcMs = Math.round(cold.firstRpcMs);
       await terminate(api, cold.microvmId);
     },
     async step(): Promise<void> {
-      const vm = await launchAndCall(api);
+      const vm = await launchAndCall(api, { poll: true });
       const times = (await kv.get(idKey(vm.microvmId)!))?.json<StoredTimes>();
       if (times?.handle) {
         const [machineStart, ready, written] = [times.startedAt, times.handle.startedAt, times.updatedAt].map((iso) =>

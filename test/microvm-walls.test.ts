@@ -98,14 +98,50 @@ describe("walls booted ahead - CPU weight in the pool", () => {
   it("walls - a launch takes a wall whose runtime is up before an older one still starting", async () => {
     const { pool, boots } = fakePool(2);
     pool.refill();
-    const [older, newer] = boots as [FakeBoot, FakeBoot];
+    const [older] = boots as [FakeBoot];
     older.finish(false);
     await new Promise((resolve) => setImmediate(resolve));
+    const newer = boots[1]!;
     newer.finish(true);
     await new Promise((resolve) => setImmediate(resolve));
     assert.equal(pool.ready, 1);
     assert.equal(await pool.take(96), newer.entry, "the one that is up");
     assert.equal(await pool.take(96), older.entry, "the one still starting, when no other waits");
+    await pool.close(new Error("done"));
+  });
+
+  it("walls - are booted one at a time: the next once runsc runs the last, none after a failed one", async () => {
+    const started: ((entry: Tracked | Error) => void)[] = [];
+    const pool = warmPool({
+      target: 3,
+      heapMiB: 96,
+      startTimeoutMs: 60_000,
+      boot: () =>
+        new Promise<Tracked>((resolve, reject) => {
+          started.push((outcome) => (outcome instanceof Error ? reject(outcome) : resolve(outcome)));
+        }),
+      stop: async () => undefined,
+    });
+    const wall = () => ({ done: false, output: { booted: true } }) as Tracked;
+    const settle = () => new Promise((resolve) => setImmediate(resolve));
+    pool.refill();
+    pool.refill();
+    assert.equal(started.length, 1, "one boot under way, however often it is asked");
+    started[0]!(wall());
+    await settle();
+    assert.equal(started.length, 2, "the next once the last one is up");
+    started[1]!(new Error("boot failed"));
+    await settle();
+    assert.equal(started.length, 2, "none after a failed boot");
+    pool.refill();
+    assert.equal(started.length, 3, "the next start's refill boots again");
+    started[2]!(wall());
+    await settle();
+    assert.equal(started.length, 4, "two up: the third boots");
+    started[3]!(wall());
+    await settle();
+    assert.equal(started.length, 4, "three up: none more");
+    assert.equal(pool.ready, 3);
     await pool.close(new Error("done"));
   });
 
