@@ -40,6 +40,21 @@ import { testNats, type TestNats } from "./helpers/nats.ts";
 const TTL_MS = 2_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** A placement of `ownerId` over `leases` that has claimed the task object `name`: it, the lease key and the activation. */
+async function claimedHere(
+  ownerId: string,
+  leases: ConstructorParameters<typeof Placement>[0]["leases"],
+  ttlMs: number,
+  name: string,
+) {
+  const placement = new Placement({ ownerId, leases, ttlMs });
+  defer(() => placement.close());
+  const key = taskObjectLeaseKey(name)!;
+  const route = await placement.route(key);
+  if (route.kind !== "local") throw new Error(`${name} not claimed here: ${route.kind}`);
+  return { placement, key, activation: route.activation };
+}
+
 let nats: TestNats;
 let client: NatsHandle;
 const events: ActivationEvent[] = [];
@@ -359,19 +374,16 @@ describe("placement", () => {
       ...taskObjectLeases,
       put: (key: string, value: string, revision: number) => (puts++, taskObjectLeases.put(key, value, revision)),
     };
-    const placement = new Placement({ ownerId: "group-a", leases, ttlMs: 60_000 });
-    defer(() => placement.close());
-    const route = await placement.route(taskObjectLeaseKey("group-name")!);
-    if (route.kind !== "local") throw new Error(`group-name not claimed here: ${route.kind}`);
+    const { placement, activation } = await claimedHere("group-a", leases, 60_000, "group-name");
     puts = 0;
-    const fenced = (activation: typeof route.activation) => placement.fence(activation).then(() => activation.revision);
+    const fenced = (held: typeof activation) => placement.fence(held).then(() => held.revision);
     const revisions = await Promise.all(
-      Array.from({ length: 40 }, () => placement.run(route.activation, fenced, { exclusive: false })),
+      Array.from({ length: 40 }, () => placement.run(activation, fenced, { exclusive: false })),
     );
     assert.equal(puts, 1, "one compare-and-set for the 40 fences");
     assert.equal(new Set(revisions).size, 1);
     // A fence asked for after that write was sent needs a write of its own.
-    await placement.run(route.activation, fenced, { exclusive: false });
+    await placement.run(activation, fenced, { exclusive: false });
     assert.equal(puts, 2);
   });
 
@@ -390,12 +402,7 @@ describe("placement", () => {
       put: (key: string, value: string, revision: number) => lossy(taskObjectLeases.put(key, value, revision)),
       delete: (key: string, revision: number) => lossy(taskObjectLeases.delete(key, revision)),
     };
-    const placement = new Placement({ ownerId: "lost-answer", leases, ttlMs: 60_000 });
-    defer(() => placement.close());
-    const key = taskObjectLeaseKey("lost-answer-name")!;
-    const route = await placement.route(key);
-    if (route.kind !== "local") throw new Error(`not claimed here: ${route.kind}`);
-    const { activation } = route;
+    const { placement, key, activation } = await claimedHere("lost-answer", leases, 60_000, "lost-answer-name");
     loseNextAnswer = true;
     await assert.rejects(placement.fence(activation), /timed out/);
     // The key moved past the revision the activation knew, with its own value: still its lease.
@@ -420,12 +427,7 @@ describe("placement", () => {
           ? new Promise<never>((_, reject) => setTimeout(() => reject(new Error("the request timed out")), 700))
           : taskObjectLeases.put(key, value, revision),
     };
-    const placement = new Placement({ ownerId: "late-renewals", leases, ttlMs: 600 });
-    defer(() => placement.close());
-    const key = taskObjectLeaseKey("late-renewals-name")!;
-    const route = await placement.route(key);
-    if (route.kind !== "local") throw new Error(`not claimed here: ${route.kind}`);
-    const { activation } = route;
+    const { placement, key, activation } = await claimedHere("late-renewals", leases, 600, "late-renewals-name");
     hang = true;
     // Its deadline passes (the lease's TTL, 600 ms, and the placement's tick after it).
     const deadline = Date.now() + 10_000;

@@ -8,7 +8,7 @@
 import { connect } from "node:net";
 import { join } from "node:path";
 import { defineImage } from "../image.ts";
-import { RPC_PREFIX } from "../wire/rpc.ts";
+import { RPC_HEALTH_PATH, RPC_PREFIX } from "../wire/rpc.ts";
 import { memoryReducingGc } from "./idle-gc.ts";
 import { createRuntimeServer } from "./server.ts";
 
@@ -40,7 +40,7 @@ export async function warmRuntime(dir: string): Promise<void> {
         resolve();
       });
     });
-    await exchange(path, `GET ${RPC_PREFIX} HTTP/1.1\r\nhost: runtime\r\nconnection: close\r\n\r\n`);
+    await exchange(path, `GET ${RPC_HEALTH_PATH} HTTP/1.1\r\nhost: runtime\r\nconnection: close\r\n\r\n`);
     const body = JSON.stringify(["warm"]);
     await exchange(
       path,
