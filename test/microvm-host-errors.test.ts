@@ -105,6 +105,13 @@ async function closeClean(
   if (wall !== "process") assert.deepEqual(cgroupsLeftOfHostKey(hostKeyOf(wall, broken, startTimeoutMs)), []);
 }
 
+/** `err`'s message and those of its causes, for a failure's message. */
+function causes(err: unknown): string {
+  const chain: string[] = [];
+  for (let at = err; at instanceof Error && chain.length < 5; at = at.cause) chain.push(at.message);
+  return chain.join(" <- ");
+}
+
 /** Asserts `promise` rejects with a 500 `InternalServerError` whose cause is a host failure. */
 async function rejectsAsHostError(promise: Promise<unknown>): Promise<void> {
   await assert.rejects(promise, (err: unknown) => {
@@ -139,7 +146,7 @@ for (const wall of walls) {
         await assert.rejects(provider.start({ microvmId: `broken-${broken}`, image: good }), (err: unknown) => {
           assert.ok(err instanceof MicrovmHostError, String(err));
           assert.equal(err.timedOut, false);
-          assert.match(err.stderr, printed);
+          assert.match(err.stderr, printed, `stderr ${JSON.stringify(err.stderr)} of ${causes(err)}`);
           assert.doesNotMatch(err.message, /\//, "the message (a stateReason) names no host path");
           return true;
         });

@@ -123,12 +123,14 @@ function waitings(code: Code, count: number): Promise<void> {
 }
 
 /**
- * Leases that outlast a loaded machine's pauses, for the tests that count sessions: with the
- * hosts' 1 s, a pause past it lapses every lease at once and each object starts again (a second
- * session of each: seen once in CI as 4 sessions where 2 were counted), which is the subject of
- * the tests of hosts that die or are paused, not of these.
+ * The hosts' lease unless a test is about a lease that lapses: long enough to outlast a loaded
+ * machine's pauses. With 1 s, a pause past it lapsed every lease at once and each object started
+ * again, its memory gone (seen in CI as 4 sessions where 2 were counted, and as an object whose
+ * count went back to 1). Lapses are the subject of the tests of hosts that die or are paused.
  */
-const STEADY_LEASES = { leaseTtlMs: 10_000 } as const;
+const STEADY_LEASE_MS = 10_000;
+/** The lease of the test whose host dies: short, so the take-over it waits for comes soon. */
+const LAPSING_LEASE_MS = 1_000;
 
 /** A host's activations on its own connection; closed at the end unless the test closed it. */
 async function startHost(
@@ -145,7 +147,7 @@ async function startHost(
     images,
     provider,
     openSession: code.openSession,
-    leaseTtlMs: 1_000,
+    leaseTtlMs: STEADY_LEASE_MS,
     ...options,
   });
   // Closing twice is harmless: the second finds nothing held and the relay drained.
@@ -162,8 +164,8 @@ before(async () => {
 describe("object activations", () => {
   it("object activations - 40 concurrent calls through two hosts run one at a time: 1..40 each once", async () => {
     const code = objectCode();
-    const a = await startHost("host-a", code, STEADY_LEASES);
-    const b = await startHost("host-b", code, STEADY_LEASES);
+    const a = await startHost("host-a", code);
+    const b = await startHost("host-b", code);
     const object = fresh();
     const answers = await Promise.all(
       Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).objects.call(object, "inc", [])),
@@ -180,7 +182,7 @@ describe("object activations", () => {
 
   it("object activations - two principals with the same image and name are two objects", async () => {
     const code = objectCode();
-    const a = await startHost("host-a2", code, STEADY_LEASES);
+    const a = await startHost("host-a2", code);
     const alice = fresh("alice");
     const bob = { ...alice, principal: "bob" };
     assert.equal(answerValue(await a.objects.call(alice, "inc", [])), 1);
@@ -210,7 +212,7 @@ describe("object activations", () => {
 
   it("object activations - a call that never answers times out, and the next call activates the object afresh", async () => {
     const code = objectCode();
-    const a = await startHost("host-timeout", code, { callTimeoutMs: 500, ...STEADY_LEASES });
+    const a = await startHost("host-timeout", code, { callTimeoutMs: 500 });
     const object = fresh();
     assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
     const timedOut = await a.objects.call(object, "hang", []);
@@ -223,7 +225,7 @@ describe("object activations", () => {
 
   it("object activations - an idle object is evicted (lease released) and reactivated with its storage", async () => {
     const code = objectCode(1);
-    const a = await startHost("host-idle", code, STEADY_LEASES);
+    const a = await startHost("host-idle", code);
     const object = fresh();
     const leases = versionedStore(a.handle.requester, OBJECTS_BUCKET);
     const key = objectKey(object);
@@ -292,7 +294,7 @@ describe("object activations", () => {
 
   it("object activations - starts under way count against a principal's most objects", async () => {
     const code = objectCode();
-    const a = await startHost("host-principal-starts", code, { maxActivePerPrincipal: 2, ...STEADY_LEASES });
+    const a = await startHost("host-principal-starts", code, { maxActivePerPrincipal: 2 });
     // Three first calls at once, each waiting once started: one is refused, or all three wait.
     const twoWaiting = waitings(code, 2);
     const allWaiting = waitings(code, 3).then(() => "three started");
@@ -353,8 +355,8 @@ describe("object activations", () => {
 
   it("object activations - a host gone silent is taken over within the lease bound, storage kept", async () => {
     const code = objectCode();
-    const a = await startHost("host-dies", code);
-    const b = await startHost("host-lives", code);
+    const a = await startHost("host-dies", code, { leaseTtlMs: LAPSING_LEASE_MS });
+    const b = await startHost("host-lives", code, { leaseTtlMs: LAPSING_LEASE_MS });
     const object = fresh();
     assert.equal(answerValue(await a.objects.call(object, "inc", [])), 1);
     assert.equal(await b.objects.activeOn(object), "host-dies");
@@ -363,7 +365,7 @@ describe("object activations", () => {
     const started = performance.now();
     assert.equal(answerValue(await b.objects.call(object, "inc", [])), 2);
     const took = performance.now() - started;
-    assert.ok(took < 3 * 1_000 + 2_000, `taken over in ${Math.round(took)} ms`);
+    assert.ok(took < 3 * LAPSING_LEASE_MS + 2_000, `taken over in ${Math.round(took)} ms`);
     assert.equal(await b.objects.activeOn(object), "host-lives");
   });
 
