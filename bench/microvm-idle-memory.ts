@@ -3,12 +3,15 @@
 // kernel's, page cache it read first), any process of it outside its cgroup, and the service's
 // own growth per instance; the machine's used memory (MemTotal - MemAvailable) beside them as
 // information only; and how many idle instances a host's caps and this machine's memory hold.
-import { totalmem } from "node:os";
+// Beside the memory, the CPU an idle instance keeps using, and how many idle instances that
+// alone lets this machine's cores hold.
+import { availableParallelism, totalmem } from "node:os";
 import { basename } from "node:path";
 import { readConfig } from "../config.ts";
 import { WARM_PREFIX } from "../vm-runtime/host/isolated-boot.ts";
 import { pssKiB, usedKiB } from "./gvisor-parts.ts";
 import { cgroupMemoryKiB, memoryCgroupOf, type InstanceProcs } from "./microvm-instance-procs.ts";
+import { cpuSeconds } from "./proc.ts";
 import { median } from "./stats.ts";
 
 const MiB = 1024 * 1024;
@@ -37,6 +40,18 @@ export interface IdleMemory {
   /** Information only: MemTotal - MemAvailable, after less before, per instance (page cache moves it). */
   machineMiB: number;
   capacity: Capacity;
+}
+
+/** CPU the idle instances used over a span: medians per instance, ms of CPU per second. */
+export interface IdleCpu {
+  spanMs: number;
+  /** Every process of the instance (its cgroup's pids). */
+  perInstance: number;
+  /** Of it, the Sentry (`runsc-sandbox`): the image's node inside and gVisor's own work. */
+  sentry: number;
+  /** The machine's cores, and how many idle instances would use them all. */
+  cores: number;
+  fillsCores: number;
 }
 
 /** Idle instances held at `perInstanceMiB`: by one host with its default caps, by the machine with them raised. */
@@ -110,6 +125,32 @@ function capacity(perInstanceMiB: number, chargeMiB: number): Capacity {
     host: Math.min(maxInstances, Math.floor(totalMemoryMiB / chargeMiB)),
     machineMiB,
     machine: Math.floor(machineMiB / perInstanceMiB),
+  };
+}
+
+/** The idle instances' CPU (walls booted ahead left out) over `spanMs` from now. */
+export async function readIdleCpu(all: InstanceProcs[], spanMs: number): Promise<IdleCpu> {
+  const instances = all.filter((procs) => procs.memoryCgroup && !isWarmWall(procs));
+  const read = () =>
+    instances.map((procs) => ({
+      all: procs.pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0),
+      sentry: cpuSeconds(procs.runtime),
+    }));
+  const before = read();
+  const started = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, spanMs));
+  const after = read();
+  const span = (performance.now() - started) / 1000;
+  const msPerS = (pick: (x: { all: number; sentry: number }) => number) =>
+    +median(after.map((x, i) => ((pick(x) - pick(before[i]!)) * 1000) / span)).toFixed(1);
+  const perInstance = msPerS((x) => x.all);
+  const cores = availableParallelism();
+  return {
+    spanMs,
+    perInstance,
+    sentry: msPerS((x) => x.sentry),
+    cores,
+    fillsCores: perInstance > 0 ? Math.floor((cores * 1000) / perInstance) : Number.POSITIVE_INFINITY,
   };
 }
 

@@ -5,7 +5,14 @@
 // walls booted ahead, what those walls hold and 10 launches at once.
 import type { MicrovmEnvironment } from "./microvm-environment.ts";
 import { withMicrovmEnvironment } from "./microvm-environment.ts";
-import { memoryBaseline, readIdleMemory, warmWallsMiB, type IdleMemory } from "./microvm-idle-memory.ts";
+import {
+  memoryBaseline,
+  readIdleCpu,
+  readIdleMemory,
+  warmWallsMiB,
+  type IdleCpu,
+  type IdleMemory,
+} from "./microvm-idle-memory.ts";
 import { launchAndCall, terminate, wallReady, type MicrovmClient } from "./microvm-instances.ts";
 import { IDLE_GC_AFTER_MS } from "../vm-runtime/runtime/idle-gc.ts";
 import { pause, percentiles, type Percentiles } from "./stats.ts";
@@ -31,12 +38,15 @@ export interface LaunchRows {
   /** The same with launch snapshots off: each a cold start (the idle instances' launches). */
   coldStart: Percentiles;
   idle: IdleMemory;
+  idleCpu: IdleCpu;
 }
 
 /** Settling time before a memory reading: the pool's wall refilled, page cache writes done. */
 const SETTLE_MS = 3_000;
 /** Idle instances are read once their runtime's collection once idle has run. */
 const IDLE_MS = IDLE_GC_AFTER_MS + SETTLE_MS;
+/** The span over which the idle instances' CPU is read, once they are idle. */
+const IDLE_CPU_MS = 5_000;
 
 const p95 = (samples: number[]) => [...samples].sort((a, b) => a - b)[Math.ceil(0.95 * samples.length) - 1] ?? NaN;
 
@@ -70,7 +80,7 @@ export async function measureLaunchRows(env: MicrovmEnvironment, launches: numbe
       return percentiles(samples);
     },
   );
-  const { idle, coldStart } = await withMicrovmEnvironment(
+  const { idle, idleCpu, coldStart } = await withMicrovmEnvironment(
     {
       provider: "gvisor",
       maxInstances: IDLE_INSTANCES + 1,
@@ -97,19 +107,22 @@ export async function measureLaunchRows(env: MicrovmEnvironment, launches: numbe
       return { ...(await burstOf(warm.api)), walls: walls.walls, wallsMiB: walls.MiB };
     },
   );
-  return { burst, burstWarm, noWarm, coldStart, idle };
+  return { burst, burstWarm, noWarm, coldStart, idle, idleCpu };
 }
 
 /** 10 instances launched one after another (their RunMicrovm → first RPC timed), read once idle, then terminated. */
-async function measureIdle(env: MicrovmEnvironment): Promise<{ idle: IdleMemory; coldStart: Percentiles }> {
+async function measureIdle(
+  env: MicrovmEnvironment,
+): Promise<{ idle: IdleMemory; idleCpu: IdleCpu; coldStart: Percentiles }> {
   await pause(SETTLE_MS);
   const baseline = memoryBaseline(env.servicePid);
   const vms = [];
   for (let i = 0; i < IDLE_INSTANCES; i++) vms.push(await launchAndCall(env.api));
   await pause(IDLE_MS);
   const idle = readIdleMemory(env.instances(), env.servicePid, baseline);
+  const idleCpu = await readIdleCpu(env.instances(), IDLE_CPU_MS);
   for (const vm of vms) await terminate(env.api, vm.microvmId);
-  return { idle, coldStart: percentiles(vms.map((vm) => vm.firstRpcMs)) };
+  return { idle, idleCpu, coldStart: percentiles(vms.map((vm) => vm.firstRpcMs)) };
 }
 
 /** RunMicrovm → first RPC one after another, each once the wall booted for the one before has settled. */
@@ -149,7 +162,17 @@ export function formatLaunchRows(rows: LaunchRows, warm: Percentiles, wallWait?:
       `(${(burstWarm.wallsMiB / Math.max(1, burstWarm.walls)).toFixed(1)} MiB each, their cgroups' charge) before that burst`,
     "",
     formatIdleMemory(rows.idle),
+    "",
+    formatIdleCpu(rows.idleCpu),
   ].join("\n");
+}
+
+function formatIdleCpu(cpu: IdleCpu): string {
+  return (
+    `CPU per idle instance (${cpu.spanMs / 1000} s, medians): ${cpu.perInstance} ms/s, of it the Sentry ` +
+    `(runsc-sandbox: node inside and gVisor's own work) ${cpu.sentry} ms/s; at that rate ${cpu.fillsCores} ` +
+    `idle instances take all ${cpu.cores} cores of this machine`
+  );
 }
 
 function formatIdleMemory(idle: IdleMemory): string {
