@@ -119,8 +119,9 @@ async function measureIdle(
   const vms = [];
   for (let i = 0; i < IDLE_INSTANCES; i++) vms.push(await launchAndCall(env.api));
   await pause(IDLE_MS);
-  const idle = readIdleMemory(env.instances(), env.servicePid, baseline);
-  const idleCpu = await readIdleCpu(env.instances(), IDLE_CPU_MS);
+  const procs = env.instances();
+  const idle = readIdleMemory(procs, env.servicePid, baseline);
+  const idleCpu = await readIdleCpu(procs, IDLE_CPU_MS);
   for (const vm of vms) await terminate(env.api, vm.microvmId);
   return { idle, idleCpu, coldStart: percentiles(vms.map((vm) => vm.firstRpcMs)) };
 }
